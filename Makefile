@@ -1,0 +1,62 @@
+# fairshare developer entry points. `make install && make test` is what CI runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OPENB ?= $(firstword $(wildcard ../shared/data/openb) $(wildcard $(HOME)/openb))
+
+.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels \
+        cluster-bins clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -c "import _native; print('fairshare kernels:', _native.IMPLEMENTATION)"
+	touch $@
+
+# Recompile the Cython kernels in place after editing a .pyx.
+build: install
+	$(PY) setup.py build_ext --inplace --quiet
+
+# The e2e tests need the control-plane binaries: build them (seconds when cached).
+# Without Go this step fails softly and the e2e tests skip saying why (CI fails).
+test: install build lint
+	-bash tools/e2e/build-bins.sh
+	@echo "== pure-Python kernel twins (FAIRSHARE_NO_EXTENSIONS=1): native + unit suites"
+	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest tests/native tests/unit -q
+	@echo "== the whole suite on the compiled kernels (e2e last)"
+	$(PY) -m pytest
+
+test-pure: install
+	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest -q
+
+test-unit: install build
+	$(PY) -m pytest tests/unit tests/native -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy fairshare _native
+	$(VENV)/bin/lint-imports
+
+demo: install build
+	$(VENV)/bin/fairshare simulate --demo
+
+bench: install build bench-kernels
+
+bench-kernels:
+	$(PY) -m tests.bench.bench_kernels
+
+bench-quality: install build
+	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)"
+
+cluster-bins:
+	bash tools/e2e/build-bins.sh
+
+include tools/e2e/e2e.mk
+
+clean:
+	rm -rf build _native/*.c _native/*.so *.egg-info

@@ -1,0 +1,77 @@
+"""Node-fit kernel, pure-Python twin of ``fit_c.pyx``.
+
+Answers "which nodes can take this pod, and if not, why" in one pass, as the
+``NodeResourcesFit`` filter of kube-scheduler does per node, plus the per-device GPU
+check of GPU-sharing schedulers (Weng et al., "Beware of Fragmentation: Scheduling
+GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23, whose
+``Open-Gpu-Share`` filter counts devices with enough free milli-GPU)::
+
+    out[i] = -1                    if demand[r] <= free[i, r] for every r
+                                   and #{g : dev_free[i, g] >= gpu_milli} >= gpu_count
+           = first r (column order) with demand[r] > free[i, r]
+           = n_res                 if only the device check fails
+
+Returns the number of fitting nodes. ``gpu_count == 0`` skips the device check;
+absent device slots (``dev_free < 0``, normally ``-1``) never count, whatever
+``gpu_milli`` is. No division happens, so there is no zero-capacity case.
+
+Must not import anything from the project. Same loop order as ``fit_c.pyx``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["fit_nodes"]
+
+
+class _Floats(Protocol):
+    def __getitem__(self, index: int, /) -> float: ...
+
+
+class _IntsOut(Protocol):
+    def __getitem__(self, index: int, /) -> int: ...
+
+    def __setitem__(self, index: int, value: int, /) -> None: ...
+
+
+def fit_nodes(
+    free: _Floats,
+    dev_free: _Floats,
+    demand: _Floats,
+    n_nodes: int,
+    n_res: int,
+    max_dev: int,
+    gpu_milli: float,
+    gpu_count: int,
+    out: _IntsOut,
+) -> int:
+    """Write each node's fit verdict into ``out`` (int32) and return how many fit.
+
+    ``free`` is N×R, ``dev_free`` is N×max_dev (``-1`` = no device in that slot),
+    ``demand`` is R. ``out[i]`` is ``-1`` (fits), the first short resource column, or
+    ``n_res`` when fewer than ``gpu_count`` devices have ``dev_free >= gpu_milli``.
+    """
+    n_fit = 0
+    for i in range(n_nodes):
+        base = i * n_res
+        verdict = -1
+        for r in range(n_res):
+            if demand[r] > free[base + r]:
+                verdict = r
+                break
+        if verdict < 0 and gpu_count > 0:
+            dbase = i * max_dev
+            found = 0
+            for g in range(max_dev):
+                f = dev_free[dbase + g]
+                if f >= 0.0 and f >= gpu_milli:
+                    found += 1
+                    if found >= gpu_count:
+                        break
+            if found < gpu_count:
+                verdict = n_res
+        out[i] = verdict
+        if verdict < 0:
+            n_fit += 1
+    return n_fit

@@ -1,0 +1,611 @@
+"""The FairShareConfig schema (``apiVersion: fairshare.io/v1alpha1``) as pydantic v2 models.
+
+Boundary types only (STYLE habit 1): ``fairshare.config.loading`` turns text into a
+``FairShareConfig`` once; the core reads it through the accessor methods, which hand back
+exact ``Fraction`` amounts and tuples. Every model is frozen and forbids unknown keys.
+Documents use camelCase keys (``defaultTenant``); Python code may use the snake_case names.
+
+Design choices:
+
+* Quantities stay the strings the user wrote (``"64Gi"``), so dumping gives back what was
+  loaded; they are checked with ``fairshare.quantities`` at validation time and parsed again
+  by the accessors (cheap, and no hidden cache to compare or copy).
+* "No limit" is ``limit: None`` (whole tenant) or a resource missing from ``limit``;
+  ``0`` always means zero (habit 6).
+* Lists are tuples and every check reports a field path in the document's own keys.
+  Field-level problems are all reported together; the cross-field checks of
+  ``FairShareConfig`` run once the fields are valid, and also report all they find.
+
+Pure module: must not import aiohttp, kubernetes_asyncio or prometheus_client.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Annotated, Final, Literal, NoReturn
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from fairshare import quantities
+
+__all__ = [
+    "API_VERSION",
+    "CONSISTENCY_ERROR",
+    "GPU_RESOURCE",
+    "KIND",
+    "MIG_RESOURCE_PREFIX",
+    "NATIVE_RESOURCES",
+    "DefaultTenantPolicy",
+    "FairShareConfig",
+    "GpuSharing",
+    "HealthPolicy",
+    "ResourceSpec",
+    "ScoringWeights",
+    "Tenant",
+    "validate_resource_name",
+]
+
+API_VERSION: Final = "fairshare.io/v1alpha1"
+KIND: Final = "FairShareConfig"
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+NATIVE_RESOURCES: Final = (GPU_RESOURCE, "cpu", "memory", "ephemeral-storage", "storage")
+"""The default DRF dimensions, in their default order."""
+
+CONSISTENCY_ERROR: Final = "fairshare_consistency"
+"""pydantic error type of the cross-field checks; ``ctx["errors"]`` holds (path, message)."""
+
+DEFAULT_MIG_PROFILES: Final = {
+    "1g.10gb": "1/7", "2g.20gb": "2/7", "3g.40gb": "3/7", "4g.40gb": "4/7", "7g.80gb": "1",
+    "1g.5gb": "1/7", "2g.10gb": "2/7", "3g.20gb": "3/7",
+}  # fmt: skip
+# Condition types that GPU health reporters set to "True" on a Node: Node Problem Detector
+# custom plugins and DCGM/Xid-based detectors use these names.
+DEFAULT_UNHEALTHY_CONDITIONS: Final = (
+    "GpuUnhealthy", "GPUUnhealthy", "XidCriticalError", "GpuXidError", "GpuEccError",
+    "DCGMHealthCheckFailed",
+)  # fmt: skip
+DEFAULT_UNHEALTHY_TAINTS: Final = ("nvidia.com/gpu.unhealthy", "fairshare.io/gpu-unhealthy")
+
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_NAME_PART: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_MIG_PROFILE: Final = re.compile(r"[0-9a-z]+([.+-][0-9a-z]+)*")
+_CONDITION_TYPE: Final = re.compile(r"([-a-z0-9.]+/)?[A-Za-z0-9][-A-Za-z0-9_.]*")
+
+
+# --- validators for the annotated field types --------------------------------------------
+
+
+def _fail(error_type: str, message: str) -> NoReturn:
+    # The message goes through ctx so that braces in user input are never formatted.
+    raise PydanticCustomError(error_type, "{message}", {"message": message})
+
+
+def _not_bool(value: object) -> object:
+    # pydantic's lax mode reads YAML's `yes` as 1.0; a weight is never a boolean.
+    if isinstance(value, bool):
+        _fail("number_type", "must be a number, not a boolean")
+    return value
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        _fail("number_range", "must be a finite number")
+    return value
+
+
+def _non_negative(value: float) -> float:
+    if _finite(value) < 0:
+        _fail("number_range", "must be >= 0")
+    return value
+
+
+def _positive(value: float) -> float:
+    if _finite(value) <= 0:
+        _fail("number_range", "must be > 0")
+    return value
+
+
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        _fail("number_range", "must be >= 1")
+    return value
+
+
+def _quantity(value: object) -> object:
+    if not isinstance(value, str | int | float):
+        return value  # the str schema reports the type
+    try:
+        amount = quantities.parse_quantity(value)
+    except quantities.QuantityError as exc:
+        _fail("quantity", str(exc))
+    if amount < 0:
+        _fail("quantity", f'must be >= 0, got "{value}"')
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _unit_fraction(value: object) -> object:
+    if not isinstance(value, str | int | float):
+        return value
+    try:
+        amount = quantities.parse_fraction(value)
+    except quantities.QuantityError as exc:
+        _fail("fraction", f'invalid fraction "{value}": {exc.reason}')
+    if not 0 < amount <= 1:
+        _fail("fraction", f'must be > 0 and <= 1, got "{value}"')
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _is_qualified_name(value: str) -> bool:
+    prefix, slash, name = value.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and _NAME_PART.fullmatch(name) is not None
+
+
+def _matching(
+    error_type: str, pattern: re.Pattern[str] | None, max_len: int, message: str
+) -> AfterValidator:
+    """A validator accepting strings that fully match ``pattern`` (None: qualified names)."""
+
+    def check(value: str) -> str:
+        ok = _is_qualified_name(value) if pattern is None else bool(pattern.fullmatch(value))
+        if not ok or len(value) > max_len:
+            _fail(error_type, f'"{value}" {message}')
+        return value
+
+    return AfterValidator(check)
+
+
+_DNS_LABEL_CHECK = _matching("dns_label", _DNS_LABEL, 63, "must be a DNS-1123 label (a-z 0-9 -)")
+
+
+def _selector(value: dict[str, str]) -> dict[str, str]:
+    if not value:
+        _fail("selector", "must not be empty (it would match every namespace); omit it")
+    return value
+
+
+def validate_resource_name(name: str) -> str | None:
+    """Why ``name`` cannot be a DRF dimension, or None if it can.
+
+    Allowed: the native resources, ``hugepages-<size>``, ``nvidia.com/mig-<profile>``
+    and extended resources ``<domain>/<name>``. Plain names (``gpu``, ``cpux``) are not.
+    """
+    if name in NATIVE_RESOURCES:
+        return None
+    if name.startswith(MIG_RESOURCE_PREFIX):
+        if _MIG_PROFILE.fullmatch(name.removeprefix(MIG_RESOURCE_PREFIX)):
+            return None
+        return f'invalid MIG resource "{name}" (expected {MIG_RESOURCE_PREFIX}<profile>)'
+    if name.startswith("hugepages-"):
+        try:
+            quantities.parse_quantity(name.removeprefix("hugepages-"))
+        except quantities.QuantityError:
+            return f'invalid hugepages resource "{name}" (expected e.g. hugepages-2Mi)'
+        return None
+    if "/" in name:
+        return None if _is_qualified_name(name) else f'invalid extended resource "{name}"'
+    hints = [n for n in NATIVE_RESOURCES if n.endswith("/" + name)]
+    hints = hints or difflib.get_close_matches(name, NATIVE_RESOURCES, n=1)
+    hint = f' (did you mean "{hints[0]}"?)' if hints else ""
+    return (
+        f'unknown resource "{name}"{hint}; use {", ".join(NATIVE_RESOURCES)}, '
+        f"{MIG_RESOURCE_PREFIX}<profile> or an extended resource <domain>/<name>"
+    )
+
+
+def _resource_name(value: str) -> str:
+    problem = validate_resource_name(value)
+    if problem is not None:
+        _fail("resource_name", problem)
+    return value
+
+
+Weight = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_non_negative)]
+PositiveWeight = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)]
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+"""A non-negative Kubernetes quantity, kept as written (numbers become their string)."""
+UnitFraction = Annotated[str, BeforeValidator(_unit_fraction)]
+"""A fraction in (0, 1]: ``"1/7"``, ``"0.25"`` or ``1``, kept as written."""
+DnsLabel = Annotated[str, _DNS_LABEL_CHECK]
+ResourceName = Annotated[str, AfterValidator(_resource_name)]
+PodCount = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_at_least_one)]
+LabelSelector = Annotated[
+    dict[
+        Annotated[str, _matching("label_key", None, 317, "is not a valid label key")],
+        Annotated[str, _matching("label_value", _LABEL_VALUE, 63, "is not a valid label value")],
+    ],
+    AfterValidator(_selector),
+]
+SchedulerName = Annotated[
+    str, _matching("dns_subdomain", _DNS_SUBDOMAIN, 253, "must be a DNS-1123 subdomain")
+]
+TaintKey = Annotated[str, _matching("taint_key", None, 317, "is not a valid taint key")]
+ConditionType = Annotated[
+    str, _matching("condition_type", _CONDITION_TYPE, 316, "is not a valid condition type")
+]
+MigProfile = Annotated[
+    str,
+    _matching(
+        "mig_profile", _MIG_PROFILE, 63, 'must be a MIG profile such as "1g.10gb" (no prefix)'
+    ),
+]
+
+
+def _amounts(values: dict[str, str]) -> dict[str, Fraction]:
+    return {name: quantities.parse_quantity(text) for name, text in values.items()}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        use_attribute_docstrings=True,
+    )
+
+
+# --- models --------------------------------------------------------------------------------
+
+
+class ResourceSpec(_Model):
+    """One DRF dimension."""
+
+    weight: Weight = 1.0
+    """Weight of this resource in a tenant's dominant share (>= 0, default 1). With 0 the
+    resource still counts against guarantees and limits but not for fairness."""
+
+
+class Tenant(_Model):
+    """A named set of namespaces that share one quota and one fair share."""
+
+    name: DnsLabel
+    """Tenant name, a DNS-1123 label; namespaces labelled fairshare.io/tenant=<name> join."""
+
+    namespaces: tuple[DnsLabel, ...] = ()
+    """Namespaces that belong to this tenant (default none). A namespace may be listed by
+    one tenant only."""
+
+    namespace_selector: LabelSelector | None = None
+    """matchLabels-style selector: namespaces carrying all these labels join (default none)."""
+
+    weight: PositiveWeight = 1.0
+    """Fair-share weight (> 0, default 1): a tenant with weight 2 is entitled to twice the
+    dominant share of a tenant with weight 1."""
+
+    guaranteed: dict[str, Quantity] = Field(default_factory=dict)
+    """Per resource, the amount never reclaimed by other tenants (quantities, e.g. cpu "8",
+    memory "64Gi", nvidia.com/gpu "2" or "0.5"; default none)."""
+
+    limit: dict[str, Quantity] | None = None
+    """Per resource, a hard ceiling including borrowing. Omitted (default) means no limit at
+    all; a resource missing from the map is unlimited; "0" means none of it."""
+
+    def guaranteed_amounts(self) -> dict[str, Fraction]:
+        """``guaranteed`` parsed: resource name -> exact amount (cores, bytes, GPUs)."""
+        return _amounts(self.guaranteed)
+
+    def limit_amounts(self) -> dict[str, Fraction] | None:
+        """``limit`` parsed, or None when the tenant has no limit at all."""
+        return None if self.limit is None else _amounts(self.limit)
+
+    def limit_for(self, resource: str) -> Fraction | None:
+        """The limit on one resource, or None when that resource is unlimited."""
+        if self.limit is None or resource not in self.limit:
+            return None
+        return quantities.parse_quantity(self.limit[resource])
+
+
+class DefaultTenantPolicy(_Model):
+    """What happens to pods in namespaces that no tenant claims."""
+
+    mode: Literal["tenant", "deny-gpu", "allow"] = "tenant"
+    """"tenant" (default): they belong to the tenant called `name` (created with weight 1 and
+    no quota if not listed). "deny-gpu": their GPU requests are denied. "allow": they are
+    admitted and not tracked."""
+
+    name: DnsLabel = "default"
+    """The catch-all tenant used by mode "tenant" (default "default")."""
+
+
+class GpuSharing(_Model):
+    """Rules for fractional GPU requests (fairshare.io/gpu-fraction, fairshare.io/gpu-memory)."""
+
+    fraction_step: UnitFraction = "0.05"
+    """Fractions are whole multiples of this step (a fraction in (0, 1], default "0.05")."""
+
+    min_fraction: UnitFraction = "0.05"
+    """Smallest fraction a pod may request (a fraction in (0, 1], default "0.05")."""
+
+    max_pods_per_gpu: PodCount = 8
+    """Most pods that may share one physical GPU (>= 1, default 8)."""
+
+    memory_unit: Quantity = "1Mi"
+    """Granularity of GPU-memory requests (a quantity in bytes, > 0, default "1Mi")."""
+
+    @field_validator("memory_unit")
+    @classmethod
+    def _memory_unit_positive(cls, value: str) -> str:
+        if quantities.parse_quantity(value) <= 0:
+            _fail("quantity", "must be > 0")
+        return value
+
+    def fraction_step_amount(self) -> Fraction:
+        """``fraction_step`` as an exact fraction."""
+        return quantities.parse_fraction(self.fraction_step)
+
+    def min_fraction_amount(self) -> Fraction:
+        """``min_fraction`` as an exact fraction."""
+        return quantities.parse_fraction(self.min_fraction)
+
+    def memory_unit_bytes(self) -> int:
+        """``memory_unit`` in bytes (rounded up)."""
+        return quantities.parse_bytes(self.memory_unit)
+
+
+class ScoringWeights(_Model):
+    """Weights of the node-score terms (each >= 0). All zero gives every node the same score."""
+
+    fragmentation: Weight = 1.0
+    """FGD fragmentation gradient: how much the placement grows the GPU capacity the
+    observed workload mix can no longer use (Weng et al., ATC'23) (default 1)."""
+
+    packing: Weight = 0.02
+    """Best-fit packing: least weighted CPU+GPU left over on the node. A small weight
+    breaks FGD's near-ties towards fuller nodes (default 0.02; measured on openb in
+    the README)."""
+
+    fit: Weight = 0.0
+    """DRFH best fit of the pod's demand shape to the node's free shape (default 0)."""
+
+    stranding: Weight = 0.0
+    """Penalty for CPU-only pods eating the CPU and memory a node's free GPUs need
+    (default 0)."""
+
+    fairness: Weight = 0.0
+    """Tenant spread: prefer nodes where the pod's tenant holds less GPU (default 0)."""
+
+    spread: Weight = 0.0
+    """Least-allocated GPU: prefer emptier nodes (default 0: off)."""
+
+    health: Weight = 1.0
+    """Prefer nodes without GPU health warnings, also for CPU-only pods (default 1)."""
+
+    def weights(self) -> dict[str, float]:
+        """Term name -> weight, in field order (the keys of the scorer registry)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+class HealthPolicy(_Model):
+    """Node signals that mean "GPU unhealthy"; such nodes get no new GPU pods."""
+
+    unhealthy_conditions: tuple[ConditionType, ...] = DEFAULT_UNHEALTHY_CONDITIONS
+    """Node condition types that, when status is "True", mark the node's GPUs unhealthy
+    (default: the names used by Node Problem Detector GPU plugins and DCGM/Xid detectors)."""
+
+    unhealthy_taints: tuple[TaintKey, ...] = DEFAULT_UNHEALTHY_TAINTS
+    """Taint keys that mark the node's GPUs unhealthy, whatever their effect."""
+
+
+def _default_resources() -> dict[str, ResourceSpec]:
+    return {name: ResourceSpec() for name in NATIVE_RESOURCES}
+
+
+class FairShareConfig(_Model):
+    """The whole fairshare configuration (ConfigMap key config.yaml)."""
+
+    api_version: Literal["fairshare.io/v1alpha1"] = API_VERSION
+    """Schema version; must be "fairshare.io/v1alpha1"."""
+
+    kind: Literal["FairShareConfig"] = KIND
+    """Must be "FairShareConfig"."""
+
+    resources: dict[ResourceName, ResourceSpec] = Field(default_factory=_default_resources)
+    """The DRF dimensions in order, each with a weight. Must include nvidia.com/gpu (GPUs,
+    fractions allowed); the default is nvidia.com/gpu, cpu, memory, ephemeral-storage and
+    storage (bound PVC requests), all weight 1. Also allowed: hugepages-<size>,
+    nvidia.com/mig-<profile> and extended resources <domain>/<name>."""
+
+    tenants: tuple[Tenant, ...] = ()
+    """The tenants. Names are unique; a namespace belongs to at most one tenant."""
+
+    default_tenant: DefaultTenantPolicy = Field(default_factory=DefaultTenantPolicy)
+    """Policy for namespaces that no tenant claims."""
+
+    gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
+    """Fractional GPU rules."""
+
+    mig: dict[MigProfile, UnitFraction] = Field(default_factory=lambda: dict(DEFAULT_MIG_PROFILES))
+    """MIG profile -> fraction of a GPU it stands for (in (0, 1], e.g. "1/7"). Replaces the
+    default table (A100/H100 profiles) when given."""
+
+    scoring: ScoringWeights = Field(default_factory=ScoringWeights)
+    """Node-score term weights."""
+
+    health: HealthPolicy = Field(default_factory=HealthPolicy)
+    """GPU health signals."""
+
+    pricing: dict[str, Weight] | None = Field(
+        default=None, examples=[{"nvidia.com/gpu": 2.5, "cpu": 0.03}]
+    )
+    """Optional price per unit-hour of each resource (unit: 1 GPU, 1 core, 1 byte), >= 0,
+    for chargeback metrics. Default: no pricing."""
+
+    scheduler_name: SchedulerName | None = Field(default=None, examples=["fairshare-scheduler"])
+    """If set, the webhook sets spec.schedulerName on GPU pods to this. Default: unset."""
+
+    capacity: dict[str, Quantity] | None = Field(
+        default=None, examples=[{"nvidia.com/gpu": "64", "cpu": "1024"}]
+    )
+    """Optional declared cluster capacity, used only to check that the guarantees fit.
+    Default: not checked."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FairShareConfig:
+        problems = [
+            *_check_resources(self),
+            *_check_tenants(self),
+            *_check_known_keys("pricing", self.pricing, self),
+            *_check_known_keys("capacity", self.capacity, self),
+            *_check_capacity(self),
+        ]
+        if problems:
+            raise PydanticCustomError(
+                CONSISTENCY_ERROR,
+                "{message}",
+                {
+                    "message": "\n".join(f"{path}: {text}" for path, text in problems),
+                    "errors": [[path, text] for path, text in problems],
+                },
+            )
+        return self
+
+    # --- accessors used by the core --------------------------------------------------------
+
+    def resource_names(self) -> tuple[str, ...]:
+        """DRF dimensions in declared order (the columns of the resource vectors)."""
+        return tuple(self.resources)
+
+    def resource_weights(self) -> tuple[float, ...]:
+        """Weights aligned with ``resource_names()``."""
+        return tuple(spec.weight for spec in self.resources.values())
+
+    def mig_fractions(self) -> dict[str, Fraction]:
+        """MIG profile (``"1g.10gb"``) -> fraction of a GPU."""
+        return {name: quantities.parse_fraction(text) for name, text in self.mig.items()}
+
+    def mig_resource_fraction(self, resource: str) -> Fraction | None:
+        """GPU fraction of a MIG resource (``nvidia.com/mig-1g.10gb``), None if unknown."""
+        if not resource.startswith(MIG_RESOURCE_PREFIX):
+            return None
+        text = self.mig.get(resource.removeprefix(MIG_RESOURCE_PREFIX))
+        return None if text is None else quantities.parse_fraction(text)
+
+    def all_tenants(self) -> tuple[Tenant, ...]:
+        """Declared tenants, then the implicit default tenant if mode "tenant" needs one."""
+        policy = self.default_tenant
+        if policy.mode != "tenant" or any(t.name == policy.name for t in self.tenants):
+            return self.tenants
+        return (*self.tenants, Tenant(name=policy.name))
+
+    def tenant(self, name: str) -> Tenant | None:
+        """The tenant called ``name`` (including the implicit default tenant), or None."""
+        return next((t for t in self.all_tenants() if t.name == name), None)
+
+    def capacity_amounts(self) -> dict[str, Fraction] | None:
+        """``capacity`` parsed, or None when no capacity is declared."""
+        return None if self.capacity is None else _amounts(self.capacity)
+
+
+# --- cross-field checks: each yields (path, message) -----------------------------------------
+
+Problem = tuple[str, str]
+
+
+def _check_resources(config: FairShareConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    if GPU_RESOURCE not in config.resources:
+        problems.append(("resources", f'must include "{GPU_RESOURCE}"'))
+    if config.resources and not any(w > 0 for w in config.resource_weights()):
+        problems.append(("resources", "at least one resource weight must be > 0"))
+    for name in config.resources:
+        profile = name.removeprefix(MIG_RESOURCE_PREFIX)
+        if name.startswith(MIG_RESOURCE_PREFIX) and profile not in config.mig:
+            problems.append(
+                (f"resources.{name}", f'unknown MIG profile "{profile}"; add it to mig')
+            )
+    return problems
+
+
+def _unknown_resource(name: str, config: FairShareConfig) -> str:
+    known = ", ".join(config.resources)
+    problem = validate_resource_name(name)
+    if problem is not None:
+        return problem
+    return f'unknown resource "{name}" (not in resources: {known})'
+
+
+def _check_known_keys(
+    field: str, values: Mapping[str, object] | None, config: FairShareConfig
+) -> list[Problem]:
+    if values is None:
+        return []
+    return [
+        (f"{field}.{name}", _unknown_resource(name, config))
+        for name in values
+        if name not in config.resources
+    ]
+
+
+def _check_tenants(config: FairShareConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    first_index: dict[str, int] = {}
+    owner: dict[str, int] = {}  # namespace -> index of the first tenant listing it
+    for i, tenant in enumerate(config.tenants):
+        if tenant.name in first_index:
+            also = f"tenants[{first_index[tenant.name]}]"
+            problems.append((f"tenants[{i}].name", f'duplicate tenant "{tenant.name}" ({also})'))
+        first_index.setdefault(tenant.name, i)
+        for j, namespace in enumerate(tenant.namespaces):
+            path = f"tenants[{i}].namespaces[{j}]"
+            if owner.get(namespace, i) != i:
+                other = config.tenants[owner[namespace]].name
+                problems.append((path, f'namespace "{namespace}" is already in tenant "{other}"'))
+            elif namespace in owner:
+                problems.append((path, f'namespace "{namespace}" is listed twice'))
+            owner.setdefault(namespace, i)
+        problems.extend(_check_tenant_amounts(i, tenant, config))
+    return problems
+
+
+def _check_tenant_amounts(i: int, tenant: Tenant, config: FairShareConfig) -> list[Problem]:
+    problems = _check_known_keys(f"tenants[{i}].guaranteed", tenant.guaranteed, config)
+    problems += _check_known_keys(f"tenants[{i}].limit", tenant.limit, config)
+    limits = tenant.limit_amounts() or {}
+    for name, amount in tenant.guaranteed_amounts().items():
+        if name in limits and amount > limits[name]:
+            text = f"guaranteed {_show(name, amount)} is above limit {_show(name, limits[name])}"
+            problems.append((f"tenants[{i}].guaranteed.{name}", text))
+    return problems
+
+
+def _check_capacity(config: FairShareConfig) -> list[Problem]:
+    capacity = config.capacity_amounts()
+    if capacity is None:
+        return []
+    problems: list[Problem] = []
+    guaranteed = [tenant.guaranteed_amounts() for tenant in config.tenants]
+    for name, available in capacity.items():
+        total = sum((amounts.get(name, Fraction(0)) for amounts in guaranteed), Fraction(0))
+        if total > available:
+            text = f"above capacity {_show(name, available)}"
+            problems.append(
+                ("tenants", f"guaranteed {name} adds up to {_show(name, total)}, {text}")
+            )
+    return problems
+
+
+def _show(resource: str, amount: Fraction) -> str:
+    return quantities.format_quantity(amount, quantities.quantity_kind(resource))

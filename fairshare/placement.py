@@ -1,0 +1,513 @@
+"""Where a pod may go and how good each node is: the filter and scoring pipeline.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. Both the scheduler extender and the simulator call these
+functions on a ``ClusterState``, so a simulated policy is the deployed policy.
+(STYLE.md puts filtering and scoring under ``scheduler_plugin/``; they live in the
+core because the simulator, which may not import the extender, must run the same code.)
+
+Pipeline for one pod: ``filter_nodes`` (resource fit, GPU-device fit, GPU health,
+GPU model) → the fairness gate (``fairness.check_gate``, applied by the caller, which
+knows the pending pods) → ``Scorer`` (a weighted sum of per-node terms in [0, 1]) →
+``choose_devices`` on the winning node.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+
+from _native import fit, scoring
+from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
+from fairshare.state.cluster import ClusterState
+
+MAX_SCORE = 10
+"""Extender score range is 0..MAX_SCORE (kube-scheduler MaxExtenderPriority)."""
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod ready to place: identity, tenant, exact demand and kernel row."""
+
+    uid: str
+    name: str
+    namespace: str
+    tenant: str | None
+    demand: PodDemand
+    row: tuple[float, ...]
+    gpu_models: frozenset[str] = frozenset()
+
+    @cached_property
+    def fixed_gpu_milli(self) -> float | None:
+        """Per-device milli-GPU when it does not depend on the node (not a memory request)."""
+        g = self.demand.gpu
+        return None if g.memory is not None else to_kernel_units(GPU, g.per_device)
+
+    def gpu_milli_for(self, device_memory: int) -> float:
+        """Per-device milli-GPU this pod needs on a node with ``device_memory`` bytes."""
+        if self.fixed_gpu_milli is not None:
+            return self.fixed_gpu_milli
+        g = self.demand.gpu
+        if g.memory is not None:
+            if device_memory <= 0:
+                return math.inf
+            g = g.with_device_memory(device_memory)
+        return to_kernel_units(GPU, g.per_device)
+
+    @property
+    def gpu_count(self) -> int:
+        return self.demand.gpu.count
+
+    def row_on(self, gpu_col: int, milli: float) -> tuple[float, ...]:
+        """The kernel row as bound on a node where each device share is ``milli``.
+
+        Equal to ``row`` except for GPU-memory requests, whose GPU amount is only
+        known once the node (and so the device memory) is.
+        """
+        if self.demand.gpu.memory is None or not math.isfinite(milli):
+            return self.row
+        row = list(self.row)
+        row[gpu_col] = milli * self.gpu_count
+        return tuple(row)
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """Why one node cannot take the pod; ``unresolvable`` if preemption cannot help."""
+
+    node: str
+    reason: str
+    unresolvable: bool
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """Rows of the nodes that fit, and a structured failure for every other one."""
+
+    fits: tuple[int, ...]
+    failed: tuple[NodeFailure, ...]
+    gpu_milli: Mapping[int, float] = field(default_factory=dict)
+
+
+def _fmt(name: str, value: float) -> str:
+    if name == GPU:
+        return f"{value / MILLI_GPU:g}"
+    if name == CPU:
+        return f"{value:g}m"
+    return f"{value:g}"
+
+
+def filter_nodes(
+    state: ClusterState,
+    req: PodRequest,
+    *,
+    rows: Sequence[int] | None = None,
+    explain: bool = True,
+) -> FilterResult:
+    """Check the pod against ``rows`` (all nodes by default).
+
+    A node fails when a resource is short (``Insufficient <name>``), when no set of
+    devices can hold the pod's GPU share, when it is GPU-unhealthy (GPU pods only),
+    or when its GPU model is not allowed. Failures that no eviction could cure
+    (health, model, demand above the node's capacity) are ``unresolvable``.
+    ``explain=False`` skips building failure texts (the simulator's hot path).
+    """
+    n, r, d = state.n_nodes, state.n_res, state.max_dev
+    candidates = list(range(n)) if rows is None else list(rows)
+    wants_gpu = req.demand.wants_gpu
+    demand = array("d", req.row)
+    out = array("i", bytes(4 * n))
+    # Nodes that differ in device memory need different per-device milli for a
+    # GPU-memory request; group the kernel calls by that value.
+    groups: dict[float, list[int]] = {}
+    fixed = req.fixed_gpu_milli if wants_gpu else 0.0
+    if fixed is not None:
+        groups[fixed] = candidates
+    else:
+        for i in candidates:
+            groups.setdefault(req.gpu_milli_for(state.nodes[i].device_memory), []).append(i)
+    final = array("i", bytes(4 * n))
+    count = req.gpu_count if wants_gpu else 0
+    if len(groups) == 1:
+        ((milli, _),) = groups.items()
+        fit.fit_nodes(state.free, state.dev_free, demand, n, r, d, milli, count, out)
+    else:
+        for milli, members in sorted(groups.items()):
+            gm = milli if math.isfinite(milli) else float(2 * MILLI_GPU)
+            fit.fit_nodes(state.free, state.dev_free, demand, n, r, d, gm, count, out)
+            for i in members:
+                final[i] = out[i]
+        out = final
+    fits: list[int] = []
+    failed: list[NodeFailure] = []
+    gpu_milli: dict[int, float] = {}
+    gcol = state.gpu_col
+    healthy, models = state.healthy, req.gpu_models
+    if not explain and fixed is not None:
+        # Hot path (simulator): no texts, one per-device milli for every node.
+        for i in candidates:
+            if out[i] >= 0 or (wants_gpu and not healthy[i]):
+                continue
+            if wants_gpu and models and state.nodes[i].gpu_model not in models:
+                continue
+            fits.append(i)
+        return FilterResult(tuple(fits), (), dict.fromkeys(fits, fixed))
+    for i in candidates:
+        info = state.nodes[i]
+        milli = req.gpu_milli_for(info.device_memory) if wants_gpu else 0.0
+        if wants_gpu and not state.healthy[i]:
+            if not explain:
+                continue
+            failed.append(NodeFailure(info.name, f"GPU unhealthy: {info.health_reason}", True))
+            continue
+        if wants_gpu and req.gpu_models and info.gpu_model not in req.gpu_models:
+            if not explain:
+                continue
+            allowed = ", ".join(sorted(req.gpu_models))
+            failed.append(
+                NodeFailure(
+                    info.name, f"GPU model {info.gpu_model or 'none'} not in {allowed}", True
+                )
+            )
+            continue
+        code = out[i]
+        if code < 0:
+            fits.append(i)
+            gpu_milli[i] = milli
+            continue
+        if explain:
+            failed.append(_failure(state, req, i, code, milli, gcol))
+    return FilterResult(tuple(fits), tuple(failed), gpu_milli)
+
+
+def _failure(
+    state: ClusterState, req: PodRequest, i: int, code: int, milli: float, gcol: int
+) -> NodeFailure:
+    info, r = state.nodes[i], state.n_res
+    if code < r:
+        name = state.index.names[code]
+        free = state.free[i * r + code]
+        cap = state.capacity[i * r + code]
+        want = req.row[code]
+        text = f"Insufficient {name} (free {_fmt(name, free)}, requested {_fmt(name, want)})"
+        return NodeFailure(info.name, text, want > cap)
+    devs = state.node_devices(i)
+    present = [v for v in devs if v >= 0]
+    if not present:
+        return NodeFailure(info.name, "no GPU devices", True)
+    if not math.isfinite(milli):
+        return NodeFailure(info.name, "GPU memory request larger than a device", True)
+    free_txt = ", ".join(f"gpu{k}={v / MILLI_GPU:g}" for k, v in enumerate(present))
+    text = (
+        f"no {req.gpu_count} GPU device(s) with {milli / MILLI_GPU:g} free "
+        f"(free per device: {free_txt})"
+    )
+    return NodeFailure(info.name, text, len(present) < req.gpu_count or milli > MILLI_GPU)
+
+
+# -- workload mix (FGD's target workload) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadMix:
+    """Task classes and their popularity: the workload FGD measures fragmentation for.
+
+    After Weng et al. ATC'23: pods are grouped by (cpu milli, per-device milli-GPU,
+    device count, allowed models); the most common classes covering ``coverage`` of
+    the pods are kept and their popularities renormalised to sum to 1.
+    """
+
+    cpu: array  # type: ignore[type-arg]
+    gpu_milli: array  # type: ignore[type-arg]
+    gpu_count: array  # type: ignore[type-arg]
+    models: array  # type: ignore[type-arg]
+    popularity: array  # type: ignore[type-arg]
+
+    @property
+    def size(self) -> int:
+        return len(self.popularity)
+
+
+ClassKey = tuple[float, float, int, frozenset[str]]
+
+
+def class_key(req: PodRequest, *, cpu_col: int) -> ClassKey:
+    g = req.demand.gpu
+    milli = to_kernel_units(GPU, g.per_device) if g.count else 0.0
+    return (req.row[cpu_col], milli, g.count, req.gpu_models)
+
+
+def build_workload_mix(
+    keys: Iterable[ClassKey], *, model_ids: Mapping[str, int], coverage: float = 0.95
+) -> WorkloadMix:
+    """Most popular classes covering ``coverage`` of the pods (ties: smaller key first)."""
+    counts = Counter(keys)
+    total = sum(counts.values())
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], _sortable(kv[0])))
+    kept: list[tuple[ClassKey, int]] = []
+    covered = 0
+    for key, c in ordered:
+        if total and covered / total >= coverage:
+            break
+        kept.append((key, c))
+        covered += c
+    mass = sum(c for _, c in kept) or 1
+    mask = array("q")
+    for (_cpu, _milli, _count, models), _c in kept:
+        bits = 0
+        for m in models:
+            if m in model_ids:
+                bits |= 1 << model_ids[m]
+        mask.append(bits)
+    return WorkloadMix(
+        cpu=array("d", [k[0] for k, _ in kept]),
+        gpu_milli=array("d", [k[1] for k, _ in kept]),
+        gpu_count=array("q", [k[2] for k, _ in kept]),
+        models=mask,
+        popularity=array("d", [c / mass for _, c in kept]),
+    )
+
+
+def _sortable(key: ClassKey) -> tuple[float, float, int, tuple[str, ...]]:
+    return (key[0], key[1], key[2], tuple(sorted(key[3])))
+
+
+# -- scoring ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreContext:
+    """What a scoring term may read besides the pod and the state."""
+
+    mix: WorkloadMix | None
+    norm: tuple[float, ...]  # per-resource normaliser (max node capacity)
+
+
+TermFn = Callable[[ClusterState, PodRequest, array, ScoreContext], tuple[array, array | None]]  # type: ignore[type-arg]
+
+
+def _mask(state: ClusterState, fits: Sequence[int]) -> array:  # type: ignore[type-arg]
+    m = array("b", bytes(state.n_nodes))
+    for i in fits:
+        m[i] = 1
+    return m
+
+
+def _out(state: ClusterState) -> array:  # type: ignore[type-arg]
+    return array("d", bytes(8 * state.n_nodes))
+
+
+def score_fit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """DRFH best fit: demand shape vs the node's free shape, in [0, 1]."""
+    out = _out(state)
+    scoring.drfh_scores(
+        state.free, state.capacity, array("d", req.row), mask, state.n_nodes, state.n_res, out
+    )
+    return out, None
+
+
+def score_bestfit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """Weng et al.'s BestFit control: least weighted leftover of CPU and GPU."""
+    out = _out(state)
+    weights = array("d", [0.0] * state.n_res)
+    weights[state.gpu_col] = 0.5
+    weights[state.index.column(CPU)] = 0.5
+    scoring.bestfit_scores(
+        state.free,
+        array("d", req.row),
+        array("d", ctx.norm),
+        weights,
+        mask,
+        state.n_nodes,
+        state.n_res,
+        out,
+    )
+    return out, None
+
+
+def fgd_raw(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """FGD fragmentation delta per node in milli-GPU, and the device it would use."""
+    mix = ctx.mix
+    n = state.n_nodes
+    delta, device = _out(state), array("i", bytes(4 * n))
+    if mix is None or mix.size == 0:
+        for i in range(n):
+            delta[i] = 0.0 if mask[i] else -math.inf
+            device[i] = -1
+        return delta, device
+    r = state.n_res
+    cpu_col = state.index.column(CPU)
+    cpu_free = array("d", state.free[cpu_col::r])
+    g = req.demand.gpu
+    milli = to_kernel_units(GPU, g.per_device) if g.count else 0.0
+    scoring.fgd_scores(
+        state.dev_free, state.max_dev, cpu_free, state.node_model, mask, n,
+        req.row[cpu_col], milli, g.count,
+        mix.cpu, mix.gpu_milli, mix.gpu_count, mix.models, mix.popularity, mix.size,
+        delta, device,
+    )  # fmt: skip
+    return delta, device
+
+
+def score_fragmentation(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """FGD term: ``sigmoid(Δ / 1000)`` with Δ the fragmentation decrease in milli-GPU."""
+    delta, device = fgd_raw(state, req, mask, ctx)
+    out = _out(state)
+    for i in range(state.n_nodes):
+        dv = delta[i]
+        out[i] = 1.0 / (1.0 + math.exp(-dv / MILLI_GPU)) if mask[i] and dv > -math.inf else -1.0
+    return out, device
+
+
+def score_stranding(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """Keep CPU-only pods off the CPU and memory that free GPUs need."""
+    out = _out(state)
+    scoring.stranding_scores(
+        state.free, state.capacity, array("d", req.row), state.gpu_col, mask,
+        state.n_nodes, state.n_res, out,
+    )  # fmt: skip
+    return out, None
+
+
+def score_spread(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """Least allocated GPU: free GPU share of the node (1 = idle); 1 for GPU-less nodes."""
+    out = _out(state)
+    r, g = state.n_res, state.gpu_col
+    for i in range(state.n_nodes):
+        cap = state.capacity[i * r + g]
+        out[i] = (state.free[i * r + g] / cap if cap > 0 else 1.0) if mask[i] else -1.0
+    return out, None
+
+
+def score_health(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """Prefer GPU-healthy nodes even for CPU-only pods (1 healthy, 0 not)."""
+    out = _out(state)
+    for i in range(state.n_nodes):
+        out[i] = float(state.healthy[i]) if mask[i] else -1.0
+    return out, None
+
+
+def score_fairness(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+    """Tenant spread: ``1 - (GPU the pod's tenant holds on the node / node GPUs)``.
+
+    Spreading a tenant's GPU pods limits how many of its pods one node's failure, drain
+    or reclaim touches. 1 for pods without a tenant and for GPU-less nodes.
+    """
+    out = _out(state)
+    r, g = state.n_res, state.gpu_col
+    for i in range(state.n_nodes):
+        if not mask[i]:
+            out[i] = -1.0
+            continue
+        cap = state.capacity[i * r + g]
+        held = state.node_tenant_gpu.get(state.nodes[i].name, {}).get(req.tenant or "", 0.0)
+        out[i] = 1.0 - held / cap if cap > 0 and req.tenant is not None else 1.0
+    return out, None
+
+
+SCORERS: dict[str, TermFn] = {
+    "fairness": score_fairness,
+    "fit": score_fit,
+    "packing": score_bestfit,
+    "fragmentation": score_fragmentation,
+    "stranding": score_stranding,
+    "spread": score_spread,
+    "health": score_health,
+}
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Scores in [0, 1] per candidate row, and the device each term proposed."""
+
+    scores: Mapping[int, float]
+    devices: Mapping[int, int]
+
+    def best(self, names: Sequence[str]) -> int | None:
+        """Highest score; ties go to the smaller node name (deterministic)."""
+        if not self.scores:
+            return None
+        return min(self.scores, key=lambda i: (-self.scores[i], names[i]))
+
+    def extender_scores(self) -> dict[int, int]:
+        """Scores mapped to the extender's integer range 0..MAX_SCORE."""
+        return {i: round(s * MAX_SCORE) for i, s in self.scores.items()}
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A weighted sum of terms, built by :func:`build_scorer`."""
+
+    weights: tuple[tuple[str, float], ...]
+
+    def __call__(
+        self, state: ClusterState, req: PodRequest, fits: Sequence[int], ctx: ScoreContext
+    ) -> Scored:
+        """``Σ w_k s_k / Σ w_k`` per node; all-zero weights give every node 0."""
+        mask = _mask(state, fits)
+        total = sum(w for _, w in self.weights)
+        acc = dict.fromkeys(fits, 0.0)
+        devices: dict[int, int] = {}
+        for name, w in self.weights:
+            if w <= 0:
+                continue
+            out, dev = SCORERS[name](state, req, mask, ctx)
+            for i in fits:
+                acc[i] += w * max(0.0, out[i])
+                if dev is not None and name == "fragmentation":
+                    devices[i] = dev[i]
+        if total <= 0:
+            return Scored(dict.fromkeys(fits, 0.0), devices)
+        return Scored({i: v / total for i, v in acc.items()}, devices)
+
+
+def build_scorer(weights: Mapping[str, float]) -> Scorer:
+    """A scorer from term weights; unknown term names fail fast."""
+    unknown = sorted(set(weights) - set(SCORERS))
+    if unknown:
+        raise ValueError(f"unknown scoring terms: {', '.join(unknown)}; known: {sorted(SCORERS)}")
+    return Scorer(tuple(sorted((k, float(v)) for k, v in weights.items())))
+
+
+def score_context(state: ClusterState, mix: WorkloadMix | None) -> ScoreContext:
+    """Normalisers = the largest node capacity per resource (BestFit's max_r)."""
+    r = state.n_res
+    norm = [0.0] * r
+    for i in range(state.n_nodes):
+        for k in range(r):
+            norm[k] = max(norm[k], state.capacity[i * r + k])
+    return ScoreContext(mix, tuple(norm))
+
+
+# -- devices ----------------------------------------------------------------------
+
+
+def choose_devices(
+    state: ClusterState, req: PodRequest, node: int, *, milli: float, hint: int = -1
+) -> tuple[tuple[int, float], ...]:
+    """Devices for the pod on ``node``: (device index, milli-GPU) pairs.
+
+    Whole devices: the first fully free ones in index order. A share of one device:
+    ``hint`` when it holds the share (the fragmentation term's choice), else the
+    device with the least free that still holds it (best fit, lowest index on ties).
+    """
+    count = req.gpu_count
+    if not req.demand.wants_gpu or count == 0:
+        return ()
+    devs = state.node_devices(node)
+    if milli >= MILLI_GPU:
+        whole = [k for k, v in enumerate(devs) if v >= MILLI_GPU][:count]
+        return tuple((k, float(MILLI_GPU)) for k in whole)
+    if count == 1 and 0 <= hint < len(devs) and devs[hint] >= milli:
+        return ((hint, milli),)
+    fitting = sorted((v, k) for k, v in enumerate(devs) if v >= milli)
+    return tuple((k, milli) for _, k in fitting[:count])
+
+
+def gpu_fraction_str(milli: float) -> str:
+    return str(Fraction(int(milli), MILLI_GPU))

@@ -1,0 +1,281 @@
+"""Resource names, columns and a pod's request vector, computed as Kubernetes does.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client.
+
+Two representations, on purpose:
+
+* ``PodDemand.amounts`` keeps exact ``Fraction`` values in Kubernetes' natural units
+  (cores, bytes, GPUs), for quota arithmetic and messages;
+* ``ResourceIndex.kernel_vector`` converts once to the kernels' float64 columns in
+  integral canonical units (milli-GPU, millicores, bytes), so float sums stay exact.
+
+A pod's request follows Kubernetes' ``PodRequests`` rule: per resource,
+``max(sum(app containers) + sum(sidecars), max over init containers of
+(init container + sidecars started before it)) + overhead``, where sidecars are
+init containers with ``restartPolicy: Always``. A request missing where a limit is
+set takes the limit (the apiserver defaults it that way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Final
+
+from fairshare import quantities
+from fairshare.errors import FairshareError
+
+GPU: Final = "nvidia.com/gpu"
+CPU: Final = "cpu"
+MEMORY: Final = "memory"
+EPHEMERAL: Final = "ephemeral-storage"
+STORAGE: Final = "storage"
+DEFAULT_RESOURCES: Final = (GPU, CPU, MEMORY, EPHEMERAL, STORAGE)
+MIG_PREFIX: Final = "nvidia.com/mig-"
+
+ANN_GPU_FRACTION: Final = "fairshare.io/gpu-fraction"
+ANN_GPU_MEMORY: Final = "fairshare.io/gpu-memory"
+ANN_GPU_DEVICES: Final = "fairshare.io/gpu-devices"
+LABEL_TENANT: Final = "fairshare.io/tenant"
+
+MILLI_GPU: Final = 1000
+"""Kernel unit of the GPU column: one device is 1000 milli-GPU."""
+
+
+class DemandError(FairshareError):
+    """A pod's resources or GPU annotations cannot be read."""
+
+
+@dataclass(frozen=True)
+class GpuDemand:
+    """How a pod uses GPU devices.
+
+    ``count`` devices, each needing ``per_device`` of a device (1 = whole device).
+    ``memory`` is set when the pod asked by GPU memory; the fraction is then known
+    only per node (``memory / device memory``) and ``per_device`` is 0 until resolved.
+    """
+
+    count: int = 0
+    per_device: Fraction = Fraction(0)
+    memory: int | None = None
+    source: str = "none"  # "device", "fraction", "memory", "mig", "none"
+
+    @property
+    def total(self) -> Fraction:
+        """GPUs in all (a fraction for shared GPUs)."""
+        return self.per_device * self.count
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.count == 1 and 0 < self.per_device < 1
+
+    def with_device_memory(self, device_memory: int) -> GpuDemand:
+        """Resolve a GPU-memory request against a device of ``device_memory`` bytes."""
+        if self.memory is None or device_memory <= 0:
+            return self
+        frac = min(Fraction(1), Fraction(self.memory, device_memory))
+        return GpuDemand(count=1, per_device=frac, memory=self.memory, source=self.source)
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """A pod's total request: exact amounts by resource name, plus its GPU shape."""
+
+    amounts: Mapping[str, Fraction]
+    gpu: GpuDemand = field(default_factory=GpuDemand)
+
+    def get(self, name: str) -> Fraction:
+        return self.amounts.get(name, Fraction(0))
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpu.count > 0 or self.gpu.memory is not None
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
+    res = container.get("resources") or {}
+    requests = res.get("requests") or {}
+    limits = res.get("limits") or {}
+    out: dict[str, Fraction] = {}
+    for name in set(requests) | set(limits):
+        raw = requests[name] if name in requests else limits[name]
+        try:
+            out[name] = quantities.parse_quantity(raw)
+        except quantities.QuantityError as exc:
+            cname = container.get("name", "?")
+            raise DemandError(f"container {cname!r}: resources {name}: {exc}") from exc
+    return out
+
+
+def _add(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, Fraction(0)) + v
+
+
+def _max_into(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
+    for k, v in other.items():
+        if v > into.get(k, Fraction(0)):
+            into[k] = v
+
+
+def pod_resource_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Per-resource request of a pod spec, by Kubernetes' PodRequests rule."""
+    reqs: dict[str, Fraction] = {}
+    for c in spec.get("containers") or ():
+        _add(reqs, _container_requests(c))
+    sidecars: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    for c in spec.get("initContainers") or ():
+        creq = _container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            _add(reqs, creq)
+            _add(sidecars, creq)
+            _max_into(init_max, sidecars)
+        else:
+            step = dict(sidecars)
+            _add(step, creq)
+            _max_into(init_max, step)
+    _max_into(reqs, init_max)
+    overhead = spec.get("overhead") or {}
+    for k, raw in overhead.items():
+        try:
+            reqs[k] = reqs.get(k, Fraction(0)) + quantities.parse_quantity(raw)
+        except quantities.QuantityError as exc:
+            raise DemandError(f"overhead {k}: {exc}") from exc
+    return reqs
+
+
+def gpu_demand(
+    requests: Mapping[str, Fraction],
+    annotations: Mapping[str, str],
+    *,
+    mig: Mapping[str, Fraction],
+) -> GpuDemand:
+    """The pod's GPU shape: whole devices, a fraction, GPU memory, or MIG slices.
+
+    Whole devices (``nvidia.com/gpu``) win over annotations; a ``fairshare.io/gpu-fraction``
+    must lie in (0, 1]; ``fairshare.io/gpu-memory`` is a quantity; a MIG resource
+    ``nvidia.com/mig-<profile>: n`` is n slices of the profile's configured fraction.
+    """
+    whole = requests.get(GPU, Fraction(0))
+    if whole:
+        if whole.denominator != 1 or whole < 0:
+            raise DemandError(f"{GPU} must be a whole number of devices, got {whole}")
+        return GpuDemand(count=int(whole), per_device=Fraction(1), source="device")
+    for name, n in sorted(requests.items()):
+        if name.startswith(MIG_PREFIX) and n > 0:
+            profile = name[len(MIG_PREFIX) :]
+            if profile not in mig:
+                raise DemandError(f"unknown MIG profile {profile!r} (resource {name})")
+            if n.denominator != 1:
+                raise DemandError(f"{name} must be a whole number, got {n}")
+            return GpuDemand(count=int(n), per_device=mig[profile], source="mig")
+    if ANN_GPU_FRACTION in annotations:
+        raw = annotations[ANN_GPU_FRACTION]
+        try:
+            frac = quantities.parse_fraction(raw)
+        except (quantities.QuantityError, ValueError) as exc:
+            raise DemandError(f"annotation {ANN_GPU_FRACTION}={raw!r}: {exc}") from exc
+        if not 0 < frac <= 1:
+            raise DemandError(f"annotation {ANN_GPU_FRACTION}={raw!r}: must be in (0, 1]")
+        return GpuDemand(count=1, per_device=frac, source="fraction")
+    if ANN_GPU_MEMORY in annotations:
+        raw = annotations[ANN_GPU_MEMORY]
+        try:
+            mem = quantities.parse_quantity(raw)
+        except quantities.QuantityError as exc:
+            raise DemandError(f"annotation {ANN_GPU_MEMORY}={raw!r}: {exc}") from exc
+        if mem <= 0:
+            raise DemandError(f"annotation {ANN_GPU_MEMORY}={raw!r}: must be > 0")
+        return GpuDemand(count=1, memory=quantities.to_int(mem), source="memory")
+    return GpuDemand()
+
+
+def pod_demand(
+    pod: Mapping[str, Any],
+    *,
+    mig: Mapping[str, Fraction],
+    pvc_sizes: Mapping[str, Fraction] | None = None,
+) -> PodDemand:
+    """A pod's request vector (exact) and GPU shape.
+
+    ``pvc_sizes`` maps claim names in the pod's namespace to their storage request;
+    the pod's ``storage`` is the sum over the claims it mounts that are known.
+    The ``nvidia.com/gpu`` amount is replaced by the GPU total (a fraction for
+    shared GPUs) and MIG resources are folded into it.
+    """
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    reqs = pod_resource_requests(spec)
+    gpu = gpu_demand(reqs, meta.get("annotations") or {}, mig=mig)
+    for name in [n for n in reqs if n.startswith(MIG_PREFIX)]:
+        del reqs[name]
+    if gpu.count:
+        reqs[GPU] = gpu.total
+    else:
+        reqs.pop(GPU, None)
+    if pvc_sizes:
+        storage = Fraction(0)
+        for vol in spec.get("volumes") or ():
+            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim and claim in pvc_sizes:
+                storage += pvc_sizes[claim]
+        if storage:
+            reqs[STORAGE] = reqs.get(STORAGE, Fraction(0)) + storage
+    return PodDemand(amounts={k: v for k, v in reqs.items() if v}, gpu=gpu)
+
+
+def to_kernel_units(name: str, amount: Fraction) -> float:
+    """Exact amount (natural units) → kernel float in canonical integral units.
+
+    GPU → milli-GPU, cpu → millicores (both rounded up, as Kubernetes' MilliValue),
+    everything else → whole units (bytes), rounded up.
+    """
+    if name in (GPU, CPU):
+        return float(-((-amount * 1000) // 1))
+    return float(-((-amount) // 1))
+
+
+def from_kernel_units(name: str, value: float) -> Fraction:
+    """Inverse of :func:`to_kernel_units` (exact for integral kernel values)."""
+    if name in (GPU, CPU):
+        return Fraction(int(value), 1000)
+    return Fraction(int(value))
+
+
+@dataclass(frozen=True)
+class ResourceIndex:
+    """The DRF dimensions in column order: name → column of every N×R array."""
+
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"duplicate resource names: {self.names}")
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+    def column(self, name: str) -> int:
+        return self.names.index(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def kernel_vector(self, amounts: Mapping[str, Fraction]) -> list[float]:
+        """Exact amounts → a kernel row (unknown names are ignored)."""
+        return [to_kernel_units(n, amounts.get(n, Fraction(0))) for n in self.names]
+
+    def amounts(self, row: Sequence[float]) -> dict[str, Fraction]:
+        return {n: from_kernel_units(n, v) for n, v in zip(self.names, row, strict=True)}
+
+
+def sum_amounts(items: Iterable[Mapping[str, Fraction]]) -> dict[str, Fraction]:
+    """Resource-wise sum of exact amounts."""
+    total: dict[str, Fraction] = {}
+    for item in items:
+        _add(total, item)
+    return total

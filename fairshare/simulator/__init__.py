@@ -1,0 +1,1 @@
+"""The simulator: scenarios and the openb trace replayed through the extender's core."""

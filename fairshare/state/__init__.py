@@ -1,0 +1,1 @@
+"""Cluster state: the hot N×R arrays (``cluster``) and the adapters that feed them."""

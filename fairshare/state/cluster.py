@@ -1,0 +1,309 @@
+"""ClusterState: nodes as N×R float arrays, GPU devices as N×D, pods as a ledger.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. The informers (API watches), the ``--state`` file loader and the
+simulator all feed this one class, so the extender and the simulator see the same
+arrays.
+
+Design choices:
+
+* Arrays are kept hot and updated in place by ``add_node``/``bind``/``unbind``; they
+  are never rebuilt per scheduling call. Removing a node swaps the last row into its
+  slot, so rows stay dense and ``index`` stays a plain dict.
+* Amounts are kernel floats in canonical integral units (see ``resources``), so
+  repeated add/subtract is exact.
+* A pod bound on a node is recorded with its row and device assignment; unbinding
+  gives back exactly what binding took, whatever the config says by then.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from fairshare import resources
+from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
+
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per device, as GPU feature discovery writes
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+
+
+class StateError(ValueError):
+    """An update that the state cannot apply (unknown node, double bind, overflow)."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the state keeps per node besides its array rows."""
+
+    name: str
+    labels: Mapping[str, str]
+    gpu_model: str
+    device_memory: int  # bytes per GPU device, 0 when unknown
+    gpu_healthy: bool
+    health_reason: str = ""
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    """A pod the state has placed: where, what it holds, which devices."""
+
+    uid: str
+    tenant: str | None
+    node: str
+    row: tuple[float, ...]
+    devices: tuple[tuple[int, float], ...]  # (device index, milli-GPU)
+    name: str = ""
+
+
+@dataclass
+class ClusterState:
+    """The cluster's nodes and placed pods, in arrays the kernels read directly."""
+
+    index: ResourceIndex
+    max_dev: int = 8
+    nodes: list[NodeInfo] = field(default_factory=list)
+    node_index: dict[str, int] = field(default_factory=dict)
+    capacity: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    free: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    dev_free: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
+    healthy: array = field(default_factory=lambda: array("b"))  # type: ignore[type-arg]
+    model_ids: dict[str, int] = field(default_factory=dict)
+    node_model: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    pods: dict[str, BoundPod] = field(default_factory=dict)
+    tenant_usage: dict[str, list[float]] = field(default_factory=dict)
+    node_tenant_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Milli-GPU each tenant holds on each node (for the tenant-spread term)."""
+    _nodes_version: int = 0
+    _cap_cache: tuple[int, list[float]] | None = None
+    _used: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._used = [0.0] * self.n_res
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def n_res(self) -> int:
+        return self.index.width
+
+    @property
+    def gpu_col(self) -> int:
+        return self.index.column(GPU)
+
+    # -- nodes ---------------------------------------------------------------
+
+    def _model_id(self, model: str) -> int:
+        if not model:
+            return -1
+        if model not in self.model_ids:
+            if len(self.model_ids) >= 63:
+                return -1
+            self.model_ids[model] = len(self.model_ids)
+        return self.model_ids[model]
+
+    def _grow_devices(self, want: int) -> None:
+        old = self.max_dev
+        new = array("d")
+        for i in range(self.n_nodes):
+            new.extend(self.dev_free[i * old : (i + 1) * old])
+            new.extend([-1.0] * (want - old))
+        self.dev_free, self.max_dev = new, want
+
+    def add_node(
+        self,
+        name: str,
+        allocatable: Mapping[str, Fraction],
+        *,
+        labels: Mapping[str, str] | None = None,
+        gpu_healthy: bool = True,
+        health_reason: str = "",
+    ) -> int:
+        """Add (or replace) a node; returns its row. Pods already bound stay counted."""
+        labels = dict(labels or {})
+        n_dev = int(allocatable.get(GPU, Fraction(0)))
+        if n_dev > self.max_dev:
+            self._grow_devices(n_dev)
+        mem_mib = labels.get(LABEL_GPU_MEMORY, "")
+        device_memory = int(mem_mib) * 1024 * 1024 if mem_mib.isdigit() else 0
+        info = NodeInfo(
+            name,
+            labels,
+            labels.get(LABEL_GPU_PRODUCT, labels.get("model", "")),
+            device_memory,
+            gpu_healthy,
+            health_reason,
+        )
+        row = self.index.kernel_vector(allocatable)
+        self._nodes_version += 1
+        if name in self.node_index:
+            return self._replace_node(self.node_index[name], info, row, n_dev)
+        i = self.n_nodes
+        self.nodes.append(info)
+        self.node_index[name] = i
+        self.capacity.extend(row)
+        self.free.extend(row)
+        self.dev_free.extend([float(MILLI_GPU)] * n_dev + [-1.0] * (self.max_dev - n_dev))
+        self.healthy.append(1 if gpu_healthy else 0)
+        self.node_model.append(self._model_id(info.gpu_model))
+        return i
+
+    def _replace_node(self, i: int, info: NodeInfo, row: Sequence[float], n_dev: int) -> int:
+        r = self.n_res
+        used = [self.capacity[i * r + k] - self.free[i * r + k] for k in range(r)]
+        for k in range(r):
+            self.capacity[i * r + k] = row[k]
+            self.free[i * r + k] = row[k] - used[k]
+        base = i * self.max_dev
+        for d in range(self.max_dev):
+            held = 0.0
+            if self.dev_free[base + d] >= 0:
+                held = MILLI_GPU - self.dev_free[base + d]
+            self.dev_free[base + d] = (MILLI_GPU - held) if d < n_dev else -1.0
+        self.nodes[i] = info
+        self.healthy[i] = 1 if info.gpu_healthy else 0
+        self.node_model[i] = self._model_id(info.gpu_model)
+        return i
+
+    def remove_node(self, name: str) -> list[BoundPod]:
+        """Remove a node and every pod bound to it; returns those pods."""
+        if name not in self.node_index:
+            raise StateError(f"unknown node {name!r}")
+        gone = [p for p in self.pods.values() if p.node == name]
+        for p in gone:
+            self.unbind(p.uid)
+        self.node_tenant_gpu.pop(name, None)
+        self._nodes_version += 1
+        i, last = self.node_index.pop(name), self.n_nodes - 1
+        r, d = self.n_res, self.max_dev
+        if i != last:
+            for arr, w in ((self.capacity, r), (self.free, r), (self.dev_free, d)):
+                arr[i * w : (i + 1) * w] = arr[last * w : (last + 1) * w]
+            self.healthy[i] = self.healthy[last]
+            self.node_model[i] = self.node_model[last]
+            self.nodes[i] = self.nodes[last]
+            self.node_index[self.nodes[i].name] = i
+        for arr, w in ((self.capacity, r), (self.free, r), (self.dev_free, d)):
+            del arr[last * w :]
+        del self.healthy[last]
+        del self.node_model[last]
+        self.nodes.pop()
+        return gone
+
+    def set_health(self, name: str, healthy: bool, reason: str = "") -> None:
+        i = self.node_index[name]
+        info = self.nodes[i]
+        self.nodes[i] = NodeInfo(
+            info.name, info.labels, info.gpu_model, info.device_memory, healthy, reason
+        )
+        self._nodes_version += 1
+        self.healthy[i] = 1 if healthy else 0
+
+    # -- pods ----------------------------------------------------------------
+
+    def node_free(self, i: int) -> list[float]:
+        r = self.n_res
+        return list(self.free[i * r : (i + 1) * r])
+
+    def node_devices(self, i: int) -> list[float]:
+        d = self.max_dev
+        return list(self.dev_free[i * d : (i + 1) * d])
+
+    def bind(
+        self,
+        *,
+        uid: str,
+        node: str,
+        row: Sequence[float],
+        devices: Iterable[tuple[int, float]] = (),
+        tenant: str | None = None,
+        name: str = "",
+        allow_overcommit: bool = False,
+    ) -> BoundPod:
+        """Account a pod on ``node``: subtract its row and its device shares."""
+        if uid in self.pods:
+            raise StateError(f"pod {uid} is already bound to {self.pods[uid].node}")
+        if node not in self.node_index:
+            raise StateError(f"unknown node {node!r}")
+        i, r, d = self.node_index[node], self.n_res, self.max_dev
+        devs = tuple(devices)
+        if not allow_overcommit:
+            for dev, milli in devs:
+                if not 0 <= dev < d or self.dev_free[i * d + dev] < milli:
+                    raise StateError(f"device {dev} on {node} cannot hold {milli:g} milli-GPU")
+        for k in range(r):
+            self.free[i * r + k] -= row[k]
+            self._used[k] += row[k]
+        for dev, milli in devs:
+            self.dev_free[i * d + dev] -= milli
+        pod = BoundPod(uid, tenant, node, tuple(row), devs, name)
+        self.pods[uid] = pod
+        if tenant is not None:
+            usage = self.tenant_usage.setdefault(tenant, [0.0] * r)
+            for k in range(r):
+                usage[k] += row[k]
+            held = self.node_tenant_gpu.setdefault(node, {})
+            held[tenant] = held.get(tenant, 0.0) + row[self.gpu_col]
+        return pod
+
+    def unbind(self, uid: str) -> BoundPod | None:
+        """Give back what ``bind`` took; unknown uids are ignored (returns None)."""
+        pod = self.pods.pop(uid, None)
+        if pod is None:
+            return None
+        i = self.node_index.get(pod.node)
+        r, d = self.n_res, self.max_dev
+        if i is not None:
+            for k in range(r):
+                self.free[i * r + k] += pod.row[k]
+                self._used[k] -= pod.row[k]
+            for dev, milli in pod.devices:
+                self.dev_free[i * d + dev] += milli
+        if pod.tenant is not None:
+            usage = self.tenant_usage[pod.tenant]
+            for k in range(r):
+                usage[k] += -pod.row[k]
+            held = self.node_tenant_gpu.get(pod.node, {})
+            held[pod.tenant] = held.get(pod.tenant, 0.0) - pod.row[self.gpu_col]
+        return pod
+
+    # -- totals --------------------------------------------------------------
+
+    def total_capacity(self, *, healthy_only: bool = False) -> list[float]:
+        if not healthy_only:
+            if self._cap_cache is None or self._cap_cache[0] != self._nodes_version:
+                self._cap_cache = (self._nodes_version, self._sum_capacity(False))
+            return list(self._cap_cache[1])
+        return self._sum_capacity(True)
+
+    def _sum_capacity(self, healthy_only: bool) -> list[float]:
+        r = self.n_res
+        tot = [0.0] * r
+        for i in range(self.n_nodes):
+            if healthy_only and not self.healthy[i]:
+                continue
+            for k in range(r):
+                tot[k] += self.capacity[i * r + k]
+        return tot
+
+    def total_free(self) -> list[float]:
+        """Capacity minus what bound pods hold (kept incrementally, exact)."""
+        cap = self.total_capacity()
+        return [c - u for c, u in zip(cap, self._used, strict=True)]
+
+    def usage_of(self, tenant: str) -> list[float]:
+        return list(self.tenant_usage.get(tenant, [0.0] * self.n_res))
+
+
+def allocatable_from_node(node: Mapping[str, object]) -> dict[str, Fraction]:
+    """A Node object's ``status.allocatable`` as exact amounts."""
+    status = node.get("status") or {}
+    assert isinstance(status, Mapping)
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    assert isinstance(alloc, Mapping)
+    return resources.pod_resource_requests({"containers": [{"resources": {"requests": alloc}}]})

@@ -1,0 +1,66 @@
+"""Which tenant a namespace belongs to.
+
+Pure: no network. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
+
+Resolution order, first match wins (so a label on a namespace cannot override an
+administrator's explicit list):
+
+1. the tenant whose ``namespaces`` lists the namespace;
+2. the namespace label ``fairshare.io/tenant=<name>``, when it names a configured tenant;
+3. the first tenant (in config order) whose ``namespaceSelector`` matchLabels all match;
+4. the ``defaultTenant`` policy: ``tenant`` → the default tenant's name,
+   ``deny-gpu`` / ``allow`` → no tenant (the caller denies GPU pods or lets them pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NewType
+
+from fairshare.config.schema import FairShareConfig
+from fairshare.resources import LABEL_TENANT
+
+TenantName = NewType("TenantName", str)
+
+
+@dataclass(frozen=True)
+class TenantResolution:
+    """The outcome of resolving a namespace: a tenant or none, and why."""
+
+    tenant: TenantName | None
+    source: str  # "namespaces", "label", "selector", "default", "deny-gpu", "untracked"
+    unknown_label: str | None = None
+
+
+def resolve_tenant(
+    namespace: str, labels: Mapping[str, str], config: FairShareConfig
+) -> TenantResolution:
+    """Resolve ``namespace`` (with its labels) to a tenant of ``config``."""
+    for t in config.tenants:
+        if namespace in t.namespaces:
+            return TenantResolution(TenantName(t.name), "namespaces")
+    label = labels.get(LABEL_TENANT)
+    unknown: str | None = None
+    if label is not None:
+        if config.tenant(label) is not None:
+            return TenantResolution(TenantName(label), "label")
+        unknown = label
+    for t in config.tenants:
+        sel = t.namespace_selector
+        if sel and all(labels.get(k) == v for k, v in sel.items()):
+            return TenantResolution(TenantName(t.name), "selector", unknown)
+    policy = config.default_tenant
+    if policy.mode == "tenant":
+        return TenantResolution(TenantName(policy.name), "default", unknown)
+    if policy.mode == "deny-gpu":
+        return TenantResolution(None, "deny-gpu", unknown)
+    return TenantResolution(None, "untracked", unknown)
+
+
+def tenant_weights(config: FairShareConfig) -> dict[str, float]:
+    """Every tenant's weight, including the implicit default tenant (weight 1)."""
+    weights = {t.name: float(t.weight) for t in config.tenants}
+    if config.default_tenant.mode == "tenant":
+        weights.setdefault(config.default_tenant.name, 1.0)
+    return weights

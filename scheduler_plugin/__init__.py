@@ -1,0 +1,1 @@
+"""The kube-scheduler extender. Not yet implemented: see the extender issue."""

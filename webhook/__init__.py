@@ -1,0 +1,1 @@
+"""The admission webhook (mutating + validating). Not yet implemented: see the webhook issue."""
