@@ -1,0 +1,93 @@
+"""The command line: config validation exit codes and messages, plots, python -m."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fairshare import cli
+
+GOOD = textwrap.dedent(
+    """
+    apiVersion: fairshare.io/v1alpha1
+    kind: FairShareConfig
+    tenants:
+    - {name: vision, namespaces: [vision], weight: 1}
+    - {name: nlp, namespaces: [nlp], weight: 2, guaranteed: {nvidia.com/gpu: "4"}}
+    """
+)
+
+
+def test_validate_good_config(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(GOOD)
+    assert cli.main(["config", "validate", str(f)]) == 0
+    assert "valid (2 tenant(s): vision, nlp)" in capsys.readouterr().out
+
+
+def test_validate_lists_every_error(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    bad = GOOD.replace("weight: 2", "weight: 0").replace('"4"', '"lots"')
+    f.write_text(bad + "bogus: true\n")
+    assert cli.main(["config", "validate", str(f)]) == 1
+    err = capsys.readouterr().err
+    assert "tenants[1].weight: must be > 0" in err
+    assert "bogus" in err
+    assert "lots" in err
+    assert "Traceback" not in err
+
+
+def test_validate_missing_file(tmp_path, capsys):
+    assert cli.main(["config", "validate", str(tmp_path / "none.yaml")]) == 1
+    assert "none.yaml" in capsys.readouterr().err
+
+
+def test_example_config_validates(tmp_path, capsys):
+    assert cli.main(["config", "example"]) == 0
+    f = tmp_path / "example.yaml"
+    f.write_text(capsys.readouterr().out)
+    assert cli.main(["config", "validate", str(f)]) == 0
+
+
+def test_demo_plot_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs the [plot] extra (matplotlib)")
+    png = tmp_path / "demo.png"
+    assert cli.main(["simulate", "--demo", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_python_dash_m_entry_point():
+    out = subprocess.run(
+        [sys.executable, "-m", "fairshare", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith("fairshare ")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "fairshare.cli",
+        "fairshare.config.loading",
+        "fairshare.fairness",
+        "fairshare.placement",
+        "fairshare.resources",
+        "fairshare.simulator.openb",
+        "fairshare.simulator.runner",
+        "fairshare.state.cluster",
+        "fairshare.tenancy",
+        "_native",
+    ],
+)
+def test_no_circular_imports(module):
+    # Each module must import on its own in a fresh interpreter (aiohttp's check).
+    subprocess.run([sys.executable, "-W", "error", "-c", f"import {module}"], check=True)
+
+
+def test_shipped_configmap_config_is_valid():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "manifests" / "base" / "config.yaml"
+    assert cli.main(["config", "validate", str(path)]) == 0
