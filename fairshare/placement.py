@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
+from typing import TypeAlias
 
 from _native import fit, scoring
 from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
@@ -222,11 +223,11 @@ class WorkloadMix:
     the pods are kept and their popularities renormalised to sum to 1.
     """
 
-    cpu: array  # type: ignore[type-arg]
-    gpu_milli: array  # type: ignore[type-arg]
-    gpu_count: array  # type: ignore[type-arg]
-    models: array  # type: ignore[type-arg]
-    popularity: array  # type: ignore[type-arg]
+    cpu: array[float]
+    gpu_milli: array[float]
+    gpu_count: array[int]
+    models: array[int]
+    popularity: array[float]
 
     @property
     def size(self) -> int:
@@ -288,21 +289,23 @@ class ScoreContext:
     norm: tuple[float, ...]  # per-resource normaliser (max node capacity)
 
 
-TermFn = Callable[[ClusterState, PodRequest, array, ScoreContext], tuple[array, array | None]]  # type: ignore[type-arg]
+Mask: TypeAlias = "array[int]"
+TermOut: TypeAlias = "tuple[array[float], array[int] | None]"
+TermFn: TypeAlias = "Callable[[ClusterState, PodRequest, array[int], ScoreContext], TermOut]"
 
 
-def _mask(state: ClusterState, fits: Sequence[int]) -> array:  # type: ignore[type-arg]
+def _mask(state: ClusterState, fits: Sequence[int]) -> array[int]:
     m = array("b", bytes(state.n_nodes))
     for i in fits:
         m[i] = 1
     return m
 
 
-def _out(state: ClusterState) -> array:  # type: ignore[type-arg]
+def _out(state: ClusterState) -> array[float]:
     return array("d", bytes(8 * state.n_nodes))
 
 
-def score_fit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_fit(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """DRFH best fit: demand shape vs the node's free shape, in [0, 1]."""
     out = _out(state)
     scoring.drfh_scores(
@@ -311,7 +314,7 @@ def score_fit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreConte
     return out, None
 
 
-def score_bestfit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_bestfit(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Weng et al.'s BestFit control: least weighted leftover of CPU and GPU."""
     out = _out(state)
     weights = array("d", [0.0] * state.n_res)
@@ -330,7 +333,7 @@ def score_bestfit(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreC
     return out, None
 
 
-def fgd_raw(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def fgd_raw(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """FGD fragmentation delta per node in milli-GPU, and the device it would use."""
     mix = ctx.mix
     n = state.n_nodes
@@ -354,7 +357,9 @@ def fgd_raw(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext
     return delta, device
 
 
-def score_fragmentation(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_fragmentation(
+    state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext
+) -> TermOut:
     """FGD term: ``sigmoid(Δ / 1000)`` with Δ the fragmentation decrease in milli-GPU."""
     delta, device = fgd_raw(state, req, mask, ctx)
     out = _out(state)
@@ -364,7 +369,7 @@ def score_fragmentation(state: ClusterState, req: PodRequest, mask: array, ctx: 
     return out, device
 
 
-def score_stranding(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_stranding(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Keep CPU-only pods off the CPU and memory that free GPUs need."""
     out = _out(state)
     scoring.stranding_scores(
@@ -374,7 +379,7 @@ def score_stranding(state: ClusterState, req: PodRequest, mask: array, ctx: Scor
     return out, None
 
 
-def score_spread(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_spread(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Least allocated GPU: free GPU share of the node (1 = idle); 1 for GPU-less nodes."""
     out = _out(state)
     r, g = state.n_res, state.gpu_col
@@ -384,7 +389,7 @@ def score_spread(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreCo
     return out, None
 
 
-def score_health(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_health(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Prefer GPU-healthy nodes even for CPU-only pods (1 healthy, 0 not)."""
     out = _out(state)
     for i in range(state.n_nodes):
@@ -392,7 +397,7 @@ def score_health(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreCo
     return out, None
 
 
-def score_fairness(state: ClusterState, req: PodRequest, mask: array, ctx: ScoreContext):  # type: ignore[no-untyped-def,type-arg]
+def score_fairness(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Tenant spread: ``1 - (GPU the pod's tenant holds on the node / node GPUs)``.
 
     Spreading a tenant's GPU pods limits how many of its pods one node's failure, drain

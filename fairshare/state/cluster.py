@@ -67,12 +67,12 @@ class ClusterState:
     max_dev: int = 8
     nodes: list[NodeInfo] = field(default_factory=list)
     node_index: dict[str, int] = field(default_factory=dict)
-    capacity: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
-    free: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
-    dev_free: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
-    healthy: array = field(default_factory=lambda: array("b"))  # type: ignore[type-arg]
+    capacity: array[float] = field(default_factory=lambda: array("d"))
+    free: array[float] = field(default_factory=lambda: array("d"))
+    dev_free: array[float] = field(default_factory=lambda: array("d"))
+    healthy: array[int] = field(default_factory=lambda: array("b"))
     model_ids: dict[str, int] = field(default_factory=dict)
-    node_model: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    node_model: array[int] = field(default_factory=lambda: array("q"))
     pods: dict[str, BoundPod] = field(default_factory=dict)
     tenant_usage: dict[str, list[float]] = field(default_factory=dict)
     node_tenant_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
