@@ -1,0 +1,191 @@
+"""Per-tenant usage kept up to date from cluster events: what the webhook counts.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. ``UsageTracker`` is a state-source sink (``on_resync`` /
+``on_event`` with API-JSON dicts) and answers the webhook's ``TenantUsageView``
+questions: namespace labels, a tenant's usage summed over all of its namespaces, the
+namespaces counted, and the largest GPU device memory seen on a node.
+
+Design choices:
+
+* Usage is kept **per namespace**, incrementally (a pod's contribution is remembered
+  by uid, so MODIFIED and DELETED events subtract exactly what was added). A tenant's
+  usage is the sum over its namespaces, so a config reload that moves a namespace to
+  another tenant needs no recount.
+* A pod counts while it is non-terminal (phase not Succeeded/Failed), bound or not:
+  admission must count pods that are still pending, as ResourceQuota does.
+* ``storage`` comes from PVCs (their ``spec.resources.requests.storage``), per
+  namespace, whether or not a pod mounts them yet.
+* A pod whose resources cannot be read counts as nothing and is remembered in
+  ``unreadable`` so it can be reported, never crashing the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from fairshare import quantities, resources, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.resources import STORAGE, DemandError
+from fairshare.state.cluster import LABEL_GPU_MEMORY
+
+Amounts = dict[str, Fraction]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = _meta(obj)
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+
+def _is_terminal(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed")
+
+
+def _add(into: Amounts, amounts: Mapping[str, Fraction], sign: int) -> None:
+    for k, v in amounts.items():
+        total = into.get(k, Fraction(0)) + sign * v
+        if total:
+            into[k] = total
+        else:
+            into.pop(k, None)
+
+
+@dataclass
+class UsageTracker:
+    """Live namespace labels and per-namespace usage, fed by a state source."""
+
+    config: Callable[[], FairShareConfig]
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    by_namespace: dict[str, Amounts] = field(default_factory=dict)
+    pods: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
+    pod_names: dict[str, str] = field(default_factory=dict)  # "ns/name" -> uid key
+    claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
+    device_memory: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    listeners: list[Callable[[str, str], None]] = field(default_factory=list)
+    """Called with ("ns/name", event) when a pod is seen, for reservation release."""
+
+    # -- sink ------------------------------------------------------------------
+
+    def on_resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        """Replace everything known for ``kind`` with ``objects``."""
+        if kind == "Pod":
+            self.pods.clear()
+            self.pod_names.clear()
+            self.unreadable.clear()
+            self._rebuild_namespaces()
+        elif kind == "PersistentVolumeClaim":
+            self.claims.clear()
+            self._rebuild_namespaces()
+        elif kind == "Namespace":
+            self.labels.clear()
+        elif kind == "Node":
+            self.device_memory.clear()
+        for obj in objects:
+            self.on_event(kind, "ADDED", obj)
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """Apply one watch event (ADDED / MODIFIED / DELETED)."""
+        deleted = event_type == "DELETED"
+        if kind == "Pod":
+            self._pod(obj, deleted=deleted)
+        elif kind == "PersistentVolumeClaim":
+            self._claim(obj, deleted=deleted)
+        elif kind == "Namespace":
+            name = str(_meta(obj).get("name", ""))
+            if deleted:
+                self.labels.pop(name, None)
+            else:
+                self.labels[name] = {
+                    str(k): str(v) for k, v in (_meta(obj).get("labels") or {}).items()
+                }
+        elif kind == "Node":
+            name = str(_meta(obj).get("name", ""))
+            raw = str((_meta(obj).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
+            if deleted or not raw.isdigit():
+                self.device_memory.pop(name, None)
+            else:
+                self.device_memory[name] = int(raw) * 1024 * 1024
+
+    def _rebuild_namespaces(self) -> None:
+        self.by_namespace = {}
+        for ns, amounts in list(self.pods.values()) + list(self.claims.values()):
+            _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+
+    def _forget(self, table: dict[str, tuple[str, Amounts]], key: str) -> None:
+        old = table.pop(key, None)
+        if old is not None:
+            _add(self.by_namespace.setdefault(old[0], {}), old[1], -1)
+
+    def _pod(self, pod: dict[str, Any], *, deleted: bool) -> None:
+        key = _key(pod)
+        meta = _meta(pod)
+        ns = str(meta.get("namespace", ""))
+        name = f"{ns}/{meta.get('name', '')}"
+        self._forget(self.pods, key)
+        self.unreadable.pop(key, None)
+        if deleted or _is_terminal(pod):
+            self.pod_names.pop(name, None)
+            return
+        try:
+            amounts = dict(resources.pod_demand(pod, mig=self.config().mig_fractions()).amounts)
+        except DemandError as exc:
+            self.unreadable[key] = str(exc)
+            amounts = {}
+        self.pods[key] = (ns, amounts)
+        self.pod_names[name] = key
+        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        for listener in self.listeners:
+            listener(name, "seen")
+
+    def _claim(self, pvc: dict[str, Any], *, deleted: bool) -> None:
+        key = _key(pvc)
+        self._forget(self.claims, key)
+        if deleted:
+            return
+        ns = str(_meta(pvc).get("namespace", ""))
+        spec = pvc.get("spec") or {}
+        raw = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        try:
+            size = quantities.parse_quantity(raw) if raw is not None else Fraction(0)
+        except quantities.QuantityError:
+            size = Fraction(0)
+        amounts = {STORAGE: size} if size else {}
+        self.claims[key] = (ns, amounts)
+        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+
+    # -- TenantUsageView -------------------------------------------------------
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self.labels.get(namespace, {})
+
+    def _tenant_of(self, namespace: str) -> str | None:
+        return tenancy.resolve_tenant(
+            namespace, self.labels.get(namespace, {}), self.config()
+        ).tenant
+
+    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
+        """Namespaces (known from labels or usage) that resolve to ``tenant``, sorted."""
+        names = set(self.labels) | set(self.by_namespace)
+        return tuple(sorted(ns for ns in names if self._tenant_of(ns) == tenant))
+
+    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
+        total: Amounts = {}
+        for ns in self.tenant_namespaces(tenant):
+            _add(total, self.by_namespace.get(ns, {}), +1)
+        return total
+
+    def max_device_memory(self) -> int | None:
+        return max(self.device_memory.values(), default=None)
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        return f"{namespace}/{name}" in self.pod_names
