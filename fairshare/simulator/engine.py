@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from fairshare import fairness, quantities, resources, tenancy
+from fairshare import fairness, gating, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     FilterResult,
@@ -175,82 +175,24 @@ class Simulation:
         return self.state.total_capacity(healthy_only=False)
 
     def fair_shares(self) -> dict[str, fairness.FairShare]:
+        """Fair allocation over admitted demand (running + pending), cached until it changes."""
         if self._fair is None:
-            cols = {n: i for i, n in enumerate(self.index.names)}
-            demands = []
-            for t in self.config.tenants:
-                row = self.admitted.get(t.name, [0.0] * self.index.width)
-                g = {
-                    cols[k]: self.index.kernel_vector({k: v})[cols[k]]
-                    for k, v in t.guaranteed_amounts().items()
-                    if k in cols
-                }
-                lim = {
-                    cols[k]: self.index.kernel_vector({k: v})[cols[k]]
-                    for k, v in (t.limit_amounts() or {}).items()
-                    if k in cols
-                }
-                demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim))
-            for name in sorted(set(self.admitted) - {t.name for t in self.config.tenants}):
-                demands.append(fairness.TenantDemand(name, 1.0, tuple(self.admitted[name]), {}, {}))
-            self._fair = fairness.fair_allocation(
-                demands, capacity=self.capacity(), res_weights=self.config.resource_weights()
-            )
+            self._fair = gating.fair_shares_for(self.state, self.config, self.admitted)
         return self._fair
 
     def current_shares(self) -> dict[str, float]:
-        names = sorted(set(self._weights) | set(self.state.tenant_usage))
-        used = {n: self.state.usage_of(n) for n in names}
-        return fairness.dominant_shares(
-            used=used,
-            capacity=self.capacity(),
-            res_weights=self.config.resource_weights(),
-            tenant_weights=self._weights,
-        )
+        return gating.current_shares(self.state, self.config)
 
     def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
-        t = req.tenant
-        if t is None or self.policy != "ours":
+        if req.tenant is None or self.policy != "ours":
             return None
-        shares = self.current_shares()
-        after = list(self.state.usage_of(t))
-        for k, v in enumerate(req.row):
-            after[k] += v
-        share_after = fairness.dominant_shares(
-            used={t: after},
-            capacity=self.capacity(),
-            res_weights=self.config.resource_weights(),
-            tenant_weights=self._weights,
-        )[t]
-        fair = self.fair_shares().get(t)
-        fair_share = fair.share if fair else 0.0
-        if share_after <= fair_share * (1 + fairness.EPS) + fairness.EPS:
-            return None
-        contenders = [
-            fairness.Contender(u, fairness.CurrentShare(s), self._has_fitting_pending(u))
-            for u, s in sorted(shares.items())
-            if u != t and s < shares.get(t, 0.0) + fairness.EPS
-        ]
-        return fairness.check_gate(
-            tenant=t,
-            current_share=fairness.CurrentShare(shares.get(t, 0.0)),
-            share_after=fairness.ShareAfter(share_after),
-            fair_share=fair_share,
-            contenders=contenders,
+        return gating.check_fair_gate(
+            self.state,
+            config=self.config,
+            req=req,
+            pending=[self.pods[uid] for uid in self.pending],
+            fair=self.fair_shares(),
         )
-
-    def _has_fitting_pending(self, tenant: str, *, probe: int = 8) -> bool:
-        seen: set[tuple[float, ...]] = set()
-        for uid in self.pending:
-            req = self.pods[uid]
-            if req.tenant != tenant or req.row in seen:
-                continue
-            seen.add(req.row)
-            if filter_nodes(self.state, req, explain=False).fits:
-                return True
-            if len(seen) >= probe:
-                break
-        return False
 
     # -- placing -------------------------------------------------------------------
 

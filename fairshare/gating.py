@@ -1,0 +1,151 @@
+"""The fair-share gate over a ClusterState: one implementation for extender and simulator.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client.
+
+``check_fair_gate`` computes, for a pod of tenant t:
+
+* every tenant's current weighted dominant share (from the pods bound in the state);
+* t's share after the pod;
+* the fair allocation by progressive filling over demand = bound + pending pods
+  (``fairness.fair_allocation``), unless the caller passes one it has cached;
+* ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
+  share that have a pending pod fitting some node now.
+
+A pod that keeps its tenant within its fair share is never gated (returns None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+
+from fairshare import fairness, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest, filter_nodes
+from fairshare.resources import to_kernel_units
+from fairshare.state.cluster import ClusterState
+
+
+def current_shares(state: ClusterState, config: FairShareConfig) -> dict[str, float]:
+    """Weighted dominant share of every configured or active tenant (bound pods only)."""
+    weights = tenancy.tenant_weights(config)
+    names = sorted(set(weights) | set(state.tenant_usage))
+    return fairness.dominant_shares(
+        used={n: state.usage_of(n) for n in names},
+        capacity=state.total_capacity(),
+        res_weights=config.resource_weights(),
+        tenant_weights=weights,
+    )
+
+
+def kernel_amounts(state: ClusterState, amounts: Mapping[str, Fraction]) -> dict[int, float]:
+    """Per-column amounts (guaranteed, limit) in kernel units; unknown resources dropped."""
+    idx = state.index
+    return {
+        idx.column(name): to_kernel_units(name, amount)
+        for name, amount in amounts.items()
+        if idx.has(name)
+    }
+
+
+def fair_shares_for(
+    state: ClusterState,
+    config: FairShareConfig,
+    admitted: Mapping[str, Sequence[float]],
+) -> dict[str, fairness.FairShare]:
+    """Fair allocation for the given per-tenant demand rows (bound + pending)."""
+    demands = []
+    width = state.n_res
+    for t in config.tenants:
+        row = admitted.get(t.name, [0.0] * width)
+        g = kernel_amounts(state, t.guaranteed_amounts())
+        lim = kernel_amounts(state, t.limit_amounts() or {})
+        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim))
+    for name in sorted(set(admitted) - {t.name for t in config.tenants}):
+        demands.append(fairness.TenantDemand(name, 1.0, tuple(admitted[name]), {}, {}))
+    return fairness.fair_allocation(
+        demands, capacity=state.total_capacity(), res_weights=config.resource_weights()
+    )
+
+
+def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, list[float]]:
+    """Per-tenant demand: what bound pods hold plus the pending ``queue``."""
+    width = state.n_res
+    admitted: dict[str, list[float]] = {t: list(u) for t, u in state.tenant_usage.items()}
+    for p in queue:
+        if p.tenant is not None and p.uid not in state.pods:
+            row = admitted.setdefault(p.tenant, [0.0] * width)
+            for k, v in enumerate(p.row):
+                row[k] += v
+    return admitted
+
+
+def has_fitting_pending(
+    state: ClusterState, tenant: str, queue: Iterable[PodRequest], *, probe: int = 8
+) -> bool:
+    """Does ``tenant`` have a pending pod that fits some node now?
+
+    Checks the first ``probe`` distinct request shapes of the tenant's queue, in order.
+    """
+    seen: set[tuple[float, ...]] = set()
+    for p in queue:
+        if p.tenant != tenant or p.row in seen or p.uid in state.pods:
+            continue
+        seen.add(p.row)
+        if filter_nodes(state, p, explain=False).fits:
+            return True
+        if len(seen) >= probe:
+            break
+    return False
+
+
+def check_fair_gate(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None = None,
+) -> fairness.GateDecision | None:
+    """The gate's decision for ``req``; None when it does not apply.
+
+    ``pending`` is every pod waiting to be placed (``req`` is counted once whether or
+    not it is listed). ``fair`` may be passed when the caller caches the allocation.
+    """
+    t = req.tenant
+    if t is None:
+        return None
+    weights = tenancy.tenant_weights(config)
+    after = state.usage_of(t)
+    for k, v in enumerate(req.row):
+        after[k] += v
+    share_after = fairness.dominant_shares(
+        used={t: after},
+        capacity=state.total_capacity(),
+        res_weights=config.resource_weights(),
+        tenant_weights=weights,
+    )[t]
+    queue = list(pending)
+    if all(p.uid != req.uid for p in queue):
+        queue.append(req)
+    if fair is None:
+        fair = fair_shares_for(state, config, demand_rows(state, queue))
+    mine_fair = fair.get(t)
+    fair_share = mine_fair.share if mine_fair else 0.0
+    if share_after <= fair_share * (1 + fairness.EPS) + fairness.EPS:
+        return None
+    shares = current_shares(state, config)
+    mine = shares.get(t, 0.0)
+    contenders = [
+        fairness.Contender(u, fairness.CurrentShare(s), has_fitting_pending(state, u, queue))
+        for u, s in sorted(shares.items())
+        if u != t and s < mine + fairness.EPS
+    ]
+    return fairness.check_gate(
+        tenant=t,
+        current_share=fairness.CurrentShare(mine),
+        share_after=fairness.ShareAfter(share_after),
+        fair_share=fair_share,
+        contenders=contenders,
+    )
