@@ -1,0 +1,382 @@
+"""Prometheus metrics of fairshare, as one object over a registry the caller owns.
+
+``Metrics(registry)`` declares every fairshare metric on the ``CollectorRegistry`` it is
+given; ``make_app`` builds a fresh registry per app, so tests get fresh metrics and two
+apps in one process never collide (aiohttp's "No Singletons Please"). The default
+``prometheus_client.REGISTRY`` is never touched, and nothing here is module-level state.
+
+Names follow Prometheus conventions: a ``fairshare_`` prefix, base units (``_seconds``,
+ratios in 0..1), ``_total`` on counters. Label values come from code and config (verbs,
+decisions, reason codes, tenant and resource names), never from request bodies, so the
+cardinality stays bounded by the config.
+
+Design choices:
+
+- Callers hand over plain numbers (floats, already converted from exact quantities) and
+  mappings; the methods do the label bookkeeping. Per-tenant gauges are *replaced* as a
+  set: a resource missing from a new mapping loses its series, and ``retain_tenants`` drops
+  tenants removed from the config, so no stale series outlive a reload.
+- A gauge may hold ``+Inf`` (a zero-weight tenant's dominant share, an unlimited limit
+  when the caller chooses to export it that way); Prometheus represents it exactly.
+- Chargeback is accrued by the caller at each tick with the elapsed ``seconds``: the module
+  has no clock.
+
+Pure of I/O: imports ``prometheus_client`` and the standard library only. It must not
+import ``aiohttp``, ``kubernetes_asyncio``, ``webhook`` or ``scheduler_plugin``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
+
+__all__ = [
+    "ADMISSION_BUCKETS",
+    "EXTENDER_BUCKETS",
+    "Metrics",
+    "render",
+]
+
+#: Admission latency buckets (seconds): dense below 10 ms, where the p99 target lies.
+ADMISSION_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+)
+
+#: Extender verb latency buckets (seconds): sub-millisecond filter/prioritize at 500
+#: candidates up to bind, which waits on the API server.
+EXTENDER_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+_PER_RESOURCE = ("usage", "limit", "reserved")
+
+
+class Metrics:
+    """Every fairshare metric, declared on ``registry``.
+
+    Both apps use the same class; each sets the series it knows about (the webhook the
+    admission and reservation figures, the extender the verb, share and chargeback ones).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        r = registry
+        self.admission_requests = Counter(
+            "fairshare_admission_requests_total",
+            "Admission reviews answered, by operation, decision and reason code.",
+            ["operation", "decision", "reason"],
+            registry=r,
+        )
+        self.admission_duration = Histogram(
+            "fairshare_admission_duration_seconds",
+            "Time to answer one admission review, from decoded body to encoded response.",
+            ["operation"],
+            buckets=ADMISSION_BUCKETS,
+            registry=r,
+        )
+        self.extender_requests = Counter(
+            "fairshare_extender_requests_total",
+            "Scheduler extender calls, by verb (filter, prioritize, preempt, bind) and outcome.",
+            ["verb", "outcome"],
+            registry=r,
+        )
+        self.extender_duration = Histogram(
+            "fairshare_extender_request_duration_seconds",
+            "Time to answer one scheduler extender call, by verb.",
+            ["verb"],
+            buckets=EXTENDER_BUCKETS,
+            registry=r,
+        )
+        self.unexpected_errors = Counter(
+            "fairshare_unexpected_errors_total",
+            "Exceptions that escaped a policy or verb and were answered by the error path.",
+            ["component"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "fairshare_config_reloads_total",
+            "Config updates validated and swapped in.",
+            registry=r,
+        )
+        self.config_reload_errors = Counter(
+            "fairshare_config_reload_errors_total",
+            "Config updates refused as invalid; the last good config stayed in force.",
+            registry=r,
+        )
+        self.tls_reloads = Counter(
+            "fairshare_tls_reloads_total",
+            "Serving certificate rotations picked up without restart.",
+            registry=r,
+        )
+        self.tls_reload_errors = Counter(
+            "fairshare_tls_reload_errors_total",
+            "Rotated certificate files that failed to load; the last good pair stayed.",
+            registry=r,
+        )
+        self.tls_cert_expiry = Gauge(
+            "fairshare_tls_cert_expiry_timestamp_seconds",
+            "Expiry (Unix time) of the serving certificate in use.",
+            registry=r,
+        )
+        self.tenant_usage = Gauge(
+            "fairshare_tenant_usage",
+            "Tenant usage by resource, in canonical units (cores, bytes, GPUs).",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.tenant_limit = Gauge(
+            "fairshare_tenant_limit",
+            "Tenant hard limit by resource, in canonical units; absent when unlimited.",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.tenant_reserved = Gauge(
+            "fairshare_tenant_reserved",
+            "Admitted but not yet observed requests held against the tenant, by resource.",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.tenant_dominant_share = Gauge(
+            "fairshare_tenant_dominant_share",
+            "Weighted dominant share of the tenant (max over resources of used/capacity).",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_fair_share = Gauge(
+            "fairshare_tenant_fair_share",
+            "Dominant share the tenant is entitled to under weighted DRF water-filling.",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_gated_pods = Gauge(
+            "fairshare_tenant_gated_pods",
+            "Pending pods of the tenant held back by the fair-share gate.",
+            ["tenant"],
+            registry=r,
+        )
+        self.cluster_gpu_allocation = Gauge(
+            "fairshare_cluster_gpu_allocation_ratio",
+            "Allocated GPUs over allocatable GPUs in the cluster (0..1).",
+            registry=r,
+        )
+        self.cluster_gpu_fragmentation = Gauge(
+            "fairshare_cluster_gpu_fragmentation_ratio",
+            "Share of free GPU capacity the observed workload mix cannot use (0..1).",
+            registry=r,
+        )
+        self.tenant_resource_seconds = Counter(
+            "fairshare_tenant_resource_seconds_total",
+            "Chargeback: resource amount times seconds held, per tenant and resource.",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.tenant_cost = Counter(
+            "fairshare_tenant_cost_total",
+            "Chargeback: cost accrued from the config's price per resource-hour.",
+            ["tenant"],
+            registry=r,
+        )
+        self.native_info = Info(
+            "fairshare_native",
+            "Kernel implementation loaded: c (compiled) or py (pure-Python twin).",
+            registry=r,
+        )
+        self.build_info = Info("fairshare_build", "fairshare version.", registry=r)
+        # Which (tenant, resource) series each per-resource gauge holds, for replacement.
+        self._series: dict[str, set[tuple[str, str]]] = {name: set() for name in _PER_RESOURCE}
+        self._tenants: set[str] = set()
+
+    # ----------------------------------------------------------------- requests
+
+    def observe_admission(self, operation: str, decision: str, reason: str, seconds: float) -> None:
+        """Count one admission review and record its latency.
+
+        ``operation`` is the request's (``CREATE``, ``UPDATE``...), ``decision`` e.g.
+        ``allowed``/``denied``/``patched``, ``reason`` a short code (``""`` when allowed).
+        """
+        self.admission_requests.labels(operation, decision, reason).inc()
+        self.admission_duration.labels(operation).observe(seconds)
+
+    def observe_extender(self, verb: str, outcome: str, seconds: float) -> None:
+        """Count one extender call (``outcome`` e.g. ``ok``, ``error``) and its latency."""
+        self.extender_requests.labels(verb, outcome).inc()
+        self.extender_duration.labels(verb).observe(seconds)
+
+    def count_unexpected_error(self, component: str) -> None:
+        """Count an exception that escaped into the error path of ``component``."""
+        self.unexpected_errors.labels(component).inc()
+
+    def observe_config_reload(self, *, ok: bool) -> None:
+        """Count a config update: swapped in (``ok``) or refused."""
+        (self.config_reloads if ok else self.config_reload_errors).inc()
+
+    def observe_tls_reload(self, *, ok: bool) -> None:
+        """Count a certificate rotation: loaded (``ok``) or refused."""
+        (self.tls_reloads if ok else self.tls_reload_errors).inc()
+
+    def set_tls_cert_expiry(self, timestamp: float) -> None:
+        """Record the serving certificate's ``notAfter`` as Unix seconds."""
+        self.tls_cert_expiry.set(timestamp)
+
+    # ----------------------------------------------------------------- tenants
+
+    def set_tenant_figures(
+        self,
+        tenant: str,
+        *,
+        usage: Mapping[str, float] | None = None,
+        limit: Mapping[str, float] | None = None,
+        reserved: Mapping[str, float] | None = None,
+        dominant_share: float | None = None,
+        fair_share: float | None = None,
+    ) -> None:
+        """Set a tenant's gauges; ``None`` leaves that figure as it is.
+
+        Each mapping (resource name → amount in canonical units) replaces the tenant's
+        previous series of that gauge: a resource missing from it loses its series. So
+        ``limit`` lists only the resources the tenant is limited on.
+        """
+        self._tenants.add(tenant)
+        for name, values in (("usage", usage), ("limit", limit), ("reserved", reserved)):
+            if values is not None:
+                self._replace(name, tenant, values)
+        if dominant_share is not None:
+            self.tenant_dominant_share.labels(tenant).set(dominant_share)
+        if fair_share is not None:
+            self.tenant_fair_share.labels(tenant).set(fair_share)
+
+    def set_gated_pods(self, tenant: str, count: int) -> None:
+        """Set how many of the tenant's pending pods the fair-share gate holds back."""
+        self._tenants.add(tenant)
+        self.tenant_gated_pods.labels(tenant).set(count)
+
+    def retain_tenants(self, tenants: Iterable[str]) -> None:
+        """Drop the gauge series of every tenant not in ``tenants`` (after a config reload).
+
+        Chargeback counters are kept: they are cumulative and a scrape may still need them.
+        """
+        keep = set(tenants)
+        for tenant in sorted(self._tenants - keep):
+            for name in _PER_RESOURCE:
+                self._replace(name, tenant, {})
+            for gauge in (
+                self.tenant_dominant_share,
+                self.tenant_fair_share,
+                self.tenant_gated_pods,
+            ):
+                _remove_quietly(gauge, tenant)
+        self._tenants &= keep
+
+    def set_cluster_figures(
+        self, *, gpu_allocation_ratio: float, gpu_fragmentation_ratio: float
+    ) -> None:
+        """Set the cluster-wide GPU allocation and fragmentation ratios (0..1)."""
+        self.cluster_gpu_allocation.set(gpu_allocation_ratio)
+        self.cluster_gpu_fragmentation.set(gpu_fragmentation_ratio)
+
+    # ----------------------------------------------------------------- chargeback
+
+    def accrue_chargeback(
+        self,
+        usage_by_tenant: Mapping[str, Mapping[str, float]],
+        seconds: float,
+        pricing: Mapping[str, float] | None = None,
+    ) -> None:
+        """Add ``seconds`` of the given usage to the chargeback counters.
+
+        For each tenant and resource: ``resource_seconds += amount × seconds``. With
+        ``pricing`` (price per resource-hour), ``cost += Σ_r amount_r × price_r × seconds /
+        3600`` over the priced resources; unpriced resources cost nothing. Without
+        ``pricing`` no cost series is created. All inputs are checked first (finite,
+        ≥ 0), so a bad value raises ``ValueError`` before any counter moves.
+        """
+        _check_amount("seconds", seconds)
+        for tenant, usage in usage_by_tenant.items():
+            for resource, amount in usage.items():
+                _check_amount(f"usage[{tenant!r}][{resource!r}]", amount)
+        for resource, price in (pricing or {}).items():
+            _check_amount(f"pricing[{resource!r}]", price)
+        for tenant in sorted(usage_by_tenant):
+            usage = usage_by_tenant[tenant]
+            for resource in sorted(usage):
+                self.tenant_resource_seconds.labels(tenant, resource).inc(usage[resource] * seconds)
+            if pricing is not None:
+                per_hour = math.fsum(usage[r] * pricing[r] for r in sorted(usage) if r in pricing)
+                self.tenant_cost.labels(tenant).inc(per_hour * seconds / 3600.0)
+
+    # ----------------------------------------------------------------- info
+
+    def set_native_info(self, impl: str) -> None:
+        """Export which kernel implementation is loaded (``c`` or ``py``)."""
+        self.native_info.info({"impl": impl})
+
+    def set_build_info(self, version: str) -> None:
+        """Export the running fairshare version."""
+        self.build_info.info({"version": version})
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """This registry in the exposition format; see ``render``."""
+        return render(self.registry, accept)
+
+    def _replace(self, name: str, tenant: str, values: Mapping[str, float]) -> None:
+        gauge: Gauge = getattr(self, f"tenant_{name}")
+        held = self._series[name]
+        for key in sorted(k for k in held if k[0] == tenant and k[1] not in values):
+            _remove_quietly(gauge, *key)
+            held.discard(key)
+        for resource in sorted(values):
+            gauge.labels(tenant, resource).set(values[resource])
+            held.add((tenant, resource))
+
+
+def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
+    """Serialise ``registry``; return ``(body, content_type)`` for a ``/metrics`` response.
+
+    Without ``accept`` (or when it does not ask for OpenMetrics) this is the Prometheus
+    text format from ``generate_latest`` (``CONTENT_TYPE_LATEST``); with an ``Accept``
+    header that asks for ``application/openmetrics-text``, OpenMetrics instead.
+    """
+    if accept:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(registry), content_type
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _check_amount(what: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be finite and >= 0, got {value!r}")
+
+
+def _remove_quietly(metric: Gauge, *labels: str) -> None:
+    # remove() raises KeyError for a series never set; "already gone" is fine here.
+    with contextlib.suppress(KeyError):
+        metric.remove(*labels)

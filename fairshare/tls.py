@@ -1,0 +1,489 @@
+"""TLS for the webhook and the extender: certificates, server contexts, hot reload.
+
+kube-apiserver only calls admission webhooks over HTTPS, and it checks the serving
+certificate against the ``caBundle`` of the webhook configuration and the service DNS name
+it dials (``NAME.NS.svc``). This module covers that whole path:
+
+- ``make_ca`` / ``make_serving_cert`` build PEM pairs. They are pure functions of their
+  arguments *except* for key material and serial numbers, which must be random; ``now`` is
+  a parameter, so validity windows are reproducible and testable.
+- ``write_certs`` is the thin file adapter behind ``fairshare certs`` (reads the clock,
+  writes ``ca.crt``, ``tls.crt``, ``tls.key``; the key file is 0600).
+- ``server_ssl_context`` builds the server ``SSLContext``: TLS 1.2 minimum, ECDHE + AEAD
+  ciphers for TLS 1.2 (TLS 1.3 suites are all AEAD), no compression.
+- ``CertReloader`` re-reads the certificate and key when a mounted Secret rotates, and swaps
+  them into *new* handshakes through the context's ``sni_callback``, so the server never
+  restarts. A half-written rotation keeps the last good pair.
+- ``patch_webhook_ca_bundle`` writes the CA bundle into Mutating/Validating webhook
+  configurations through the API.
+
+Adapter module: file I/O and (lazily) ``kubernetes_asyncio`` are allowed here. It must not
+import ``aiohttp``, ``webhook`` or ``scheduler_plugin``; the apps hand ``CertReloader.context``
+to ``aiohttp.web.TCPSite(ssl_context=...)`` themselves.
+
+Design choices:
+
+- ECDSA P-256 keys: accepted by kube-apiserver and every TLS 1.2+ client, and a handshake
+  costs a fraction of RSA-2048's, which matters when the apiserver opens many connections.
+- The serving certificate's ``notBefore`` is backdated by ``CLOCK_SKEW`` so that an
+  apiserver whose clock lags ours a little still accepts a freshly minted certificate.
+- ``write_certs`` does not keep the CA key: each run mints a fresh CA, and the bundle is
+  re-patched into the webhook configurations. Less secret material lies on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import ipaddress
+import logging
+import os
+import ssl
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from fairshare.errors import FairshareError
+
+__all__ = [
+    "CIPHERS_TLS12",
+    "CLOCK_SKEW",
+    "CertPaths",
+    "CertReloader",
+    "TLSError",
+    "build_ca_bundle_patch",
+    "make_ca",
+    "make_serving_cert",
+    "patch_webhook_ca_bundle",
+    "server_ssl_context",
+    "service_dns_names",
+    "write_certs",
+]
+
+log = logging.getLogger(__name__)
+
+#: OpenSSL cipher string for TLS 1.2: forward secrecy (ECDHE) and AEAD (GCM, ChaCha20) only.
+#: TLS 1.3 suites are configured apart by OpenSSL and are all AEAD already.
+CIPHERS_TLS12 = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
+
+#: How far a new certificate's ``notBefore`` lies before ``now`` (clock skew allowance).
+CLOCK_SKEW = dt.timedelta(minutes=5)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class TLSError(FairshareError, ValueError):
+    """Certificate material is unusable (bad arguments, mismatched key, unreadable files)."""
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
+    """The four names a Service is reached by, shortest first.
+
+    ``NAME``, ``NAME.NS``, ``NAME.NS.svc`` (what kube-apiserver dials for a webhook
+    ``service`` reference) and ``NAME.NS.svc.cluster.local``.
+    """
+    if not service or not namespace:
+        raise TLSError("service and namespace must be non-empty")
+    base = f"{service}.{namespace}"
+    return (service, base, f"{base}.svc", f"{base}.svc.cluster.local")
+
+
+def make_ca(common_name: str, *, days: int, now: dt.datetime) -> tuple[bytes, bytes]:
+    """Make a self-signed CA; return ``(cert_pem, key_pem)``.
+
+    BasicConstraints ``ca=True, path_length=0`` (it signs leaf certificates only) and
+    KeyUsage ``keyCertSign``/``cRLSign``/``digitalSignature``, both critical. Valid from
+    ``now - CLOCK_SKEW`` for ``days`` days. ``now`` must be timezone-aware.
+    """
+    _check_validity(days, now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _builder(subject=name, issuer=name, public_key=key.public_key(), days=days, now=now)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(cert_sign=True), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return _cert_pem(cert), _key_pem(key)
+
+
+def make_serving_cert(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    *,
+    dns_names: Sequence[str],
+    ip_addresses: Iterable[str | IPAddress] = (),
+    days: int,
+    now: dt.datetime,
+) -> tuple[bytes, bytes]:
+    """Make a server certificate signed by the CA; return ``(cert_pem, key_pem)``.
+
+    SubjectAltName carries every DNS name and IP address (clients match the SAN, not the
+    CN; the CN is the first name for humans). ExtendedKeyUsage ``serverAuth``,
+    BasicConstraints ``ca=False``, Authority/Subject key identifiers so chain building
+    works under strict verification. Raises ``TLSError`` if the key does not belong to the
+    CA certificate, an IP address does not parse, or no name is given.
+    """
+    _check_validity(days, now)
+    try:
+        ips = [ipaddress.ip_address(str(ip)) for ip in ip_addresses]
+    except ValueError as error:
+        raise TLSError(str(error)) from None
+    if not dns_names and not ips:
+        raise TLSError("a serving certificate needs at least one DNS name or IP address")
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise TLSError(f"unsupported CA key type {type(ca_key).__name__}")
+    if _public_der(ca_key.public_key()) != _public_der(ca_cert.public_key()):
+        raise TLSError("the CA key does not match the CA certificate")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    sans += [x509.IPAddress(ip) for ip in ips]
+    common_name = dns_names[0] if dns_names else str(ips[0])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    try:
+        ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        authority = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski)
+    except x509.ExtensionNotFound:  # a CA made elsewhere, without a key identifier
+        authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
+    cert = (
+        _builder(
+            subject=subject, issuer=ca_cert.subject, public_key=key.public_key(), days=days, now=now
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(authority, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return _cert_pem(cert), _key_pem(key)
+
+
+@dataclass(frozen=True, slots=True)
+class CertPaths:
+    """Where ``write_certs`` put its files."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+
+def write_certs(
+    out_dir: str | os.PathLike[str],
+    *,
+    service: str,
+    namespace: str,
+    ip_addresses: Iterable[str | IPAddress] = (),
+    days: int = 365,
+    now: dt.datetime | None = None,
+) -> CertPaths:
+    """Mint a CA and a serving certificate for a Service and write them to ``out_dir``.
+
+    Files: ``ca.crt`` (the ``caBundle``), ``tls.crt``, ``tls.key`` (mode 0600) — the key
+    names of a ``kubernetes.io/tls`` Secret. Each file is written to a temporary name and
+    renamed into place, so a reader never sees half a file. ``now`` defaults to the clock.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    ca_pem, ca_key_pem = make_ca(f"fairshare-ca ({service}.{namespace})", days=days, now=now)
+    cert_pem, key_pem = make_serving_cert(
+        ca_pem,
+        ca_key_pem,
+        dns_names=service_dns_names(service, namespace),
+        ip_addresses=ip_addresses,
+        days=days,
+        now=now,
+    )
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    _write_atomic(paths.ca_cert, ca_pem, mode=0o644)
+    _write_atomic(paths.cert, cert_pem, mode=0o644)
+    _write_atomic(paths.key, key_pem, mode=0o600)
+    return paths
+
+
+# --------------------------------------------------------------------------- server contexts
+
+
+def server_ssl_context(
+    cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+) -> ssl.SSLContext:
+    """A server ``SSLContext`` loaded with the certificate chain and key.
+
+    TLS 1.2 minimum; TLS 1.2 ciphers limited to ``CIPHERS_TLS12`` (ECDHE + AEAD); no TLS
+    compression (CRIME); server cipher preference; no session tickets (they would outlive
+    a rotated key; session IDs still resume). Raises ``ssl.SSLError``/``OSError`` for
+    unreadable or mismatched files.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(CIPHERS_TLS12)
+    context.options |= (
+        ssl.OP_NO_COMPRESSION
+        | ssl.OP_CIPHER_SERVER_PREFERENCE
+        | ssl.OP_SINGLE_ECDH_USE
+        | ssl.OP_NO_TICKET
+    )
+    context.load_cert_chain(os.fspath(cert_file), os.fspath(key_file))
+    return context
+
+
+_Stamp = tuple[tuple[int, int, int, int], ...]
+
+
+class CertReloader:
+    """Serve the current certificate of a rotating pair of files without restarting.
+
+    Give ``context`` to the server once. Its ``sni_callback`` runs in every handshake
+    (with or without SNI) and points the connection at the newest good context, so new
+    connections get the new certificate while open ones finish on the old.
+
+    ``maybe_reload()`` checks the files' (device, inode, size, mtime); the app calls it
+    periodically (``run()`` is such a loop). Kubelet rotates a mounted Secret by swapping a
+    symlink, which changes the inode; ``stat`` follows the link. If the new files do not
+    load (half-written, key and certificate from different rotations) the last good
+    context stays, the error is logged, kept in ``last_error`` and passed to ``on_error``
+    (e.g. to count it). The stamp still advances, so a broken pair is reported once, and
+    the next write is tried again.
+
+    The constructor raises if the *initial* files are unusable: fail fast at startup.
+    """
+
+    def __init__(
+        self,
+        cert_file: str | os.PathLike[str],
+        key_file: str | os.PathLike[str],
+        *,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self._cert_file = Path(cert_file)
+        self._key_file = Path(key_file)
+        self._on_error = on_error
+        self._stamp = self._read_stamp()
+        self._front = server_ssl_context(self._cert_file, self._key_file)
+        self._front.sni_callback = self._select
+        self._current = self._front
+        self._not_after = _read_not_after(self._cert_file)
+        self.reloads = 0
+        self.last_error: Exception | None = None
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        """The context to hand to the server; it stays the same object across reloads."""
+        return self._front
+
+    @property
+    def current(self) -> ssl.SSLContext:
+        """The context new handshakes are switched to (the last good one loaded)."""
+        return self._current
+
+    @property
+    def not_after(self) -> dt.datetime:
+        """Expiry (UTC) of the certificate being served, e.g. for an expiry gauge."""
+        return self._not_after
+
+    def maybe_reload(self) -> bool:
+        """Reload if the files changed; True if a new certificate is now being served."""
+        try:
+            stamp = self._read_stamp()
+        except OSError as error:  # a file is missing for a moment during rotation
+            self._report(error)
+            return False
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            fresh = server_ssl_context(self._cert_file, self._key_file)
+            not_after = _read_not_after(self._cert_file)
+        except (OSError, ssl.SSLError, ValueError) as error:
+            self._report(error)
+            return False
+        self._current, self._not_after = fresh, not_after
+        self.reloads += 1
+        self.last_error = None
+        log.info("TLS certificate reloaded from %s (expires %s)", self._cert_file, not_after)
+        return True
+
+    async def run(self, *, interval: float = 10.0) -> None:
+        """Call ``maybe_reload`` every ``interval`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            self.maybe_reload()
+
+    def _select(self, connection: Any, server_name: str | None, context: ssl.SSLContext) -> None:
+        # Called by OpenSSL during the ClientHello; returning None continues the handshake.
+        current = self._current
+        if current is not context:
+            connection.context = current
+
+    def _read_stamp(self) -> _Stamp:
+        stats = (os.stat(self._cert_file), os.stat(self._key_file))
+        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
+
+    def _report(self, error: Exception) -> None:
+        self.last_error = error
+        log.warning(
+            "TLS reload from %s failed, keeping the old certificate: %s", self._cert_file, error
+        )
+        if self._on_error is not None:
+            self._on_error(error)
+
+
+# --------------------------------------------------------------------------- webhook configs
+
+
+def build_ca_bundle_patch(
+    webhook_names: Sequence[str], ca_bundle_pem: bytes
+) -> list[dict[str, Any]]:
+    """RFC 6902 patch that sets ``clientConfig.caBundle`` on every webhook, by index.
+
+    A ``test`` of each webhook's name precedes its ``add``, so the patch fails rather than
+    write to the wrong entry if the list was reordered since it was read. ``add`` on an
+    object member replaces an existing value.
+    """
+    bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
+    ops: list[dict[str, Any]] = []
+    for index, name in enumerate(webhook_names):
+        ops.append({"op": "test", "path": f"/webhooks/{index}/name", "value": name})
+        ops.append(
+            {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": bundle}
+        )
+    return ops
+
+
+async def patch_webhook_ca_bundle(
+    ca_bundle_pem: bytes,
+    *,
+    mutating: Sequence[str] = (),
+    validating: Sequence[str] = (),
+    kubeconfig: str | None = None,
+    api: Any = None,
+) -> list[str]:
+    """Set ``caBundle`` on every webhook of the named webhook configurations.
+
+    ``api`` is an ``AdmissionregistrationV1Api`` (or a test double with the same
+    ``read_*``/``patch_*`` coroutines); without it a client is built from ``kubeconfig``,
+    or the in-cluster service account when that is None, and closed afterwards. Returns
+    ``kind/name`` of every configuration patched, in order. API errors propagate.
+    """
+    if api is not None:
+        return await _patch_all(api, ca_bundle_pem, mutating=mutating, validating=validating)
+    # Imported here so that only `fairshare certs --patch-webhooks` pays for it.
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio import config as k8s_config
+
+    # The package is only partly annotated; go through Any rather than scatter ignores.
+    config: Any = k8s_config
+
+    if kubeconfig is not None:
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = client.ApiClient(configuration=configuration)
+    async with api_client:
+        v1 = client.AdmissionregistrationV1Api(api_client)
+        return await _patch_all(v1, ca_bundle_pem, mutating=mutating, validating=validating)
+
+
+async def _patch_all(
+    api: Any, ca_bundle_pem: bytes, *, mutating: Sequence[str], validating: Sequence[str]
+) -> list[str]:
+    done: list[str] = []
+    for kind, names in (("mutating", mutating), ("validating", validating)):
+        read = getattr(api, f"read_{kind}_webhook_configuration")
+        patch = getattr(api, f"patch_{kind}_webhook_configuration")
+        for name in names:
+            current = await read(name)
+            webhook_names = [webhook.name for webhook in current.webhooks or ()]
+            await patch(name, build_ca_bundle_patch(webhook_names, ca_bundle_pem))
+            done.append(f"{kind.capitalize()}WebhookConfiguration/{name}")
+    return done
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_validity(days: int, now: dt.datetime) -> None:
+    if days <= 0:
+        raise TLSError(f"days must be > 0, got {days}")
+    if now.tzinfo is None:
+        raise TLSError("now must be timezone-aware (UTC)")
+
+
+def _builder(
+    *,
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    days: int,
+    now: dt.datetime,
+) -> x509.CertificateBuilder:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
+
+
+def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _public_der(public_key: Any) -> bytes:
+    der: bytes = public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return der
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _read_not_after(cert_file: Path) -> dt.datetime:
+    return x509.load_pem_x509_certificate(cert_file.read_bytes()).not_valid_after_utc
+
+
+def _write_atomic(path: Path, data: bytes, *, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as file:
+        os.fchmod(fd, mode)  # O_CREAT's mode is filtered by the umask and ignored if it exists
+        file.write(data)
+    os.replace(tmp, path)
