@@ -166,6 +166,41 @@ def _simulate_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_certs(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from fairshare import tls
+
+    paths = tls.write_certs(
+        args.out,
+        service=args.service,
+        namespace=args.namespace,
+        ip_addresses=tuple(args.ip),
+        days=args.days,
+    )
+    print(f"wrote {paths.ca_cert}, {paths.cert}, {paths.key}")
+    mutating = [n for n in (args.patch_mutating or "").split(",") if n]
+    validating = [n for n in (args.patch_validating or "").split(",") if n]
+    if mutating or validating:
+        patched = asyncio.run(
+            tls.patch_webhook_ca_bundle(
+                paths.ca_cert.read_bytes(),
+                mutating=mutating,
+                validating=validating,
+                kubeconfig=args.kubeconfig,
+            )
+        )
+        print(f"caBundle patched into: {', '.join(patched) or 'nothing'}")
+    if args.secret:
+        asyncio.run(
+            tls.write_tls_secret(
+                paths, namespace=args.namespace, name=args.secret, kubeconfig=args.kubeconfig
+            )
+        )
+        print(f"secret {args.namespace}/{args.secret} written")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairshare",
@@ -195,6 +230,22 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
+
+    certs = sub.add_parser("certs", help="make a CA and a serving certificate for a Service")
+    certs.add_argument("--service", required=True, help="Service name (for the DNS SANs)")
+    certs.add_argument("--namespace", required=True)
+    certs.add_argument("--out", type=Path, required=True, help="directory for ca.crt, tls.*")
+    certs.add_argument("--ip", action="append", default=[], help="IP SAN (repeatable)")
+    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--secret", default=None, help="also write this kubernetes.io/tls Secret")
+    certs.add_argument(
+        "--patch-mutating", default=None, help="MutatingWebhookConfiguration names (comma list)"
+    )
+    certs.add_argument(
+        "--patch-validating", default=None, help="ValidatingWebhookConfiguration names"
+    )
+    certs.add_argument("--kubeconfig", default=None, help="default: in-cluster config")
+    certs.set_defaults(func=cmd_certs)
     return p
 
 

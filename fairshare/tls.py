@@ -398,6 +398,56 @@ async def patch_webhook_ca_bundle(
         return await _patch_all(v1, ca_bundle_pem, mutating=mutating, validating=validating)
 
 
+async def write_tls_secret(
+    paths: CertPaths,
+    *,
+    namespace: str,
+    name: str,
+    kubeconfig: str | None = None,
+) -> None:
+    """Create or replace the ``kubernetes.io/tls`` Secret ``namespace/name`` from ``paths``.
+
+    The Secret carries ``tls.crt``, ``tls.key`` and ``ca.crt``, as cert-manager writes
+    them, so the same Deployment works with either.
+    """
+    import base64
+
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio import config as k8s_config
+    from kubernetes_asyncio.client.rest import ApiException
+
+    config: Any = k8s_config
+    if kubeconfig is not None:
+        api_client = await config.new_client_from_config(config_file=kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = client.ApiClient(configuration=configuration)
+    data = {
+        key: base64.b64encode(path.read_bytes()).decode()
+        for key, path in (
+            ("tls.crt", paths.cert),
+            ("tls.key", paths.key),
+            ("ca.crt", paths.ca_cert),
+        )
+    }
+    body: Any = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+    async with api_client:
+        v1 = client.CoreV1Api(api_client)
+        try:
+            await v1.create_namespaced_secret(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            await v1.replace_namespaced_secret(name, namespace, body)
+
+
 async def _patch_all(
     api: Any, ca_bundle_pem: bytes, *, mutating: Sequence[str], validating: Sequence[str]
 ) -> list[str]:
