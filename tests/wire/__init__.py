@@ -1,0 +1,1 @@
+"""Golden wire tests: request bodies as the Kubernetes components send them, exact answers."""

@@ -1,0 +1,397 @@
+"""The whole admission decision: ``review(request, view=, config=, phase=)`` → response.
+
+Pure: no network, no clock (``admit`` takes ``now``). Must not import aiohttp,
+kubernetes_asyncio, prometheus_client or scheduler_plugin. The HTTP handlers decode
+(``wire.decode_review``), call ``review``/``admit`` and encode (``wire.encode_response``).
+
+What is judged:
+
+* Pods, CREATE (both phases). The tenant is resolved from the namespace
+  (``fairshare.tenancy``). A ``fairshare.io/tenant`` label naming another tenant is
+  refused; GPU-sharing annotations are validated (``policies.gpu_sharing``).
+  *mutate* then patches: the tenant label, canonical GPU-sharing annotations, and
+  ``spec.schedulerName`` for GPU pods when ``config.schedulerName`` is set (only over
+  the default scheduler, never over a user's explicit choice). *validate* checks the
+  tenant's limit across all its namespaces (``policies.quota``) and warns near a limit;
+  a ``fairshare.io/gpu-memory`` request counts as ``memory / largest device memory`` of
+  a GPU (a whole GPU when no device size is known).
+* PersistentVolumeClaims, CREATE, validate: the ``storage`` request counts against the
+  tenant's ``limit.storage`` (pods' demand therefore leaves PVC storage out).
+* The fairshare ConfigMap (when ``config_map`` is given), CREATE/UPDATE, validate: an
+  invalid FairShareConfig is refused with its field paths.
+* Anything else (other operations, kinds, subresources) is allowed untouched.
+
+Design choices:
+
+* Denials carry structured reasons (``Verdict.reasons``) and the message is rendered from
+  them in ``render_reasons``, the one place text is made. Invalid input is answered with
+  ``status.code`` 400, policy refusals (quota, tenancy) with 403.
+* Mutate repeats the validity checks (and denies early) because the mutating webhook
+  may fail open; validate repeats them because a mutation may have been skipped.
+* Validating answers never carry a patch (kube-apiserver rejects even an empty one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final, Literal
+
+from fairshare import quantities
+from fairshare.config.schema import FairShareConfig
+from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_demand
+from fairshare.tenancy import TenantResolution, resolve_tenant
+from webhook import patches, reservations, wire
+from webhook.policies import config_guard, gpu_sharing, quota
+from webhook.view import TenantUsageView
+
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "Claim",
+    "Malformed",
+    "NoTenant",
+    "Phase",
+    "Reason",
+    "TenantMismatch",
+    "Verdict",
+    "admit",
+    "claim_key",
+    "judge",
+    "render_reason",
+    "render_reasons",
+    "review",
+]
+
+Phase = Literal["mutate", "validate"]
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+BAD_REQUEST: Final = 400
+FORBIDDEN: Final = 403
+
+
+@dataclass(frozen=True)
+class TenantMismatch:
+    """The pod's ``fairshare.io/tenant`` label names another tenant than its namespace's."""
+
+    namespace: str
+    claimed: str
+    tenant: str | None
+
+
+@dataclass(frozen=True)
+class NoTenant:
+    """A GPU pod in a namespace no tenant claims, under ``defaultTenant.mode: deny-gpu``."""
+
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """The object itself cannot be judged (bad quantities, missing object)."""
+
+    problem: str
+
+
+Reason = (
+    quota.Insufficient
+    | gpu_sharing.Rejection
+    | config_guard.InvalidConfig
+    | TenantMismatch
+    | NoTenant
+    | Malformed
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What an allowed create should reserve: ``amounts`` for ``tenant`` under ``key``."""
+
+    key: reservations.PodKey
+    tenant: str
+    amounts: Mapping[str, Fraction]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A response plus the structured reasons behind a denial and the claim of an allow."""
+
+    response: wire.AdmissionResponse
+    reasons: tuple[Reason, ...] = ()
+    claim: Claim | None = None
+
+
+def review(
+    request: wire.AdmissionRequest,
+    *,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    phase: Phase,
+    config_map: config_guard.ConfigMapRef | None = None,
+) -> wire.AdmissionResponse:
+    """The webhook's answer to ``request`` for the ``phase`` endpoint (no reservations)."""
+    return judge(request, view=view, config=config, phase=phase, config_map=config_map).response
+
+
+def admit(
+    request: wire.AdmissionRequest,
+    *,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    ledger: reservations.ReservationLedger,
+    now: float,
+    config_map: config_guard.ConfigMapRef | None = None,
+) -> wire.AdmissionResponse:
+    """Validate with reservations: judge against watched usage + reservations, and reserve
+    the demand of an allowed, non-dry-run create. Call without awaiting in between."""
+    ledger.expire(now)
+    # A retry of the same create must not be counted twice: leave out its own reservation.
+    shown = reservations.ReservingView(view, ledger, exclude=claim_key(request))
+    verdict = judge(request, view=shown, config=config, phase="validate", config_map=config_map)
+    claim = verdict.claim
+    if verdict.response.allowed and claim is not None and not request.dry_run:
+        ledger.reserve(key=claim.key, tenant=claim.tenant, amounts=claim.amounts, now=now)
+    return verdict.response
+
+
+def claim_key(request: wire.AdmissionRequest) -> reservations.PodKey | None:
+    """The ledger key a create of ``request`` reserves under, None if it reserves nothing.
+
+    Pods are ``namespace/name`` (as the informer knows them), PVCs ``pvc:namespace/name``;
+    an object without a name (not yet generated) falls back to ``uid:<request uid>``, which
+    only the TTL releases.
+    """
+    obj = request.object
+    if obj is None or request.operation != "CREATE" or request.sub_resource:
+        return None
+    namespace = _namespace(request, obj)
+    name = (obj.get("metadata") or {}).get("name") or request.name or f"uid:{request.uid}"
+    if (request.kind.group, request.kind.kind) == ("", "Pod"):
+        return reservations.pod_key(namespace, name)
+    if (request.kind.group, request.kind.kind) == ("", "PersistentVolumeClaim"):
+        return reservations.PodKey(f"pvc:{namespace}/{name}")
+    return None
+
+
+def judge(
+    request: wire.AdmissionRequest,
+    *,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    phase: Phase,
+    config_map: config_guard.ConfigMapRef | None = None,
+) -> Verdict:
+    """``review`` with its reasons and reservation claim."""
+    kind = (request.kind.group, request.kind.kind)
+    if request.sub_resource:
+        return Verdict(wire.allow())
+    if kind == ("", "Pod") and request.operation == "CREATE":
+        return _judge_pod(request, view=view, config=config, phase=phase)
+    if phase != "validate":
+        return Verdict(wire.allow())
+    if kind == ("", "PersistentVolumeClaim") and request.operation == "CREATE":
+        return _judge_claim(request, view=view, config=config)
+    if kind == ("", "ConfigMap") and request.operation in ("CREATE", "UPDATE") and config_map:
+        return _judge_config_map(request, config_map)
+    return Verdict(wire.allow())
+
+
+# --- rendering: the one place that turns reasons into text ------------------------------
+
+
+def render_reason(reason: Reason) -> str:
+    """One reason as text."""
+    if isinstance(reason, quota.Insufficient):
+        return quota.render_denial([reason])
+    if isinstance(reason, gpu_sharing.Rejection):
+        return gpu_sharing.render_rejection(reason)
+    if isinstance(reason, config_guard.InvalidConfig):
+        return config_guard.render_invalid(reason)
+    if isinstance(reason, TenantMismatch):
+        owner = f"tenant {reason.tenant}" if reason.tenant else "no tenant"
+        return (
+            f"label {LABEL_TENANT}={reason.claimed} does not match namespace "
+            f"{reason.namespace}, which belongs to {owner}; remove the label"
+        )
+    if isinstance(reason, NoTenant):
+        return (
+            f"namespace {reason.namespace} belongs to no tenant and defaultTenant.mode is "
+            "deny-gpu: GPU pods are not admitted there"
+        )
+    return reason.problem
+
+
+def render_reasons(reasons: tuple[Reason, ...]) -> str:
+    """The ``status.message`` of a denial: the reasons' texts joined by ``"; "``."""
+    return "; ".join(render_reason(reason) for reason in reasons)
+
+
+def _deny(reasons: tuple[Reason, ...], *, warnings: tuple[str, ...] = ()) -> Verdict:
+    invalid = (gpu_sharing.Rejection, config_guard.InvalidConfig, Malformed)
+    code = BAD_REQUEST if all(isinstance(r, invalid) for r in reasons) else FORBIDDEN
+    return Verdict(wire.deny(code, render_reasons(reasons), warnings=warnings), reasons)
+
+
+# --- pods -------------------------------------------------------------------------------
+
+
+def _namespace(request: wire.AdmissionRequest, obj: Mapping[str, Any]) -> str:
+    return request.namespace or (obj.get("metadata") or {}).get("namespace") or ""
+
+
+def _resolution_warnings(namespace: str, resolution: TenantResolution) -> tuple[str, ...]:
+    if resolution.unknown_label is None:
+        return ()
+    return (
+        f"namespace {namespace} has label {LABEL_TENANT}={resolution.unknown_label}, "
+        "which names no configured tenant; it was ignored",
+    )
+
+
+def _judge_pod(
+    request: wire.AdmissionRequest,
+    *,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    phase: Phase,
+) -> Verdict:
+    pod = request.object
+    if pod is None:
+        return _deny((Malformed("request.object is missing for a pod CREATE"),))
+    namespace = _namespace(request, pod)
+    resolution = resolve_tenant(namespace, view.namespace_labels(namespace), config)
+    warnings = _resolution_warnings(namespace, resolution)
+    tenant = resolution.tenant
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    claimed = labels.get(LABEL_TENANT)
+    if claimed is not None and claimed != tenant:
+        return _deny((TenantMismatch(namespace, str(claimed), tenant),), warnings=warnings)
+    sharing = gpu_sharing.check_gpu_sharing(
+        pod, config=config, device_memory=view.max_device_memory()
+    )
+    if isinstance(sharing, gpu_sharing.Rejection):
+        return _deny((sharing,), warnings=warnings)
+    try:
+        demand = _with_memory_share(
+            pod_demand(pod, mig=config.mig_fractions()), view.max_device_memory()
+        )
+    except DemandError as exc:
+        return _deny((Malformed(str(exc)),), warnings=warnings)
+    if tenant is None and resolution.source == "deny-gpu" and demand.wants_gpu:
+        return _deny((NoTenant(namespace),), warnings=warnings)
+    if phase == "mutate":
+        patch = _mutations(pod, tenant=tenant, sharing=sharing, demand=demand, config=config)
+        return Verdict(wire.allow(patch=patch, warnings=warnings))
+    if tenant is None:
+        return Verdict(wire.allow(warnings=warnings))
+    key = claim_key(request) or reservations.pod_key(namespace, f"uid:{request.uid}")
+    return _judge_quota(
+        tenant, demand, namespace=namespace, key=key, view=view, config=config, warnings=warnings
+    )
+
+
+def _with_memory_share(demand: PodDemand, device_memory: int | None) -> PodDemand:
+    """Count a GPU-memory request as a GPU share for the quota.
+
+    The device is only known after placement, so admission counts ``memory / largest
+    device memory`` (the least the pod can take: never over-denies), or a whole GPU when
+    no device size is known (never under-counts). Without this a tenant could dodge its
+    GPU limit with ``fairshare.io/gpu-memory``.
+    """
+    if demand.gpu.memory is None or demand.gpu.per_device:
+        return demand
+    share = Fraction(1)
+    if device_memory:
+        share = min(Fraction(1), Fraction(demand.gpu.memory, device_memory))
+    return PodDemand(amounts={**demand.amounts, GPU: share}, gpu=demand.gpu)
+
+
+def _mutations(
+    pod: Mapping[str, Any],
+    *,
+    tenant: str | None,
+    sharing: gpu_sharing.Normalised,
+    demand: PodDemand,
+    config: FairShareConfig,
+) -> tuple[patches.PatchOp, ...]:
+    builder = patches.PatchBuilder(pod)
+    if tenant is not None:
+        builder.set_entry(("metadata", "labels"), LABEL_TENANT, tenant)
+    for key, value in (sharing.canonical or {}).items():
+        builder.set_entry(("metadata", "annotations"), key, value)
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if config.scheduler_name and demand.wants_gpu and scheduler in (None, "", DEFAULT_SCHEDULER):
+        builder.set_entry(("spec",), "schedulerName", config.scheduler_name)
+    return builder.ops
+
+
+def _judge_quota(
+    tenant: str,
+    demand: PodDemand,
+    *,
+    namespace: str,
+    key: reservations.PodKey,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    warnings: tuple[str, ...],
+) -> Verdict:
+    spec = config.tenant(tenant)
+    decision = quota.check_quota(
+        tenant=tenant,
+        demand=demand,
+        usage=view.tenant_usage(tenant),
+        limits=None if spec is None else spec.limit_amounts(),
+        namespaces=(*view.tenant_namespaces(tenant), namespace),
+    )
+    if not decision.allowed:
+        return _deny(decision.insufficient, warnings=warnings)
+    warnings += tuple(quota.render_warning(item) for item in decision.near_limit)
+    claim = Claim(key, tenant, dict(demand.amounts)) if demand.amounts else None
+    return Verdict(wire.allow(warnings=warnings), claim=claim)
+
+
+# --- persistent volume claims -----------------------------------------------------------
+
+
+def _judge_claim(
+    request: wire.AdmissionRequest, *, view: TenantUsageView, config: FairShareConfig
+) -> Verdict:
+    pvc = request.object
+    if pvc is None:
+        return _deny((Malformed("request.object is missing for a PVC CREATE"),))
+    namespace = _namespace(request, pvc)
+    raw = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(STORAGE)
+    if raw is None:
+        return Verdict(wire.allow())
+    try:
+        size = quantities.parse_quantity(raw)
+    except quantities.QuantityError as exc:
+        return _deny((Malformed(f"spec.resources.requests.storage: {exc}"),))
+    resolution = resolve_tenant(namespace, view.namespace_labels(namespace), config)
+    warnings = _resolution_warnings(namespace, resolution)
+    if resolution.tenant is None:
+        return Verdict(wire.allow(warnings=warnings))
+    demand = PodDemand(amounts={STORAGE: size} if size > 0 else {})
+    key = claim_key(request) or reservations.PodKey(f"pvc:{namespace}/uid:{request.uid}")
+    return _judge_quota(
+        resolution.tenant,
+        demand,
+        namespace=namespace,
+        key=key,
+        view=view,
+        config=config,
+        warnings=warnings,
+    )
+
+
+# --- the config ConfigMap ---------------------------------------------------------------
+
+
+def _judge_config_map(request: wire.AdmissionRequest, ref: config_guard.ConfigMapRef) -> Verdict:
+    obj = request.object or {}
+    name = (obj.get("metadata") or {}).get("name") or request.name
+    if not ref.matches(_namespace(request, obj), name):
+        return Verdict(wire.allow())
+    invalid = config_guard.check_config_map(obj, ref=ref)
+    if invalid is None:
+        return Verdict(wire.allow())
+    return _deny((invalid,))
