@@ -1,0 +1,379 @@
+"""Kubernetes objects → ``ClusterState``: nodes, bound pods, GPU health and device ledger.
+
+Pure: no network, no clock; reads dicts shaped like API JSON (camelCase). The one
+exception is ``load_state_file`` given a path, which reads that file (startup only, like
+``config.loading.load_config_file``). Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. The API informers (an adapter), the
+``--state`` file and the tests all go through these functions, so the extender's arrays
+are built the same way whatever feeds them.
+
+Design choices:
+
+* **GPU health** is read from the Node itself: a condition whose ``type`` is listed in
+  ``health.unhealthyConditions`` with ``status: "True"`` (Node Problem Detector / DCGM
+  style), or a taint whose ``key`` is in ``health.unhealthyTaints`` (any effect).
+* **Device ledger from annotations.** The device(s) a pod holds are written by the
+  extender's bind in the annotation ``fairshare.io/gpu-devices`` with the format
+  ``"<device>:<milli-GPU>[,<device>:<milli-GPU>...]"``: device indexes are integers
+  >= 0 (the node's GPU order), milli-GPU are integers in 1..1000 (1000 = the whole
+  device), entries sorted by device, no spaces, e.g. ``"0:1000,1:1000"`` (two whole
+  GPUs) or ``"3:250"`` (a quarter of GPU 3). A pod placed by another scheduler has no
+  annotation: its devices are chosen as the extender would (``choose_devices``), so the
+  ledger still accounts for it. An annotation is the truth about where a pod runs: it is
+  restored even if it oversubscribes a device (the ledger must not hide a real overload).
+* **Order matters when loading**: nodes first, then namespaces (tenants), then pods with
+  an annotation, then pods without, so a guessed placement never takes a device that an
+  annotated pod already holds.
+* Bound non-terminal pods (``spec.nodeName`` set, phase not Succeeded/Failed) are placed;
+  unbound non-terminal pods are the pending queue the fair-share gate looks at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from fairshare import resources, tenancy
+from fairshare.config.schema import FairShareConfig, HealthPolicy
+from fairshare.placement import PodRequest, choose_devices
+from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
+from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
+
+__all__ = [
+    "ANN_GPU_MODELS",
+    "TERMINAL_PHASES",
+    "LoadedState",
+    "apply_node",
+    "apply_pod",
+    "delete_node",
+    "delete_pod",
+    "format_gpu_devices",
+    "is_bound",
+    "is_terminal",
+    "load_state_file",
+    "node_gpu_health",
+    "parse_gpu_devices",
+    "pod_request",
+    "pod_tenant",
+    "pod_uid",
+]
+
+ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
+"""Pod annotation: allowed GPU products separated by ``|`` (as in the simulator)."""
+
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+Devices = tuple[tuple[int, float], ...]
+
+
+# -- small readers ------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _str_map(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """``metadata.uid``, or ``namespace/name`` for objects without one (test fixtures)."""
+    meta = _meta(pod)
+    uid = meta.get("uid")
+    if isinstance(uid, str) and uid:
+        return uid
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    """Phase Succeeded or Failed: the pod holds nothing any more."""
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES
+
+
+def is_bound(pod: Mapping[str, Any]) -> bool:
+    """``spec.nodeName`` is set."""
+    spec = pod.get("spec")
+    return isinstance(spec, Mapping) and bool(spec.get("nodeName"))
+
+
+# -- nodes ----------------------------------------------------------------------------
+
+
+def node_gpu_health(node: Mapping[str, Any], health: HealthPolicy) -> tuple[bool, str]:
+    """``(healthy, reason)`` of a Node's GPUs under ``health``.
+
+    Unhealthy when a condition listed in ``unhealthy_conditions`` has status ``"True"``
+    or a taint key is listed in ``unhealthy_taints``. The reason names every match,
+    conditions first, e.g. ``condition XidCriticalError=True (Xid79)``. Healthy nodes
+    have the reason ``""``.
+    """
+    status = node.get("status")
+    spec = node.get("spec")
+    reasons: list[str] = []
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for cond in conditions if isinstance(conditions, list) else ():
+        if not isinstance(cond, Mapping):
+            continue
+        ctype = cond.get("type")
+        if ctype in health.unhealthy_conditions and cond.get("status") == "True":
+            why = cond.get("reason") or cond.get("message")
+            reasons.append(f"condition {ctype}=True" + (f" ({why})" if why else ""))
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    for taint in taints if isinstance(taints, list) else ():
+        if not isinstance(taint, Mapping):
+            continue
+        key = taint.get("key")
+        if key in health.unhealthy_taints:
+            value = f"={taint['value']}" if taint.get("value") else ""
+            effect = f":{taint['effect']}" if taint.get("effect") else ""
+            reasons.append(f"taint {key}{value}{effect}")
+    return (not reasons, "; ".join(reasons))
+
+
+def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareConfig) -> int:
+    """Add or update a Node object; returns its row. Pods already bound stay counted.
+
+    Capacity is ``status.allocatable`` (``capacity`` if absent): the device plugin's
+    ``nvidia.com/gpu`` count is the number of devices; ``nvidia.com/gpu.memory`` and
+    ``nvidia.com/gpu.product`` (GPU feature discovery labels) give device memory and model.
+    """
+    name = _meta(node).get("name")
+    if not isinstance(name, str) or not name:
+        raise StateError("node without metadata.name")
+    healthy, reason = node_gpu_health(node, config.health)
+    return state.add_node(
+        name,
+        allocatable_from_node(node),
+        labels=_str_map(_meta(node).get("labels")),
+        gpu_healthy=healthy,
+        health_reason=reason,
+    )
+
+
+def delete_node(state: ClusterState, name: str) -> list[BoundPod]:
+    """Remove a node (unknown names are ignored); returns the pods that were on it."""
+    if name not in state.node_index:
+        return []
+    return state.remove_node(name)
+
+
+# -- the device annotation ---------------------------------------------------------
+
+
+def format_gpu_devices(devices: Iterable[tuple[int, float]]) -> str:
+    """``((1, 500.0), (0, 500.0))`` → ``"0:500,1:500"`` (see the module docstring)."""
+    return ",".join(f"{dev}:{math.ceil(milli)}" for dev, milli in sorted(devices))
+
+
+def parse_gpu_devices(text: str) -> Devices:
+    """Parse a ``fairshare.io/gpu-devices`` value; raises ``ValueError`` with the reason."""
+    out: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for part in text.split(","):
+        dev_s, sep, milli_s = part.partition(":")
+        if not sep or not dev_s.isdigit() or not milli_s.isdigit():
+            raise ValueError(f"{part!r} is not <device>:<milli-GPU>")
+        dev, milli = int(dev_s), int(milli_s)
+        if not 0 < milli <= MILLI_GPU:
+            raise ValueError(f"{part!r}: milli-GPU must be in 1..{MILLI_GPU}")
+        if dev in seen:
+            raise ValueError(f"device {dev} listed twice")
+        seen.add(dev)
+        out.append((dev, float(milli)))
+    return tuple(sorted(out))
+
+
+# -- pods -------------------------------------------------------------------------------
+
+
+def pod_tenant(
+    pod: Mapping[str, Any],
+    *,
+    config: FairShareConfig,
+    namespace_labels: Mapping[str, Mapping[str, str]],
+) -> str | None:
+    """The pod's tenant, resolved from its namespace (and that namespace's labels)."""
+    ns = str(_meta(pod).get("namespace") or "default")
+    return tenancy.resolve_tenant(ns, namespace_labels.get(ns, {}), config).tenant
+
+
+def pod_request(
+    pod: Mapping[str, Any], *, config: FairShareConfig, tenant: str | None, index: ResourceIndex
+) -> PodRequest:
+    """A pod object as a ``PodRequest`` (exact demand, kernel row, allowed GPU models).
+
+    Raises ``resources.DemandError`` when the pod's resources or GPU annotations are invalid.
+    """
+    meta = _meta(pod)
+    demand = resources.pod_demand(pod, mig=config.mig_fractions())
+    try:
+        row = tuple(index.kernel_vector(demand.amounts))
+    except OverflowError:
+        # "1e9999" is a valid quantity, but no float (and no node) holds it.
+        raise resources.DemandError("a resource request is too large to place") from None
+    models = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
+    uid = pod_uid(pod)
+    return PodRequest(
+        uid=uid,
+        name=str(meta.get("name") or uid),
+        namespace=str(meta.get("namespace") or "default"),
+        tenant=tenant,
+        demand=demand,
+        row=row,
+        gpu_models=frozenset(m for m in models.split("|") if m),
+    )
+
+
+def _devices_for(state: ClusterState, req: PodRequest, i: int, annotation: str | None) -> Devices:
+    if annotation is not None:
+        try:
+            devs = parse_gpu_devices(annotation)
+        except ValueError:
+            devs = ()
+        if devs and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in devs):
+            return devs
+    milli = req.gpu_milli_for(state.nodes[i].device_memory)
+    if not math.isfinite(milli):
+        return ()
+    return choose_devices(state, req, i, milli=milli)
+
+
+def apply_pod(
+    state: ClusterState, pod: Mapping[str, Any], config: FairShareConfig, tenant: str | None
+) -> BoundPod | None:
+    """Account a bound, non-terminal pod on its node; returns what the state holds.
+
+    A terminal or unbound pod is released (returns None). A pod already accounted on
+    the same node with the same row is left as it is (informer resyncs are no-ops). A pod
+    whose node the state does not know yet is skipped (None): the caller re-applies pods
+    when their node arrives. Raises ``resources.DemandError`` for unreadable resources.
+    """
+    uid = pod_uid(pod)
+    if is_terminal(pod) or not is_bound(pod):
+        state.unbind(uid)
+        return None
+    node = str(pod["spec"]["nodeName"])
+    i = state.node_index.get(node)
+    if i is None:
+        state.unbind(uid)
+        return None
+    req = pod_request(pod, config=config, tenant=tenant, index=state.index)
+    annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
+    row = req.row
+    if req.demand.wants_gpu:
+        row = req.row_on(state.gpu_col, req.gpu_milli_for(state.nodes[i].device_memory))
+    old = state.pods.get(uid)
+    if old is not None and (old.node, old.row, old.tenant) == (node, row, tenant):
+        kept = _parse_or_none(annotation) if annotation is not None else None
+        if kept is None or kept == old.devices:
+            return old
+    state.unbind(uid)
+    devices = _devices_for(state, req, i, annotation) if req.demand.wants_gpu else ()
+    return state.bind(
+        uid=uid,
+        node=node,
+        row=row,
+        devices=devices,
+        tenant=tenant,
+        name=req.name,
+        allow_overcommit=True,
+    )
+
+
+def _parse_or_none(annotation: str) -> Devices | None:
+    """``parse_gpu_devices`` that answers None for an invalid value."""
+    try:
+        return parse_gpu_devices(annotation)
+    except ValueError:
+        return None
+
+
+def delete_pod(state: ClusterState, uid: str) -> BoundPod | None:
+    """Release a deleted pod (unknown uids are ignored)."""
+    return state.unbind(uid)
+
+
+# -- a whole List -------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedState:
+    """What a ``List`` of Nodes, Namespaces and Pods gives the extender."""
+
+    state: ClusterState
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    pending: list[PodRequest] = field(default_factory=list)
+    """Unbound non-terminal pods, in list order (the fair-share gate's queue)."""
+    skipped: list[str] = field(default_factory=list)
+    """Items that could not be applied, with the reason (never fatal)."""
+
+
+def _read_list(source: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
+    if isinstance(source, Mapping):
+        return source
+    text = Path(source).read_text(encoding="utf-8")
+    data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    if not isinstance(data, Mapping):
+        raise StateError(f"{source}: expected a Kubernetes List object")
+    return data
+
+
+def _items_by_kind(items: Sequence[Any]) -> dict[str, list[Mapping[str, Any]]]:
+    by_kind: dict[str, list[Mapping[str, Any]]] = {"Node": [], "Namespace": [], "Pod": []}
+    for item in items:
+        if isinstance(item, Mapping) and item.get("kind") in by_kind:
+            by_kind[str(item["kind"])].append(item)
+    return by_kind
+
+
+def load_state_file(source: Mapping[str, Any] | str | Path, config: FairShareConfig) -> LoadedState:
+    """Build the state from a Kubernetes ``List`` (a parsed object, or a JSON/YAML file).
+
+    Items of other kinds are ignored; an item that cannot be applied is reported in
+    ``skipped`` and the rest still loads. See the module docstring for the order.
+    """
+    obj = _read_list(source)
+    items = obj.get("items")
+    if not isinstance(items, list):
+        raise StateError("a List needs an items array")
+    by_kind = _items_by_kind(items)
+    loaded = LoadedState(ClusterState(ResourceIndex(config.resource_names())))
+    for node in by_kind["Node"]:
+        try:
+            apply_node(loaded.state, node, config)
+        except (StateError, resources.DemandError) as exc:
+            loaded.skipped.append(f"Node {_meta(node).get('name')}: {exc}")
+    for ns in by_kind["Namespace"]:
+        loaded.namespace_labels[str(_meta(ns).get("name"))] = _str_map(_meta(ns).get("labels"))
+    pods = [p for p in by_kind["Pod"] if not is_terminal(p)]
+    bound = [p for p in pods if is_bound(p)]
+    # Annotated pods first: a guessed placement must not take a device they hold.
+    bound.sort(key=lambda p: ANN_GPU_DEVICES not in _str_map(_meta(p).get("annotations")))
+    for pod in bound + [p for p in pods if not is_bound(p)]:
+        _load_pod(loaded, pod, config)
+    return loaded
+
+
+def _load_pod(loaded: LoadedState, pod: Mapping[str, Any], config: FairShareConfig) -> None:
+    tenant = pod_tenant(pod, config=config, namespace_labels=loaded.namespace_labels)
+    meta = _meta(pod)
+    label = f"Pod {meta.get('namespace')}/{meta.get('name')}"
+    try:
+        if not is_bound(pod):
+            req = pod_request(pod, config=config, tenant=tenant, index=loaded.state.index)
+            loaded.pending.append(req)
+        elif apply_pod(loaded.state, pod, config, tenant) is None:
+            loaded.skipped.append(f"{label}: unknown node {pod['spec']['nodeName']}")
+    except (StateError, resources.DemandError) as exc:
+        loaded.skipped.append(f"{label}: {exc}")

@@ -1,0 +1,343 @@
+"""The extender's four verbs as pure functions: decoded args + state → wire answer.
+
+Pure: no network, no clock, no globals. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. The HTTP adapter (``app.py``, later) decodes the body with ``wire``,
+calls one of these, and encodes; a ``WireFormatError`` from decoding is its 400.
+
+Design choices:
+
+* Every verb reads the ``ClusterState`` and never changes it. Binding is split in two:
+  ``bind_plan`` decides the devices and builds the Binding body; the adapter POSTs it and
+  then calls ``commit_bind`` to account the pod (holding a per-node lock between the two,
+  so two binds on one node cannot both take the last share of a device).
+* A pod whose resources cannot be read is not an extender failure: filter answers every
+  candidate as unresolvable with the reason, prioritize gives 0 everywhere. ``Error`` is
+  kept for failures of the extender itself (and for binds it refuses).
+* Prioritize scores only the nodes it is given, in one scorer call over all of them, and
+  maps the core's [0, 1] score to ``round(10 * s)`` clamped to 0..10 (ints, Go int64).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairshare import resources
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import (
+    PodRequest,
+    ScoreContext,
+    WorkloadMix,
+    build_scorer,
+    choose_devices,
+    fgd_raw,
+    filter_nodes,
+    score_context,
+)
+from fairshare.resources import ANN_GPU_DEVICES
+from fairshare.state import objects
+from fairshare.state.cluster import BoundPod, ClusterState
+from scheduler_plugin import filtering, preemption, wire
+
+NamespaceLabels = Mapping[str, Mapping[str, str]]
+
+
+def request_for(
+    pod: Mapping[str, Any],
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels,
+) -> PodRequest:
+    """The pod in the request as a ``PodRequest``; raises ``resources.DemandError``."""
+    tenant = objects.pod_tenant(pod, config=config, namespace_labels=namespace_labels)
+    return objects.pod_request(pod, config=config, tenant=tenant, index=state.index)
+
+
+# -- filter ------------------------------------------------------------------------------
+
+
+def filter_verb(
+    args: wire.ExtenderArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    pending: Sequence[PodRequest],
+    namespace_labels: NamespaceLabels | None = None,
+) -> dict[str, Any]:
+    """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back."""
+    names = args.candidate_names()
+    try:
+        req = request_for(
+            args.pod, state=state, config=config, namespace_labels=namespace_labels or {}
+        )
+    except resources.DemandError as exc:
+        reason = f"pod resources cannot be read: {exc}"
+        return _filter_result(args, (), {}, dict.fromkeys(names, reason)).encode()
+    out = filtering.filter_pod(state, config=config, req=req, names=names, pending=pending)
+    return _filter_result(args, out.passing, out.failed, out.unresolvable).encode()
+
+
+def _filter_result(
+    args: wire.ExtenderArgs,
+    passing: Sequence[str],
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str],
+) -> wire.ExtenderFilterResult:
+    keep = set(passing)
+    nodes = None
+    if args.nodes is not None:
+        pairs = zip(args.nodes.items, args.nodes.names(), strict=True)
+        items = tuple(n for n, name in pairs if name in keep)
+        nodes = wire.NodeList(items, args.nodes.raw)
+    names = tuple(n for n in args.node_names if n in keep) if args.node_names is not None else None
+    # Unresolvable wins over failed (kube-scheduler reads it first).
+    failed = {n: r for n, r in failed.items() if n not in unresolvable}
+    return wire.ExtenderFilterResult(nodes, names, failed, dict(unresolvable))
+
+
+# -- prioritize --------------------------------------------------------------------------
+
+
+def prioritize_verb(
+    args: wire.ExtenderArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None = None,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
+) -> list[dict[str, Any]]:
+    """``HostPriorityList`` as JSON: one ``{Host, Score}`` per node given, 0..10 ints.
+
+    Nodes that do not fit (or are unknown) score 0. ``context`` may be cached by the
+    caller (it only changes with the node set); ``mix`` feeds the fragmentation term.
+    """
+    names = args.candidate_names()
+    try:
+        req = request_for(
+            args.pod, state=state, config=config, namespace_labels=namespace_labels or {}
+        )
+    except resources.DemandError:
+        return wire.encode_host_priority_list([wire.HostPriority(n, 0) for n in names])
+    rows = [state.node_index[n] for n in names if n in state.node_index]
+    fits = filter_nodes(state, req, rows=rows, explain=False).fits
+    scored = build_scorer(config.scoring.weights())(
+        state, req, fits, context or score_context(state, mix)
+    )
+    ints = scored.extender_scores()
+    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
+    out = []
+    for n in names:
+        i = state.node_index.get(n)
+        score = ints.get(i, 0) if i is not None else 0
+        out.append(wire.HostPriority(n, min(hi, max(lo, int(score)))))
+    return wire.encode_host_priority_list(out)
+
+
+# -- preempt -----------------------------------------------------------------------------
+
+
+def _guarantees(state: ClusterState, config: FairShareConfig) -> dict[str, dict[int, float]]:
+    return {
+        t.name: filtering.kernel_amounts(state, t.guaranteed_amounts())
+        for t in config.tenants
+        if t.guaranteed
+    }
+
+
+def _victims(
+    uids: Sequence[str],
+    full: Mapping[str, Mapping[str, Any]],
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels,
+) -> list[preemption.Victim]:
+    out = []
+    for uid in uids:
+        bound = state.pods.get(uid)
+        if bound is not None:
+            out.append(preemption.Victim(uid, bound.tenant, bound.row))
+            continue
+        pod = full.get(uid)
+        try:
+            if pod is None:
+                raise resources.DemandError("unknown pod")
+            req = request_for(pod, state=state, config=config, namespace_labels=namespace_labels)
+            out.append(preemption.Victim(uid, req.tenant, req.row))
+        except resources.DemandError:
+            out.append(preemption.Victim(uid, None, ()))
+    return out
+
+
+def preempt_verb(
+    args: wire.ExtenderPreemptionArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None = None,
+) -> dict[str, Any]:
+    """``ExtenderPreemptionResult`` as JSON: the proposed victims minus those whose
+    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped.
+    """
+    labels = namespace_labels or {}
+    try:
+        pre = request_for(args.pod, state=state, config=config, namespace_labels=labels)
+        pre_tenant, pre_row = pre.tenant, pre.row
+    except resources.DemandError:
+        pre_tenant, pre_row = None, ()
+    full = {
+        str((p.get("metadata") or {}).get("uid", "")): p
+        for v in (args.node_name_to_victims or {}).values()
+        for p in v.pods
+    }
+    guaranteed = _guarantees(state, config)
+    usage = {t: state.usage_of(t) for t in guaranteed}
+    result: dict[str, wire.MetaVictims] = {}
+    for node, meta in sorted(args.meta_victims().items()):
+        victims = _victims(meta.pod_uids, full, state=state, config=config, namespace_labels=labels)
+        kept = preemption.protect_guaranteed(
+            victims,
+            usage=usage,
+            guaranteed=guaranteed,
+            preemptor_tenant=pre_tenant,
+            preemptor_row=pre_row,
+        )
+        if kept:
+            result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
+    return wire.ExtenderPreemptionResult(result).encode()
+
+
+# -- bind --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BindPlan:
+    """What binding a pod means: devices, annotations, the Binding body; or an error."""
+
+    uid: str
+    name: str
+    namespace: str
+    node: str
+    tenant: str | None = None
+    row: tuple[float, ...] = ()
+    devices: tuple[tuple[int, float], ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    binding: Mapping[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def result(self) -> dict[str, Any]:
+        """``ExtenderBindingResult`` as JSON (``Error`` empty when the plan is good)."""
+        return wire.ExtenderBindingResult(self.error).encode()
+
+
+def binding_body(
+    *, name: str, namespace: str, uid: str, node: str, annotations: Mapping[str, str]
+) -> dict[str, Any]:
+    """The ``v1/Binding`` to POST to ``/api/v1/namespaces/{ns}/pods/{name}/binding``.
+
+    ``metadata.annotations`` are copied onto the pod in the same write as ``nodeName``;
+    ``metadata.uid`` (when known) makes the API server refuse a recreated pod of the
+    same name.
+    """
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid
+    meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def _find(args: wire.ExtenderBindingArgs, pending: Sequence[PodRequest]) -> PodRequest | None:
+    for p in pending:
+        if args.pod_uid and p.uid == args.pod_uid:
+            return p
+    for p in pending:
+        if (p.namespace, p.name) == (args.pod_namespace, args.pod_name):
+            return p
+    return None
+
+
+def _fail(args: wire.ExtenderBindingArgs, error: str) -> BindPlan:
+    return BindPlan(args.pod_uid, args.pod_name, args.pod_namespace, args.node, error=error)
+
+
+def bind_plan(
+    args: wire.ExtenderBindingArgs,
+    *,
+    state: ClusterState,
+    pending: Sequence[PodRequest],
+    mix: WorkloadMix | None = None,
+) -> BindPlan:
+    """Choose the devices for the pod on ``args.node`` and build the Binding body.
+
+    The pod is looked up in ``pending`` (by UID, else namespace/name). Refused, with the
+    reason in ``error``: an unknown pod or node, or a node that cannot take the pod now
+    (a device would be oversubscribed). A fractional pod takes the fragmentation term's
+    device when ``mix`` is given, else the fullest device that still holds it.
+    """
+    req = _find(args, pending)
+    if req is None:
+        return _fail(args, f"pod {args.pod_namespace}/{args.pod_name} is not pending here")
+    i = state.node_index.get(args.node)
+    if i is None:
+        return _fail(args, f"node {args.node} is not known to fairshare")
+    if req.uid in state.pods:
+        return _fail(args, f"pod {req.namespace}/{req.name} is already bound")
+    fr = filter_nodes(state, req, rows=[i], explain=True)
+    if not fr.fits:
+        why = fr.failed[0].reason if fr.failed else "does not fit"
+        return _fail(args, f"node {args.node} cannot take pod {req.namespace}/{req.name}: {why}")
+    milli = fr.gpu_milli.get(i, 0.0)
+    hint = _fragmentation_hint(state, req, i, mix)
+    devices = choose_devices(state, req, i, milli=milli, hint=hint)
+    if req.demand.wants_gpu and len(devices) < req.gpu_count:
+        return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
+    row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
+    annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
+    body = binding_body(
+        name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
+    )
+    return BindPlan(
+        req.uid, req.name, req.namespace, args.node, req.tenant, row, devices, annotations, body
+    )
+
+
+def _fragmentation_hint(
+    state: ClusterState, req: PodRequest, i: int, mix: WorkloadMix | None
+) -> int:
+    if mix is None or not req.demand.gpu.is_fractional:
+        return -1
+    mask = array("b", bytes(state.n_nodes))
+    mask[i] = 1
+    _, device = fgd_raw(state, req, mask, score_context(state, mix))
+    return int(device[i]) if device is not None else -1
+
+
+def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
+    """Account a bound pod once its Binding was accepted.
+
+    The pod watch may report the bound pod (with its annotation) before this runs: a
+    pod already accounted on the plan's node is returned as it is. Raises ``StateError``
+    if it is accounted elsewhere, or if the devices no longer have room.
+    """
+    if plan.error:
+        raise ValueError(f"cannot commit a refused bind: {plan.error}")
+    held = state.pods.get(plan.uid)
+    if held is not None and held.node == plan.node:
+        return held
+    return state.bind(
+        uid=plan.uid,
+        node=plan.node,
+        row=plan.row,
+        devices=plan.devices,
+        tenant=plan.tenant,
+        name=plan.name,
+    )

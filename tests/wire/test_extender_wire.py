@@ -1,0 +1,216 @@
+"""Golden wire tests for the kube-scheduler extender (extender/v1, PascalCase, no json tags).
+
+``tests/wire/extender/`` holds, for every verb, the request as kube-scheduler sends it
+(``*_request.json``: ``Pod`` without kind/apiVersion, the unused one of ``Nodes`` /
+``NodeNames`` as ``null``, ``NodeList`` as ``{"metadata": {}, "items": [...]}``) and the
+answer we must give (``*_response.json``), over the cluster in ``state.json`` (a v1
+``List`` loaded with ``fairshare.state.objects.load_state_file``) and ``CONFIG`` below.
+
+The cluster: gpu-1 (4 A100), gpu-2 (4 A100, ``GpuUnhealthy=True``), gpu-3 (8 H100), cpu-1
+(no GPU): 16 GPUs. research (guaranteed 6 GPUs) holds 9.5 of them, prod (weight 2,
+guaranteed 2) holds 1 and waits for 1 + 4 + 4 more. Fair allocation (progressive
+filling, weighted shares equal, p = 2r with p + r = 16 → p = 10.67, capped at prod's
+demand 10): research 6/16 = 0.375. So research-nb-1 (0.5 GPU) is gated: 10/16 = 0.625 >
+0.375, and prod has a pod that fits now.
+
+Requests are written by hand (review them like code). Responses are regenerated with::
+
+    .venv/bin/python -m tests.wire.test_extender_wire --regenerate
+
+and their diffs reviewed like code (multidict's ``gen_pickles.py`` habit).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairshare.config.loading import config_from_mapping
+from fairshare.state import objects
+from scheduler_plugin import verbs, wire
+
+GOLDEN = Path(__file__).parent / "extender"
+
+CONFIG = config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [
+            {
+                "name": "prod",
+                "namespaces": ["prod"],
+                "weight": 2,
+                "guaranteed": {"nvidia.com/gpu": "2"},
+            },
+            {"name": "research", "guaranteed": {"nvidia.com/gpu": "6"}},
+        ],
+    }
+)
+
+FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+def load(name: str) -> Any:
+    return json.loads((GOLDEN / name).read_text(encoding="utf-8"))
+
+
+def answer(verb: str, body: bytes | dict[str, Any]) -> Any:
+    """Run one verb as the HTTP adapter will: decode, call the pure function, encode."""
+    loaded = objects.load_state_file(GOLDEN / "state.json", CONFIG)
+    common = {"state": loaded.state, "config": CONFIG, "namespace_labels": loaded.namespace_labels}
+    if verb == "filter":
+        return verbs.filter_verb(wire.decode_extender_args(body), pending=loaded.pending, **common)
+    if verb == "prioritize":
+        return verbs.prioritize_verb(wire.decode_extender_args(body), **common)
+    if verb == "preempt":
+        return verbs.preempt_verb(wire.decode_preemption_args(body), **common)
+    if verb == "bind":
+        args = wire.decode_binding_args(body)
+        plan = verbs.bind_plan(args, state=loaded.state, pending=loaded.pending)
+        return {"result": plan.result(), "binding": plan.binding}
+    raise ValueError(verb)
+
+
+# (request file, verb, response files)
+CASES = [
+    ("filter_nodenames_request.json", "filter", "filter_nodenames_response.json"),
+    ("filter_nodes_request.json", "filter", "filter_nodes_response.json"),
+    ("filter_gated_request.json", "filter", "filter_gated_response.json"),
+    ("prioritize_request.json", "prioritize", "prioritize_response.json"),
+    ("preempt_request.json", "preempt", "preempt_response.json"),
+    ("bind_request.json", "bind", "bind_response.json"),
+]
+IDS = ["filter-nodenames", "filter-nodes", "filter-gated", "prioritize", "preempt", "bind"]
+
+
+def _expected(verb: str, response: str) -> Any:
+    if verb == "bind":
+        return {"result": load(response), "binding": load("bind_binding.json")}
+    return load(response)
+
+
+@pytest.mark.parametrize(("request_file", "verb", "response"), CASES, ids=IDS)
+def test_golden_answer(request_file, verb, response):
+    raw = (GOLDEN / request_file).read_bytes()
+    assert answer(verb, raw) == _expected(verb, response)
+
+
+def _lower_envelope(body: dict[str, Any]) -> dict[str, Any]:
+    """Lower-case the extender's own keys (not those of the Pod/Node API objects inside)."""
+    out = {k.lower(): v for k, v in body.items()}
+    meta = out.get("nodenametometavictims")
+    if meta:
+        out["nodenametometavictims"] = {
+            node: {
+                "pods": [{k.lower(): v for k, v in p.items()} for p in victims["Pods"]],
+                "numpdbviolations": victims["NumPDBViolations"],
+            }
+            for node, victims in meta.items()
+        }
+    return out
+
+
+@pytest.mark.parametrize(("request_file", "verb", "response"), CASES, ids=IDS)
+def test_lower_case_requests_are_accepted(request_file, verb, response):
+    # Go's encoding/json matches keys case-insensitively (k/k TestCompatibility lowers
+    # the whole document); our decoder must accept what kube-scheduler would.
+    lowered = _lower_envelope(load(request_file))
+    assert answer(verb, lowered) == _expected(verb, response)
+
+
+def test_requests_have_kube_scheduler_s_exact_keys():
+    for name, keys in [
+        ("filter_nodenames_request.json", ["Pod", "Nodes", "NodeNames"]),
+        ("filter_nodes_request.json", ["Pod", "Nodes", "NodeNames"]),
+        ("preempt_request.json", ["Pod", "NodeNameToVictims", "NodeNameToMetaVictims"]),
+        ("bind_request.json", ["PodName", "PodNamespace", "PodUID", "Node"]),
+    ]:
+        assert list(load(name)) == keys, name
+    assert load("filter_nodenames_request.json")["Nodes"] is None
+    assert load("filter_nodes_request.json")["NodeNames"] is None
+    assert set(load("filter_nodes_request.json")["Nodes"]) == {"metadata", "items"}
+    assert "kind" not in load("filter_nodes_request.json")["Pod"]
+
+
+@pytest.mark.parametrize(
+    "response",
+    ["filter_nodenames_response.json", "filter_nodes_response.json", "filter_gated_response.json"],
+    ids=["nodenames", "nodes", "gated"],
+)
+def test_filter_responses_are_pascal_case_with_every_field(response):
+    assert list(load(response)) == FILTER_KEYS
+
+
+def test_both_filter_forms_agree():
+    by_names = load("filter_nodenames_response.json")
+    by_nodes = load("filter_nodes_response.json")
+    assert by_names["Nodes"] is None and by_nodes["NodeNames"] is None
+    assert by_names["NodeNames"] == [n["metadata"]["name"] for n in by_nodes["Nodes"]["items"]]
+    assert by_nodes["Nodes"]["metadata"] == {}
+    for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+        assert by_names[key] == by_nodes[key]
+    # The unhealthy node is unresolvable for a GPU pod.
+    assert by_names["FailedAndUnresolvableNodes"]["gpu-2"].startswith("GPU unhealthy: ")
+
+
+def test_gated_response_carries_the_gate_reason():
+    gated = load("filter_gated_response.json")
+    assert gated["NodeNames"] == []
+    assert gated["FailedNodes"]["gpu-1"] == (
+        "tenant research above its fair share (0.62 > 0.38) while prod waits"
+    )
+
+
+def test_prioritize_response_is_a_bare_array_of_int_scores():
+    body = load("prioritize_response.json")
+    assert isinstance(body, list)
+    for item in body:
+        assert list(item) == ["Host", "Score"]
+        assert type(item["Score"]) is int
+        assert wire.MIN_EXTENDER_PRIORITY <= item["Score"] <= wire.MAX_EXTENDER_PRIORITY
+    # Integers are written without a decimal point (Go's int64 decoder refuses 7.0).
+    text = (GOLDEN / "prioritize_response.json").read_text()
+    assert "." not in text.replace("gpu-", "").replace("cpu-", "")
+
+
+def test_preempt_response_is_by_uid_and_drops_emptied_nodes():
+    body = load("preempt_response.json")
+    assert list(body) == ["NodeNameToMetaVictims"]
+    for victims in body["NodeNameToMetaVictims"].values():
+        assert list(victims) == ["Pods", "NumPDBViolations"]
+        assert all(list(p) == ["UID"] for p in victims["Pods"])
+    # research holds 9.5 GPUs with 6 guaranteed: research-train-0 (4 GPUs) would leave
+    # 5.5, so gpu-3 loses its only victim and is dropped.
+    assert set(body["NodeNameToMetaVictims"]) == {"gpu-1"}
+
+
+def test_bind_response_and_binding_body():
+    assert load("bind_response.json") == {"Error": ""}
+    binding = load("bind_binding.json")
+    assert list(binding) == ["apiVersion", "kind", "metadata", "target"]
+    assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}
+    # research-nb-0 holds half of device 2: best fit puts the other half there.
+    assert binding["metadata"]["annotations"] == {"fairshare.io/gpu-devices": "2:500"}
+
+
+def regenerate() -> None:
+    """Rewrite every ``*_response.json`` (and the Binding body) from the current code."""
+    for request_file, verb, response in CASES:
+        got = answer(verb, (GOLDEN / request_file).read_bytes())
+        outputs = {response: got}
+        if verb == "bind":
+            outputs = {response: got["result"], "bind_binding.json": got["binding"]}
+        for name, value in outputs.items():
+            text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+            (GOLDEN / name).write_text(text, encoding="utf-8")
+            print(f"wrote {GOLDEN / name}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regenerate"]:
+        sys.exit("usage: python -m tests.wire.test_extender_wire --regenerate")
+    regenerate()
