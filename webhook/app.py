@@ -1,0 +1,185 @@
+"""The admission webhook's aiohttp application: the only place that speaks HTTP.
+
+An adapter. Each handler has three steps: decode (``wire.decode_review``), decide (the
+pure ``review``/``admit``), encode (``wire.encode_response``). Two error channels, kept
+apart:
+
+* a body that is not an AdmissionReview gets **HTTP 400** with a short reason (the
+  apiserver then applies the webhook's ``failurePolicy``);
+* a policy denial is HTTP 200 with ``allowed: false`` and ``status.code``/``message``.
+
+An unexpected exception inside a policy is logged with the request uid, counted in
+``fairshare_unexpected_errors_total{component="webhook"}``, and answered as a
+**denial** (code 500, "internal error, see webhook logs"): a bug must not let pods past
+a quota silently, and the denial is visible to the user. The manifests pair this with
+``failurePolicy: Fail`` on the validating webhook.
+
+App state lives under ``AppKey``s set in ``make_app``; nothing is global, so tests get
+a fresh app (and fresh metrics) each time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from fairshare import metrics as metrics_mod
+from fairshare.config.schema import FairShareConfig
+from fairshare.errors import WireFormatError
+from fairshare.state.usage import UsageTracker
+from webhook import review, wire
+from webhook.policies.config_guard import ConfigMapRef
+from webhook.reservations import ReservationLedger, pod_key
+
+log = logging.getLogger("fairshare.webhook")
+
+MAX_BODY = 3 * 1024 * 1024
+"""kube-apiserver caps request bodies at 3 MiB; an AdmissionReview is at most that."""
+
+CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
+
+
+@dataclass
+class WebhookDeps:
+    """Everything the handlers need, built by the caller (CLI or test)."""
+
+    config: Callable[[], FairShareConfig]
+    tracker: UsageTracker
+    ledger: ReservationLedger
+    registry: CollectorRegistry
+    metrics: metrics_mod.Metrics
+    ready: Callable[[], bool]
+    config_map: ConfigMapRef | None = None
+    clock: Callable[[], float] = time.monotonic
+    background: list[CleanupCtx] = field(default_factory=list)
+
+
+DEPS = web.AppKey("deps", WebhookDeps)
+
+
+def build_deps(
+    *,
+    config: Callable[[], FairShareConfig],
+    ready: Callable[[], bool],
+    config_map: ConfigMapRef | None = None,
+    reservation_ttl: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> WebhookDeps:
+    """Deps with a fresh tracker, ledger and metrics registry; the tracker releases a
+    reservation as soon as its pod is seen in the watched usage."""
+    registry = CollectorRegistry()
+    metrics = metrics_mod.Metrics(registry)
+    tracker = UsageTracker(config)
+    ledger = ReservationLedger(ttl=reservation_ttl)
+
+    def release(name: str, _event: str) -> None:
+        ns, _, pod = name.partition("/")
+        ledger.release(pod_key(ns, pod))
+
+    tracker.listeners.append(release)
+    return WebhookDeps(
+        config=config,
+        tracker=tracker,
+        ledger=ledger,
+        registry=registry,
+        metrics=metrics,
+        ready=ready,
+        config_map=config_map,
+        clock=clock,
+    )
+
+
+def _outcome(resp: wire.AdmissionResponse) -> tuple[str, str]:
+    if resp.allowed:
+        return ("patched" if resp.patch else "allowed"), ""
+    return "denied", str(resp.status.code if resp.status else "")
+
+
+async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
+    deps = request.app[DEPS]
+    start = time.perf_counter()
+    body = await request.read()
+    try:
+        req = wire.decode_review(body)
+    except WireFormatError as exc:
+        deps.metrics.observe_admission("?", "malformed", "400", time.perf_counter() - start)
+        return web.Response(status=400, text=f"malformed AdmissionReview: {exc}\n")
+    try:
+        if phase == "validate":
+            resp = review.admit(
+                req,
+                view=deps.tracker,
+                config=deps.config(),
+                ledger=deps.ledger,
+                now=deps.clock(),
+                config_map=deps.config_map,
+            )
+        else:
+            resp = review.review(
+                req,
+                view=deps.tracker,
+                config=deps.config(),
+                phase=phase,
+                config_map=deps.config_map,
+            )
+    except Exception:
+        log.exception(
+            "unexpected error reviewing uid=%s (%s %s/%s)",
+            req.uid,
+            req.operation,
+            req.namespace,
+            req.name,
+        )
+        deps.metrics.count_unexpected_error("webhook")
+        resp = wire.deny(500, "fairshare: internal error, see the webhook logs")
+    decision, reason = _outcome(resp)
+    deps.metrics.observe_admission(req.operation, decision, reason, time.perf_counter() - start)
+    return web.json_response(wire.encode_response(req.uid, resp))
+
+
+async def mutate(request: web.Request) -> web.Response:
+    """POST /mutate: tenant label, canonical GPU annotations, scheduler name."""
+    return await _handle(request, "mutate")
+
+
+async def validate(request: web.Request) -> web.Response:
+    """POST /validate: quotas across the tenant's namespaces, GPU sharing, config edits."""
+    return await _handle(request, "validate")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready once the cluster state has synced (every watched kind listed once)."""
+    if request.app[DEPS].ready():
+        return web.Response(text="ok\n")
+    return web.Response(status=503, text="cluster state not synced yet\n")
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    body, content_type = metrics_mod.render(
+        request.app[DEPS].registry, request.headers.get("Accept")
+    )
+    resp = web.Response(body=body)
+    resp.headers["Content-Type"] = content_type
+    return resp
+
+
+def make_app(deps: WebhookDeps) -> web.Application:
+    """The webhook application over ``deps`` (background tasks via ``cleanup_ctx``)."""
+    app = web.Application(client_max_size=MAX_BODY)
+    app[DEPS] = deps
+    app.router.add_post("/mutate", mutate)
+    app.router.add_post("/validate", validate)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    app.cleanup_ctx.extend(deps.background)
+    return app
