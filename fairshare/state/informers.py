@@ -1,0 +1,400 @@
+"""List + watch of one kind (``Reflector``), and the kubernetes_asyncio calls that feed it.
+
+An adapter: the only module of ``fairshare.state`` that imports kubernetes_asyncio (with
+``fairshare.config.reloading``, as the import-linter contracts allow). Must not import
+aiohttp directly, nor prometheus_client; counters are plain attributes a caller may export.
+
+How a ``Reflector`` runs (after client-go's reflector):
+
+1. **list**, remember ``metadata.resourceVersion``, hand the whole list to
+   ``sink.on_resync`` (the consumer replaces that kind) and mark the kind synced;
+2. **watch** from that resourceVersion with ``allowWatchBookmarks=true`` and
+   ``timeoutSeconds``; ADDED / MODIFIED / DELETED go to ``sink.on_event``; every event,
+   BOOKMARKs included, advances the resourceVersion;
+3. when the server closes the stream (the normal end of ``timeoutSeconds``), watch again
+   from the latest resourceVersion, without a list;
+4. **410 Gone** (an ERROR event with ``code: 410`` or an HTTP 410, raised as ``GoneError``
+   or any exception with ``status == 410``, e.g. ``ApiException``): the resourceVersion
+   has been compacted away, so list again: a fresh resync, never duplicates or gaps.
+   A second 410 in a row, with no event between, waits a backoff step first;
+5. any other error (connection refused, 5xx, a non-410 ERROR event, a stream that ends
+   at once without an event): wait ``min(maximum, initial * factor**n)`` stretched by a
+   random jitter and capped, then retry the same step (a failed watch re-watches from the
+   last resourceVersion). Any success resets ``n``.
+
+Design choices: the list and watch calls are injected functions (``ListFn``,
+``WatchFn``) returning plain API JSON, so unit tests drive a ``Reflector`` with a fake
+stream and a fake ``sleep``. ``api_calls`` builds the real ones with
+``_preload_content=False`` and decodes the JSON itself, so objects stay camelCase dicts
+exactly as the API sent them (no client models, no ``sanitize_for_serialization`` round
+trip), and the watch body is split on newlines by us (aiohttp's ``readline`` refuses
+lines over 128 KiB, and a pod with large managedFields can exceed that). A sink that
+raises is logged and skipped: one bad object must not stall the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from kubernetes_asyncio import client as _k8s_client
+from kubernetes_asyncio import config as _k8s_config
+
+from fairshare.errors import FairshareError
+from fairshare.state.sources import (
+    CONFIGMAP,
+    DEFAULT_BACKOFF,
+    EVENT_TYPES,
+    BackoffPolicy,
+    Sink,
+)
+
+__all__ = [
+    "Backoff",
+    "GoneError",
+    "ListFn",
+    "Reflector",
+    "WatchError",
+    "WatchFn",
+    "api_calls",
+    "is_gone",
+    "make_api_client",
+]
+
+log = logging.getLogger(__name__)
+
+# kubernetes_asyncio ships py.typed but is only partly annotated (``load_incluster_config``
+# is not): its objects stay ``Any`` here rather than scattering ignores.
+client: Any = _k8s_client
+config: Any = _k8s_config
+
+ListFn = Callable[[], Awaitable[Mapping[str, Any]]]
+"""``await list_fn()`` -> ``{"metadata": {"resourceVersion": ...}, "items": [...]}``."""
+WatchFn = Callable[[str, int], AsyncIterator[Mapping[str, Any]]]
+"""``watch_fn(resource_version, timeout_seconds)`` -> watch events ``{"type", "object"}``."""
+
+MIN_WATCH_SECONDS: Final = 1.0
+"""A watch that ends sooner than this without any event counts as a failure (backs off),
+so a proxy that closes streams at once cannot make the reflector spin."""
+_PAGE_SIZE: Final = 500
+_LIST_TIMEOUT_SECONDS: Final = 60.0
+_CONNECT_TIMEOUT_SECONDS: Final = 10.0
+_READ_SLACK_SECONDS: Final = 30  # the server ends the watch at timeoutSeconds; allow for it
+
+
+class WatchError(FairshareError):
+    """A list or watch failed; ``status`` is the HTTP / Status code when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GoneError(WatchError):
+    """410 Gone: the resourceVersion is too old to watch from; relist."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=410)
+
+
+def is_gone(exc: BaseException) -> bool:
+    """True for ``GoneError`` and for any exception carrying ``status == 410``."""
+    return isinstance(exc, GoneError) or getattr(exc, "status", None) == 410
+
+
+class Backoff:
+    """Consecutive-failure counter turning a ``BackoffPolicy`` into delays (see there)."""
+
+    def __init__(self, policy: BackoffPolicy, rng: random.Random) -> None:
+        self.policy = policy
+        self.failures = 0
+        self._rng = rng
+
+    def next_delay(self) -> float:
+        """The delay before the next retry, in seconds; counts one more failure."""
+        p = self.policy
+        base = min(p.maximum, p.initial * p.factor ** min(self.failures, 64))
+        self.failures += 1
+        return min(p.maximum, base * (1.0 + p.jitter * self._rng.random()))
+
+    def reset(self) -> None:
+        """Forget past failures (after a success)."""
+        self.failures = 0
+
+
+class Reflector:
+    """Keeps ``sink`` in step with one kind of object. ``run()`` loops until cancelled.
+
+    ``synced`` is set (and ``on_synced(kind)`` called) after the first successful list.
+    ``resource_version`` is the latest seen. ``lists`` and ``failures`` count lists and
+    failed attempts, for metrics.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        list_fn: ListFn,
+        watch_fn: WatchFn,
+        sink: Sink,
+        backoff: BackoffPolicy = DEFAULT_BACKOFF,
+        watch_timeout_seconds: int = 300,
+        on_synced: Callable[[str], None] | None = None,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        api_version: str = "v1",
+    ) -> None:
+        self.kind = kind
+        self.api_version = api_version
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.lists = 0
+        self.failures = 0
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self._list_fn = list_fn
+        self._watch_fn = watch_fn
+        self._sink = sink
+        self._backoff = Backoff(backoff, rng or random.Random())
+        self._on_synced = on_synced
+        self._now = now
+        self._sleep = sleep
+        self._gone_streak = 0
+
+    async def run(self) -> None:
+        """List, then watch forever; relist on 410, back off on other errors."""
+        need_list = True
+        while True:
+            step = "list"
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                step = "watch"
+                await self._watch()
+            except Exception as exc:
+                self.failures += 1
+                if is_gone(exc):
+                    need_list = True
+                    self._gone_streak += 1
+                    log.info("%s %s: %s (410 Gone); relisting", self.kind, step, exc)
+                    if self._gone_streak < 2:
+                        continue  # the normal case: relist at once
+                delay = self._backoff.next_delay()
+                log.warning("%s %s failed: %r; retrying in %.2fs", self.kind, step, exc, delay)
+                await self._sleep(delay)
+
+    async def _list(self) -> None:
+        data = await self._list_fn()
+        rv = (data.get("metadata") or {}).get("resourceVersion")
+        if not rv:
+            raise WatchError(f"{self.kind} list has no metadata.resourceVersion")
+        # Items of a typed list carry no kind/apiVersion; add them so every object a sink
+        # sees looks the same whether it came from a list, a watch or a file.
+        items = [
+            {"apiVersion": self.api_version, "kind": self.kind, **item}
+            for item in data.get("items") or []
+        ]
+        self._call_sink(self._sink.on_resync, self.kind, items)
+        self.resource_version = str(rv)
+        self.lists += 1
+        self._backoff.reset()
+        log.debug("%s listed: %d objects at resourceVersion %s", self.kind, len(items), rv)
+        if not self.synced.is_set():
+            self.synced.set()
+            if self._on_synced is not None:
+                self._on_synced(self.kind)
+
+    async def _watch(self) -> None:
+        started = self._now()
+        received = False
+        stream = self._watch_fn(self.resource_version, self.watch_timeout_seconds)
+        try:
+            async for event in stream:
+                self._handle(event)
+                received = True
+                self._gone_streak = 0
+                self._backoff.reset()
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if not received and self._now() - started < MIN_WATCH_SECONDS:
+            raise WatchError(f"{self.kind} watch closed at once without any event")
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        event_type = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            raise WatchError(f"{self.kind} watch event {event_type!r} without an object")
+        if event_type == "ERROR":
+            raise _status_error(obj, f"{self.kind} watch")
+        if event_type in EVENT_TYPES:
+            self._call_sink(self._sink.on_event, self.kind, str(event_type), obj)
+        elif event_type != "BOOKMARK":
+            log.warning("%s watch: ignoring event of type %r", self.kind, event_type)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = str(rv)
+
+    def _call_sink(self, method: Callable[..., None], *args: Any) -> None:
+        try:
+            method(*args)
+        except Exception:
+            log.exception("%s: the sink failed on %s; skipped", self.kind, method.__name__)
+
+
+def _status_error(status: Mapping[str, Any], what: str) -> WatchError:
+    """A ``metav1.Status`` (ERROR event or error body) as ``GoneError`` / ``WatchError``."""
+    code = status.get("code")
+    message = f"{what}: {status.get('reason') or 'error'}: {status.get('message') or status}"
+    if code == 410:
+        return GoneError(message)
+    return WatchError(message, status=code if isinstance(code, int) else None)
+
+
+# -- the real calls (kubernetes_asyncio) --------------------------------------------------
+
+
+async def make_api_client(kubeconfig: str | None) -> Any:
+    """A kubernetes_asyncio ``ApiClient``: from ``kubeconfig``, or the in-cluster service
+    account when it is ``None``. The caller closes it (``ApiSource.stop`` does)."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            await config.load_kube_config(
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (config.ConfigException, OSError) as exc:
+        where = kubeconfig or "in-cluster service account (pass --kubeconfig outside a pod)"
+        raise FairshareError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
+    return client.ApiClient(configuration=configuration)
+
+
+# kind -> (CoreV1Api method for all namespaces, method for one namespace)
+_LIST_METHODS: Final = {
+    "Node": ("list_node", None),
+    "Namespace": ("list_namespace", None),
+    "Pod": ("list_pod_for_all_namespaces", "list_namespaced_pod"),
+    "PersistentVolumeClaim": (
+        "list_persistent_volume_claim_for_all_namespaces",
+        "list_namespaced_persistent_volume_claim",
+    ),
+    CONFIGMAP: ("list_config_map_for_all_namespaces", "list_namespaced_config_map"),
+}
+
+
+def api_calls(
+    api_client: Any, kind: str, *, namespace: str | None = None, name: str | None = None
+) -> tuple[ListFn, WatchFn]:
+    """The list and watch functions of ``kind`` over a kubernetes_asyncio ``ApiClient``.
+
+    ``namespace`` restricts to one namespace, ``name`` to one object (a field selector),
+    as for the config ConfigMap. Lists are paged (500 per page); both return raw API JSON.
+    """
+    all_ns, one_ns = _LIST_METHODS[kind]
+    core = client.CoreV1Api(api_client)
+    scope: dict[str, Any] = {}
+    if namespace is not None:
+        if one_ns is None:
+            raise ValueError(f"{kind} is not namespaced")
+        method = getattr(core, one_ns)
+        scope["namespace"] = namespace
+    else:
+        method = getattr(core, all_ns)
+    if name is not None:
+        scope["field_selector"] = f"metadata.name={name}"
+
+    async def list_fn() -> Mapping[str, Any]:
+        items: list[Any] = []
+        page: dict[str, Any] = {}
+        while True:
+            response = await method(
+                **scope,
+                **page,
+                limit=_PAGE_SIZE,
+                _preload_content=False,
+                _request_timeout=_LIST_TIMEOUT_SECONDS,
+            )
+            body = await _read_json(response, f"{kind} list")
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            if not meta.get("continue"):
+                return {
+                    "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                    "items": items,
+                }
+            page = {"_continue": meta["continue"]}
+
+    async def watch_fn(
+        resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        response = await method(
+            **scope,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(_CONNECT_TIMEOUT_SECONDS, timeout_seconds + _READ_SLACK_SECONDS),
+        )
+        try:
+            if response.status != 200:
+                raise _http_error(response.status, await response.read(), f"{kind} watch")
+            async for event in _json_lines(response.content):
+                yield event
+        finally:
+            response.close()
+
+    return list_fn, watch_fn
+
+
+async def _read_json(response: Any, what: str) -> dict[str, Any]:
+    try:
+        body = await response.read()
+    finally:
+        response.release()
+    if response.status != 200:
+        raise _http_error(response.status, body, what)
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise WatchError(f"{what}: expected a JSON object")
+    return data
+
+
+def _http_error(status: int, body: bytes, what: str) -> WatchError:
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        return _status_error({"code": status, **decoded}, what)
+    text = body[:200].decode("utf-8", "replace")
+    return (
+        GoneError(f"{what}: {text}")
+        if status == 410
+        else WatchError(f"{what}: HTTP {status}: {text}", status)
+    )
+
+
+async def _json_lines(content: Any) -> AsyncIterator[dict[str, Any]]:
+    """Newline-delimited JSON objects from an aiohttp ``StreamReader``, any line length."""
+    buffer = bytearray()
+    async for chunk in content.iter_any():
+        buffer.extend(chunk)
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line = bytes(buffer[start:end]).strip()
+            start = end + 1
+            if line:
+                yield json.loads(line)
+        del buffer[:start]
+    if bytes(buffer).strip():
+        yield json.loads(bytes(buffer))

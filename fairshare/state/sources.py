@@ -1,0 +1,361 @@
+"""Cluster state sources: the one interface the webhook and the extender read the cluster through.
+
+A *source* pushes Kubernetes objects into a *sink*. Two sources sit behind the same shape
+(``start(sink)``, ``stop()``, ``ready``):
+
+* ``FileSource(path)``: a Kubernetes ``List`` file (YAML or JSON, the shape of
+  ``kubectl get nodes,pods,namespaces,pvc -A -o yaml``) for offline use and what-if runs.
+  One ``on_resync`` per kind, ready at once.
+* ``ApiSource(api_client_factory, ...)``: one ``informers.Reflector`` per kind (list, then
+  watch from the list's resourceVersion; relist on 410 Gone; capped, jittered backoff on
+  other errors). ``ready`` is set once every kind has been listed (``/readyz``).
+
+The sink contract (``Sink``) is deliberately tiny: ``on_resync(kind, objects)`` hands over
+the *complete* current list of a kind after a (re)list and the consumer replaces what it
+had for that kind; ``on_event(kind, type, obj)`` is one ADDED / MODIFIED / DELETED. Objects
+are plain dicts in API JSON form (camelCase, ``metadata.name``), never kubernetes client
+models, so consumers are the same pure functions whatever the source. A relist after 410
+is just another resync, which is why consumers never see duplicate or lost objects.
+
+``Store`` is a ready-made sink that keeps the latest object per kind and key; tests and
+simple consumers (namespace labels, the config ConfigMap) use it.
+
+Must not import aiohttp, and must not import kubernetes_asyncio at module level:
+``fairshare.state.informers`` (the adapter that does) is imported inside
+``ApiSource.start`` only, so ``--state FILE`` runs never load the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import yaml
+
+from fairshare.errors import FairshareError
+
+if TYPE_CHECKING:
+    from fairshare.state import informers
+
+__all__ = [
+    "ALL_KINDS",
+    "CONFIGMAP",
+    "DEFAULT_BACKOFF",
+    "DEFAULT_KINDS",
+    "EVENT_TYPES",
+    "ApiSource",
+    "BackoffPolicy",
+    "FileSource",
+    "Sink",
+    "Source",
+    "StateFileError",
+    "Store",
+    "object_key",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIGMAP: Final = "ConfigMap"
+ALL_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim", CONFIGMAP)
+"""Every kind a source may deliver (all core/v1)."""
+DEFAULT_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim")
+"""The cluster-state kinds; the config ConfigMap is asked for separately."""
+EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
+
+
+class Sink(Protocol):
+    """Receives objects from a source. Both methods are called from the event loop."""
+
+    def on_resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        """The complete current list of ``kind``: replace everything held for that kind."""
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """One change: ``event_type`` is ``ADDED``, ``MODIFIED`` or ``DELETED``."""
+
+
+class Source(Protocol):
+    """What both apps hold: start feeding a sink, stop, and a ready flag for ``/readyz``."""
+
+    ready: asyncio.Event
+
+    async def start(self, sink: Sink) -> None:
+        """Begin delivering to ``sink``; returns once the deliveries are under way."""
+
+    async def stop(self) -> None:
+        """Stop delivering and release every resource (tasks, HTTP sessions)."""
+
+
+class StateFileError(FairshareError):
+    """A ``--state`` file cannot be used: unreadable, not a ``List``, or a bad item."""
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else name
+
+
+class Store:
+    """A sink that keeps the latest object of each kind by ``object_key``.
+
+    ``on_resync`` replaces one kind wholesale (so a relist drops objects deleted while the
+    watch was down); ``on_event`` adds, replaces or removes one object. ``version``
+    counts every change, which lets tests and pollers wait for "something happened".
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {}
+        self.version = 0
+
+    def on_resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        """Replace everything held for ``kind`` with ``objects``."""
+        self.objects[kind] = {object_key(obj): obj for obj in objects}
+        self.version += 1
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """Apply one ADDED / MODIFIED / DELETED event."""
+        held = self.objects.setdefault(kind, {})
+        if event_type == "DELETED":
+            held.pop(object_key(obj), None)
+        else:
+            held[object_key(obj)] = obj
+        self.version += 1
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The object of ``kind`` with ``key`` (``ns/name`` or ``name``), if held."""
+        return self.objects.get(kind, {}).get(key)
+
+    def keys(self, kind: str) -> list[str]:
+        """Keys held for ``kind``, sorted (deterministic order, STYLE habit 8)."""
+        return sorted(self.objects.get(kind, {}))
+
+
+# -- the List file -----------------------------------------------------------------------
+
+
+def _read_document(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateFileError(f"{path}: cannot read state file: {exc}") from exc
+    try:
+        if text.lstrip().startswith("{"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise StateFileError(f"{path}: not valid JSON or YAML: {exc}") from exc
+
+
+def _list_items(path: Path, document: object) -> list[dict[str, Any]]:
+    """Items of a ``List`` / ``<Kind>List`` document, each with its ``kind`` filled in."""
+    if not isinstance(document, Mapping):
+        got = "an empty document" if document is None else type(document).__name__
+        raise StateFileError(f"{path}: expected a Kubernetes List object, got {got}")
+    list_kind = str(document.get("kind", ""))
+    if not list_kind.endswith("List"):
+        shown = repr(list_kind) if list_kind else "no kind"
+        raise StateFileError(
+            f"{path}: expected kind: List (as `kubectl get ... -o yaml` writes), got {shown}"
+        )
+    items = document.get("items")
+    if items is None:
+        items = []  # `kubectl get` on an empty cluster writes `items: []`; null means the same
+    if not isinstance(items, list):
+        raise StateFileError(f"{path}: items must be a list, got {type(items).__name__}")
+    # A typed list straight from the API (kind: NodeList) omits kind on its items.
+    implied = list_kind.removesuffix("List") or None
+    result: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise StateFileError(f"{path}: items[{i}] must be a mapping")
+        kind = item.get("kind") or implied
+        if not kind:
+            raise StateFileError(f"{path}: items[{i}] has no kind (needed in a generic List)")
+        result.append({**item, "kind": kind})
+    return result
+
+
+class FileSource:
+    """Cluster state from a Kubernetes ``List`` file; ready as soon as it has been read.
+
+    ``start`` reads the file and calls ``on_resync`` once for each of ``kinds`` (an empty
+    list for a kind the file lacks, so the consumer knows it is complete). Items of other
+    kinds (a ``kubectl get all`` dump has Services too) are skipped. Raises
+    ``StateFileError`` for an unreadable file, a document that is not a ``List``, or an
+    item without ``kind``.
+    """
+
+    def __init__(self, path: str | Path, *, kinds: Sequence[str] = ALL_KINDS) -> None:
+        self.path = Path(path)
+        self.kinds = tuple(kinds)
+        self.ready = asyncio.Event()
+
+    def load(self) -> dict[str, list[dict[str, Any]]]:
+        """Read and check the file: the items of each of ``kinds``, in file order."""
+        by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in self.kinds}
+        skipped: set[str] = set()
+        for item in _list_items(self.path, _read_document(self.path)):
+            if item["kind"] in by_kind:
+                by_kind[item["kind"]].append(item)
+            else:
+                skipped.add(str(item["kind"]))
+        if skipped:
+            log.info("%s: ignoring items of kinds %s", self.path, ", ".join(sorted(skipped)))
+        return by_kind
+
+    async def start(self, sink: Sink) -> None:
+        """Deliver the file's contents to ``sink`` (one resync per kind) and set ``ready``."""
+        for kind, objects in self.load().items():
+            sink.on_resync(kind, objects)
+        self.ready.set()
+
+    async def stop(self) -> None:
+        """Nothing runs in the background; present so both sources stop the same way."""
+
+
+# -- the API -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """Delays after a failed list or watch: ``min(maximum, initial * factor**n)`` for the
+    n-th consecutive failure, stretched by up to ``jitter`` (a fraction, random) and then
+    capped at ``maximum`` seconds. A success resets n to 0. Defaults follow client-go's
+    reflector (0.8 s doubling to 30 s)."""
+
+    initial: float = 0.8
+    maximum: float = 30.0
+    factor: float = 2.0
+    jitter: float = 0.5
+
+
+DEFAULT_BACKOFF: Final = BackoffPolicy()
+
+ApiCallsFactory = Callable[..., "tuple[informers.ListFn, informers.WatchFn]"]
+
+
+class ApiSource:
+    """Cluster state from the API server: list + watch per kind, through ``Reflector``s.
+
+    ``api_client_factory`` is awaited once in ``start`` and must return a
+    kubernetes_asyncio ``ApiClient`` (``informers.make_api_client``); ``stop`` closes it.
+    ``configmap=(namespace, name)`` also watches that one ConfigMap (kind ``ConfigMap``).
+    ``ready`` is set after the first successful list of every kind. ``now``, ``sleep``
+    and ``rng`` are injectable so backoff is testable without waiting; ``api_calls``
+    replaces the kubernetes_asyncio list/watch calls in tests.
+    """
+
+    def __init__(
+        self,
+        api_client_factory: Callable[[], Awaitable[Any]],
+        *,
+        kinds: Sequence[str] = DEFAULT_KINDS,
+        configmap: tuple[str, str] | None = None,
+        backoff: BackoffPolicy = DEFAULT_BACKOFF,
+        watch_timeout_seconds: int = 300,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        api_calls: ApiCallsFactory | None = None,
+    ) -> None:
+        unknown = sorted(set(kinds) - set(ALL_KINDS))
+        if unknown:
+            raise ValueError(f"unknown kinds {unknown}; known: {', '.join(ALL_KINDS)}")
+        if CONFIGMAP in kinds:
+            raise ValueError("watch the config ConfigMap with configmap=(namespace, name)")
+        self.kinds = tuple(kinds)
+        self.configmap = configmap
+        self.backoff = backoff
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.ready = asyncio.Event()
+        self._factory = api_client_factory
+        self._now = now
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._api_calls = api_calls
+        self._client: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pending: set[str] = set()
+        self._started = False
+        self.reflectors: list[informers.Reflector] = []
+
+    async def start(self, sink: Sink) -> None:
+        """Create the API client and one running reflector per kind (plus the ConfigMap)."""
+        from fairshare.state import informers  # keeps kubernetes_asyncio out of FileSource runs
+
+        if self._started:
+            raise RuntimeError("ApiSource already started")
+        self._started = True
+        api_calls = self._api_calls or informers.api_calls
+        self._client = await self._factory()
+        plan: list[tuple[str, dict[str, str]]] = [(kind, {}) for kind in self.kinds]
+        if self.configmap is not None:
+            namespace, name = self.configmap
+            plan.append((CONFIGMAP, {"namespace": namespace, "name": name}))
+        self._pending = {kind for kind, _ in plan}
+        if not plan:
+            self.ready.set()  # nothing to wait for
+        try:
+            self._start_reflectors(plan, sink, api_calls, informers.Reflector)
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _start_reflectors(
+        self,
+        plan: list[tuple[str, dict[str, str]]],
+        sink: Sink,
+        api_calls: ApiCallsFactory,
+        reflector_class: type[informers.Reflector],
+    ) -> None:
+        for kind, scope in plan:
+            list_fn, watch_fn = api_calls(self._client, kind, **scope)
+            reflector = reflector_class(
+                kind,
+                list_fn=list_fn,
+                watch_fn=watch_fn,
+                sink=sink,
+                backoff=self.backoff,
+                watch_timeout_seconds=self.watch_timeout_seconds,
+                on_synced=self._synced,
+                now=self._now,
+                sleep=self._sleep,
+                rng=self._rng,
+            )
+            self.reflectors.append(reflector)
+            self._tasks.append(asyncio.create_task(reflector.run(), name=f"reflector-{kind}"))
+
+    def _synced(self, kind: str) -> None:
+        self._pending.discard(kind)
+        if not self._pending and not self.ready.is_set():
+            log.info("cluster state synced: %s", ", ".join(r.kind for r in self.reflectors))
+            self.ready.set()
+
+    async def stop(self) -> None:
+        """Cancel every reflector, wait for them to finish, and close the API client."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task, result in zip(
+            tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True
+        ):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("%s ended with %r", task.get_name(), result)
+        api_client, self._client = self._client, None
+        if api_client is not None:
+            await api_client.close()
+
+    async def __aenter__(self) -> ApiSource:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
