@@ -201,6 +201,66 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", dest="config_file", help="FairShareConfig YAML file (polled)")
+    src.add_argument("--configmap", help="NAMESPACE/NAME of the config ConfigMap (watched)")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    state.add_argument(
+        "--state", dest="state_file", help="a Kubernetes List file instead of the API"
+    )
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--tls-cert", help="serving certificate (re-read when it changes)")
+    p.add_argument("--tls-key", help="serving key")
+    p.add_argument("--log-level", default="INFO")
+
+
+def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: Any) -> int:
+    import asyncio
+    import logging
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("error: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(
+            serve(
+                config_file=args.config_file,
+                configmap=args.configmap,
+                kubeconfig=args.kubeconfig,
+                state_file=args.state_file,
+                host=args.host,
+                port=args.port,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                **extra,
+            )
+        )
+    except ConfigError as exc:
+        _print_config_error("config", exc, sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from webhook.app import serve
+
+    return _run_server(args, serve, reservation_ttl=args.reservation_ttl)
+
+
+def cmd_extender(args: argparse.Namespace) -> int:
+    from scheduler_plugin.app import serve
+
+    return _run_server(args, serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairshare",
@@ -246,6 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certs.add_argument("--kubeconfig", default=None, help="default: in-cluster config")
     certs.set_defaults(func=cmd_certs)
+
+    wh = sub.add_parser("webhook", help="run the admission webhook (HTTPS)")
+    _serve_args(wh, port=8443)
+    wh.add_argument(
+        "--reservation-ttl",
+        type=float,
+        default=30.0,
+        help="seconds an admitted pod counts before its watch event arrives",
+    )
+    wh.set_defaults(func=cmd_webhook)
+    ext = sub.add_parser("extender", help="run the kube-scheduler extender")
+    _serve_args(ext, port=8888)
+    ext.set_defaults(func=cmd_extender)
     return p
 
 

@@ -489,6 +489,23 @@ def score_context(state: ClusterState, mix: WorkloadMix | None) -> ScoreContext:
     return ScoreContext(mix, tuple(norm))
 
 
+def cluster_fragmentation(state: ClusterState, mix: WorkloadMix | None) -> float:
+    """FGD fragmentation amount of the whole cluster in milli-GPU (0 without a mix).
+
+    ``Σ_n F_n(M)`` (Weng et al., ATC'23): the free GPU the workload mix ``M`` cannot use.
+    """
+    if mix is None or mix.size == 0 or state.n_nodes == 0:
+        return 0.0
+    r = state.n_res
+    cpu_free = array("d", state.free[state.index.column(CPU) :: r])
+    out = array("d", bytes(8 * state.n_nodes))
+    total = scoring.fgd_node_frag(
+        state.dev_free, state.max_dev, cpu_free, state.node_model, state.n_nodes,
+        mix.cpu, mix.gpu_milli, mix.gpu_count, mix.models, mix.popularity, mix.size, out,
+    )  # fmt: skip
+    return float(total)
+
+
 # -- devices ----------------------------------------------------------------------
 
 

@@ -183,3 +183,80 @@ def make_app(deps: WebhookDeps) -> web.Application:
     app.router.add_get("/metrics", metrics_handler)
     app.cleanup_ctx.extend(deps.background)
     return app
+
+
+def publish_tenant_metrics(deps: WebhookDeps) -> None:
+    """Per-tenant usage, limit and reservations as gauges (called periodically)."""
+    config = deps.config()
+    names = [t.name for t in config.all_tenants()]
+    for tenant in config.all_tenants():
+        limit = tenant.limit_amounts() or {}
+        deps.metrics.set_tenant_figures(
+            tenant.name,
+            usage={k: float(v) for k, v in deps.tracker.tenant_usage(tenant.name).items()},
+            limit={k: float(v) for k, v in limit.items()},
+            reserved={k: float(v) for k, v in deps.ledger.reserved(tenant.name).items()},
+        )
+    deps.metrics.retain_tenants(names)
+
+
+async def serve(
+    *,
+    config_file: str | None,
+    configmap: str | None,
+    kubeconfig: str | None,
+    state_file: str | None,
+    host: str,
+    port: int,
+    tls_cert: str | None,
+    tls_key: str | None,
+    reservation_ttl: float = 30.0,
+) -> None:
+    """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command)."""
+    import _native
+    from fairshare import __version__, runtime, tls
+    from fairshare.state import sources
+
+    box: dict[str, metrics_mod.Metrics] = {}
+    rt = await runtime.build_runtime(
+        config_file=config_file,
+        configmap=configmap,
+        kubeconfig=kubeconfig,
+        state_file=state_file,
+        kinds=("Namespace", "Pod", "PersistentVolumeClaim", "Node"),
+        on_reload=lambda: box["m"].observe_config_reload(ok=True),
+        on_error=lambda: box["m"].observe_config_reload(ok=False),
+    )
+    ref = ConfigMapRef(*runtime.parse_ref(configmap)) if configmap else None
+    deps = build_deps(
+        config=rt.holder.get,
+        ready=rt.source.ready.is_set,
+        config_map=ref,
+        reservation_ttl=reservation_ttl,
+    )
+    box["m"] = deps.metrics
+    deps.metrics.set_build_info(__version__)
+    deps.metrics.set_native_info(_native.IMPLEMENTATION)
+    reloader = None
+    if tls_cert and tls_key:
+        reloader = tls.CertReloader(
+            tls_cert, tls_key, on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False)
+        )
+    else:
+        log.warning("serving plain HTTP: kube-apiserver needs HTTPS (--tls-cert/--tls-key)")
+    sink: sources.Sink = rt.sink_for(deps.tracker)
+    deps.background.append(
+        runtime.background(
+            rt, sink, tls_reloader=reloader, periodic=lambda: publish_tenant_metrics(deps)
+        )
+    )
+    app = make_app(deps)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=reloader.context if reloader else None)
+    await site.start()
+    log.info("fairshare webhook on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
+    try:
+        await runtime.wait_for_signal()
+    finally:
+        await runner.cleanup()

@@ -12,12 +12,10 @@ seconds later. The run ends at the last event.
 from __future__ import annotations
 
 import heapq
-from array import array
 from pathlib import Path
 from typing import Any
 
-from _native import scoring
-from fairshare.placement import build_workload_mix, class_key
+from fairshare.placement import build_workload_mix, class_key, cluster_fragmentation
 from fairshare.resources import CPU
 from fairshare.simulator.engine import (
     Policy,
@@ -84,18 +82,10 @@ def _settle(sim: Simulation) -> list[str]:
 
 def fragmentation_percent(sim: Simulation) -> float:
     """FGD fragmentation amount as % of cluster GPU capacity (0 without a workload mix)."""
-    mix, st = sim.mix, sim.state
-    cap = sim.capacity()[st.gpu_col]
-    if mix is None or mix.size == 0 or cap <= 0:
+    cap = sim.capacity()[sim.state.gpu_col]
+    if cap <= 0:
         return 0.0
-    r = st.n_res
-    cpu_free = array("d", st.free[st.index.column(CPU) :: r])
-    out = array("d", bytes(8 * st.n_nodes))
-    total = scoring.fgd_node_frag(
-        st.dev_free, st.max_dev, cpu_free, st.node_model, st.n_nodes,
-        mix.cpu, mix.gpu_milli, mix.gpu_count, mix.models, mix.popularity, mix.size, out,
-    )  # fmt: skip
-    return 100.0 * float(total) / cap
+    return 100.0 * cluster_fragmentation(sim.state, sim.mix) / cap
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:

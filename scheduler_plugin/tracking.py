@@ -1,0 +1,199 @@
+"""The extender's live view of the cluster, fed by a state source (list + watch events).
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client.
+
+``ExtenderTracker`` is a sink (``on_resync`` / ``on_event`` with API-JSON dicts) that
+keeps:
+
+* the ``ClusterState`` arrays hot: nodes through ``objects.apply_node``, bound pods
+  through ``objects.apply_pod`` (whatever scheduler placed them; the device ledger comes
+  back from each pod's ``fairshare.io/gpu-devices`` annotation);
+* the pending queue (unbound, non-terminal pods, in arrival order) for the gate;
+* namespace labels (tenancy);
+* the workload mix FGD measures fragmentation against, rebuilt from the pods seen,
+  at most every ``mix_every`` pod changes (it is a distribution, not an exact count);
+* the score context, rebuilt only when the node set changes.
+
+Design choices: a pod whose node is not known yet is remembered and applied when the
+node arrives; a pod whose resources cannot be read is kept out of the state and listed
+in ``unreadable`` (never fatal). Changing the config's resource columns needs a
+restart (the arrays are shaped by them); everything else in the config is read live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairshare import resources
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import (
+    PodRequest,
+    ScoreContext,
+    WorkloadMix,
+    build_workload_mix,
+    class_key,
+    score_context,
+)
+from fairshare.resources import CPU, ResourceIndex
+from fairshare.state import objects
+from fairshare.state.cluster import ClusterState, StateError
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+@dataclass
+class ExtenderTracker:
+    """Cluster state for the extender's verbs, kept up to date from events."""
+
+    config: Callable[[], FairShareConfig]
+    mix_every: int = 100
+    state: ClusterState = field(init=False)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[str, PodRequest] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    _mix: WorkloadMix | None = field(default=None, init=False)
+    _mix_changes: int = field(default=0, init=False)
+    _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.state = ClusterState(ResourceIndex(self.config().resource_names()))
+
+    # -- sink ------------------------------------------------------------------
+
+    def on_resync(self, kind: str, objects_: list[dict[str, Any]]) -> None:
+        """Replace what is known of ``kind`` with the complete list ``objects_``."""
+        if kind == "Node":
+            names = {str(_meta(n).get("name", "")) for n in objects_}
+            for gone in [n.name for n in self.state.nodes if n.name not in names]:
+                objects.delete_node(self.state, gone)
+            for node in objects_:
+                self._node(node)
+            self._reapply_pods()
+        elif kind == "Pod":
+            uids = {objects.pod_uid(p) for p in objects_}
+            for uid in [u for u in self.pods if u not in uids]:
+                self._forget_pod(uid)
+            for pod in objects_:
+                self._pod(pod)
+        elif kind == "Namespace":
+            self.namespace_labels.clear()
+            for ns in objects_:
+                self.on_event(kind, "ADDED", ns)
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """Apply one watch event (ADDED / MODIFIED / DELETED)."""
+        deleted = event_type == "DELETED"
+        if kind == "Node":
+            if deleted:
+                objects.delete_node(self.state, str(_meta(obj).get("name", "")))
+            else:
+                self._node(obj)
+                self._reapply_pods(node=str(_meta(obj).get("name", "")))
+        elif kind == "Pod":
+            if deleted:
+                self._forget_pod(objects.pod_uid(obj))
+            else:
+                self._pod(obj)
+        elif kind == "Namespace":
+            name = str(_meta(obj).get("name", ""))
+            if deleted:
+                self.namespace_labels.pop(name, None)
+            else:
+                labels = _meta(obj).get("labels") or {}
+                self.namespace_labels[name] = {str(k): str(v) for k, v in labels.items()}
+            # Tenancy may have changed for every pod of the namespace.
+            for pod in [p for p in self.pods.values() if _meta(p).get("namespace") == name]:
+                self._pod(pod)
+
+    def _node(self, node: dict[str, Any]) -> None:
+        try:
+            objects.apply_node(self.state, node, self.config())
+        except (StateError, resources.DemandError) as exc:
+            self.unreadable[f"Node/{_meta(node).get('name')}"] = str(exc)
+
+    def _reapply_pods(self, node: str | None = None) -> None:
+        for pod in list(self.pods.values()):
+            spec = pod.get("spec") or {}
+            if spec.get("nodeName") and (node is None or spec.get("nodeName") == node):
+                self._pod(pod)
+
+    def _forget_pod(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+        self.pending.pop(uid, None)
+        self.unreadable.pop(uid, None)
+        objects.delete_pod(self.state, uid)
+        self._mix_changes += 1
+
+    def _pod(self, pod: dict[str, Any]) -> None:
+        uid = objects.pod_uid(pod)
+        config = self.config()
+        if objects.is_terminal(pod):
+            self._forget_pod(uid)
+            return
+        if uid not in self.pods:
+            self._mix_changes += 1
+        self.pods[uid] = pod
+        self.unreadable.pop(uid, None)
+        tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
+        try:
+            if objects.is_bound(pod):
+                self.pending.pop(uid, None)
+                objects.apply_pod(self.state, pod, config, tenant)
+            else:
+                req = objects.pod_request(pod, config=config, tenant=tenant, index=self.state.index)
+                self.pending[uid] = req
+        except (StateError, resources.DemandError) as exc:
+            self.unreadable[uid] = str(exc)
+            self.pending.pop(uid, None)
+
+    # -- derived ---------------------------------------------------------------
+
+    def mix(self) -> WorkloadMix | None:
+        """The workload mix of the pods seen (bound and pending), rebuilt lazily."""
+        if self._mix is None or self._mix_changes >= self.mix_every:
+            keys = []
+            cpu = self.state.index.column(CPU)
+            config = self.config()
+            for pod in self.pods.values():
+                try:
+                    req = objects.pod_request(
+                        pod, config=config, tenant=None, index=self.state.index
+                    )
+                except resources.DemandError:
+                    continue
+                keys.append(class_key(req, cpu_col=cpu))
+            self._mix = build_workload_mix(keys, model_ids=self.state.model_ids) if keys else None
+            self._mix_changes = 0
+        return self._mix
+
+    def context(self) -> ScoreContext:
+        """Score normalisers and mix, rebuilt when the node set or the mix changed."""
+        version = self.state._nodes_version
+        mix = self.mix()
+        if self._ctx is None or self._ctx[0] != version or self._ctx[1].mix is not mix:
+            self._ctx = (version, score_context(self.state, mix))
+        return self._ctx[1]
+
+    def remember(self, pod: dict[str, Any]) -> None:
+        """Take in a pod seen in a scheduler call before its watch event (bind needs it)."""
+        uid = objects.pod_uid(pod)
+        if uid and uid not in self.pods and not objects.is_bound(pod):
+            self._pod(pod)
+
+    def pending_queue(self) -> list[PodRequest]:
+        return list(self.pending.values())
+
+    def gated_by_tenant(self) -> dict[str, int]:
+        """Pending pods per tenant (for the gated-pods gauge)."""
+        out: dict[str, int] = {}
+        for req in self.pending.values():
+            if req.tenant is not None:
+                out[req.tenant] = out.get(req.tenant, 0) + 1
+        return out
