@@ -30,6 +30,7 @@ from typing import Any
 from fairshare import resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
+    ClassKey,
     PodRequest,
     ScoreContext,
     WorkloadMix,
@@ -58,6 +59,8 @@ class ExtenderTracker:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending: dict[str, PodRequest] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
+    class_keys: dict[str, ClassKey] = field(default_factory=dict)
+    """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
@@ -126,6 +129,7 @@ class ExtenderTracker:
 
     def _forget_pod(self, uid: str) -> None:
         self.pods.pop(uid, None)
+        self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
         objects.delete_pod(self.state, uid)
@@ -143,11 +147,12 @@ class ExtenderTracker:
         self.unreadable.pop(uid, None)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         try:
+            req = objects.pod_request(pod, config=config, tenant=tenant, index=self.state.index)
+            self.class_keys[uid] = class_key(req, cpu_col=self.state.index.column(CPU))
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 objects.apply_pod(self.state, pod, config, tenant)
             else:
-                req = objects.pod_request(pod, config=config, tenant=tenant, index=self.state.index)
                 self.pending[uid] = req
         except (StateError, resources.DemandError) as exc:
             self.unreadable[uid] = str(exc)
@@ -158,17 +163,7 @@ class ExtenderTracker:
     def mix(self) -> WorkloadMix | None:
         """The workload mix of the pods seen (bound and pending), rebuilt lazily."""
         if self._mix is None or self._mix_changes >= self.mix_every:
-            keys = []
-            cpu = self.state.index.column(CPU)
-            config = self.config()
-            for pod in self.pods.values():
-                try:
-                    req = objects.pod_request(
-                        pod, config=config, tenant=None, index=self.state.index
-                    )
-                except resources.DemandError:
-                    continue
-                keys.append(class_key(req, cpu_col=cpu))
+            keys = list(self.class_keys.values())
             self._mix = build_workload_mix(keys, model_ids=self.state.model_ids) if keys else None
             self._mix_changes = 0
         return self._mix

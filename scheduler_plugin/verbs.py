@@ -19,7 +19,6 @@ Design choices:
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from fairshare.placement import (
     ScoreContext,
     WorkloadMix,
     build_scorer,
+    candidates,
     choose_devices,
     fgd_raw,
     filter_nodes,
@@ -315,9 +315,7 @@ def _fragmentation_hint(
 ) -> int:
     if mix is None or not req.demand.gpu.is_fractional:
         return -1
-    mask = array("b", bytes(state.n_nodes))
-    mask[i] = 1
-    _, device = fgd_raw(state, req, mask, score_context(state, mix))
+    _, device = fgd_raw(state, req, candidates(state, [i]), score_context(state, mix))
     return int(device[i]) if device is not None else -1
 
 

@@ -34,6 +34,7 @@ from fairshare.placement import (
     Scorer,
     WorkloadMix,
     build_scorer,
+    candidates,
     choose_devices,
     fgd_raw,
     filter_nodes,
@@ -206,9 +207,7 @@ class Simulation:
         if self.policy == "ours":
             return self.scorer(self.state, req, fr.fits, ctx)
         mask_fits = fr.fits
-        from fairshare.placement import _mask
-
-        mask = _mask(self.state, mask_fits)
+        mask = candidates(self.state, mask_fits)
         devices: dict[int, int] = {}
         if self.policy == "bestfit":
             out, _ = score_bestfit(self.state, req, mask, ctx)

@@ -1,0 +1,123 @@
+"""The extender's aiohttp app over HTTP (in-process server): the adapter layer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from fairshare.config import loading
+from scheduler_plugin import app as ext_app
+
+CONFIG = loading.config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [{"name": "a", "namespaces": ["a"]}],
+    }
+)
+
+
+def node(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.memory": "81559"}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def half_pod(i: int) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p{i}",
+            "namespace": "a",
+            "uid": f"u{i}",
+            "annotations": {"fairshare.io/gpu-fraction": "0.5"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+@pytest.fixture
+async def client():
+    bound: list[Any] = []
+
+    async def binder(plan):
+        await asyncio.sleep(0.001)  # let other binds interleave
+        bound.append(plan)
+
+    deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True, binder=binder)
+    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    deps.tracker.on_resync("Node", [node("n1", 2), node("n2", 0)])
+    deps.tracker.on_resync("Pod", [half_pod(i) for i in range(10)])
+    async with TestClient(TestServer(ext_app.make_app(deps))) as c:
+        c.deps = deps  # type: ignore[attr-defined]
+        c.bound = bound  # type: ignore[attr-defined]
+        yield c
+
+
+async def test_filter_prioritize_in_scheduler_json(client):
+    args = {"Pod": half_pod(0), "Nodes": None, "NodeNames": ["n1", "n2"]}
+    body = await (await client.post("/filter", json=args)).json()
+    assert body["NodeNames"] == ["n1"]
+    assert "n2" in body["FailedAndUnresolvableNodes"]  # no GPU devices at all
+    prio = await (await client.post("/scheduler/prioritize", json=args)).json()
+    assert [p["Host"] for p in prio] == ["n1", "n2"]
+    assert all(isinstance(p["Score"], int) and 0 <= p["Score"] <= 10 for p in prio)
+
+
+async def test_concurrent_binds_never_oversubscribe_a_device(client):
+    # ten 0.5-GPU pods race for one node with 2 GPUs: exactly 4 fit, 2 per device
+    results = await asyncio.gather(
+        *(
+            client.post(
+                "/bind",
+                json={"PodName": f"p{i}", "PodNamespace": "a", "PodUID": f"u{i}", "Node": "n1"},
+            )
+            for i in range(10)
+        )
+    )
+    errors = [(await r.json())["Error"] for r in results]
+    assert sum(1 for e in errors if e == "") == 4
+    assert all("cannot take" in e or "no " in e for e in errors if e)
+    devices = client.deps.tracker.state.node_devices(0)[:2]
+    assert devices == [0.0, 0.0]
+    per_device: dict[int, float] = {}
+    for plan in client.bound:
+        for dev, milli in plan.devices:
+            per_device[dev] = per_device.get(dev, 0.0) + milli
+        assert plan.annotations["fairshare.io/gpu-devices"]
+    assert per_device == {0: 1000.0, 1: 1000.0}
+
+
+async def test_failed_binding_is_reported_and_nothing_is_held(client):
+    async def refuse(plan):
+        raise RuntimeError("apiserver said no")
+
+    client.deps.binder = refuse
+    r = await client.post(
+        "/bind", json={"PodName": "p0", "PodNamespace": "a", "PodUID": "u0", "Node": "n1"}
+    )
+    assert "apiserver said no" in (await r.json())["Error"]
+    assert client.deps.tracker.state.node_devices(0)[:2] == [1000.0, 1000.0]
+
+
+@pytest.mark.parametrize("path", ["/filter", "/prioritize", "/preempt", "/bind"])
+async def test_malformed_bodies_get_400(client, path):
+    r = await client.post(path, data=b"{not json")
+    assert r.status == 400
+
+
+async def test_health_and_metrics(client):
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    await client.post("/filter", json={"Pod": half_pod(1), "NodeNames": ["n1"]})
+    ext_app.publish_metrics(client.deps, seconds=60)
+    text = await (await client.get("/metrics")).text()
+    assert 'fairshare_extender_requests_total{outcome="ok",verb="filter"}' in text
+    assert "fairshare_tenant_dominant_share" in text
+    assert "fairshare_cluster_gpu_allocation_ratio" in text
