@@ -252,7 +252,12 @@ def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: An
 def cmd_webhook(args: argparse.Namespace) -> int:
     from webhook.app import serve
 
-    return _run_server(args, serve, reservation_ttl=args.reservation_ttl)
+    return _run_server(
+        args,
+        serve,
+        reservation_ttl=args.reservation_ttl,
+        shared_reservations=args.shared_reservations,
+    )
 
 
 def cmd_extender(args: argparse.Namespace) -> int:
@@ -314,6 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds an admitted pod counts before its watch event arrives",
+    )
+    wh.add_argument(
+        "--shared-reservations",
+        metavar="NAMESPACE",
+        default=None,
+        help="run several replicas safely: keep reservations in per-tenant ConfigMaps "
+        "in NAMESPACE, updated by compare-and-swap",
     )
     wh.set_defaults(func=cmd_webhook)
     ext = sub.add_parser("extender", help="run the kube-scheduler extender")

@@ -24,15 +24,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
-from fairshare.errors import WireFormatError
+from fairshare.errors import FairshareError, WireFormatError
 from fairshare.state.usage import UsageTracker
 from webhook import review, wire
+from webhook.coordination import SharedReservations
 from webhook.policies.config_guard import ConfigMapRef
 from webhook.reservations import ReservationLedger, pod_key
 
@@ -57,6 +59,8 @@ class WebhookDeps:
     config_map: ConfigMapRef | None = None
     clock: Callable[[], float] = time.monotonic
     background: list[CleanupCtx] = field(default_factory=list)
+    shared: SharedReservations | None = None
+    """Set when several replicas run: reservations live in the API (compare-and-swap)."""
 
 
 DEPS = web.AppKey("deps", WebhookDeps)
@@ -110,7 +114,11 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
         deps.metrics.observe_admission("?", "malformed", "400", time.perf_counter() - start)
         return web.Response(status=400, text=f"malformed AdmissionReview: {exc}\n")
     try:
-        if phase == "validate":
+        if phase == "validate" and deps.shared is not None:
+            resp = await deps.shared.admit(
+                req, view=deps.tracker, config=deps.config(), config_map=deps.config_map
+            )
+        elif phase == "validate":
             resp = review.admit(
                 req,
                 view=deps.tracker,
@@ -211,8 +219,13 @@ async def serve(
     tls_cert: str | None,
     tls_key: str | None,
     reservation_ttl: float = 30.0,
+    shared_reservations: str | None = None,
 ) -> None:
-    """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command)."""
+    """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command).
+
+    ``shared_reservations`` names the namespace of the per-tenant reservation objects
+    that several replicas share (``webhook.coordination``); None keeps them in memory.
+    """
     import _native
     from fairshare import __version__, runtime, tls
     from fairshare.state import sources
@@ -237,6 +250,18 @@ async def serve(
     box["m"] = deps.metrics
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
+    api_client: Any = None
+    if shared_reservations is not None:
+        if state_file is not None:
+            raise FairshareError("--shared-reservations needs the API, not --state")
+        from kubernetes_asyncio import client as k8s_client
+
+        from fairshare.state import informers
+        from webhook.coordination import ConfigMapStore
+
+        api_client = await informers.make_api_client(kubeconfig)
+        store = ConfigMapStore(k8s_client.CoreV1Api(api_client), shared_reservations)
+        deps.shared = SharedReservations(store, ttl=reservation_ttl)
     reloader = None
     if tls_cert and tls_key:
         reloader = tls.CertReloader(
@@ -260,3 +285,5 @@ async def serve(
         await runtime.wait_for_signal()
     finally:
         await runner.cleanup()
+        if api_client is not None:
+            await api_client.close()

@@ -154,3 +154,37 @@ class ReservingView:
 
     def max_device_memory(self) -> int | None:
         return self.base.max_device_memory()
+
+
+def ledger_to_data(ledger: ReservationLedger) -> dict[str, dict[str, object]]:
+    """The ledger as JSON-ready data: ``{key: {tenant, amounts, expires}}``.
+
+    Amounts are exact fraction strings (``"1/2"``), so a round trip loses nothing.
+    Used to keep one ledger in an API object shared by several webhook replicas.
+    """
+    return {
+        key: {
+            "tenant": held.tenant,
+            "amounts": {name: str(amount) for name, amount in sorted(held.amounts.items())},
+            "expires": held.expires,
+        }
+        for key, held in sorted(ledger._by_key.items())
+    }
+
+
+def ledger_from_data(data: Mapping[str, object], *, ttl: float) -> ReservationLedger:
+    """Rebuild a ledger from :func:`ledger_to_data` output; malformed entries are dropped
+    (a reservation is a hint that expires, never worth refusing admissions over)."""
+    ledger = ReservationLedger(ttl=ttl)
+    entries = []
+    for key, raw in data.items():
+        if not isinstance(raw, Mapping):
+            continue
+        try:
+            amounts = {str(k): Fraction(str(v)) for k, v in dict(raw["amounts"]).items()}
+            entries.append((float(raw["expires"]), PodKey(str(key)), str(raw["tenant"]), amounts))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+    for expires, key, tenant, amounts in sorted(entries, key=lambda e: (e[0], e[1])):
+        ledger.reserve(key=key, tenant=tenant, amounts=amounts, now=expires - ttl)
+    return ledger

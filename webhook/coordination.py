@@ -1,0 +1,177 @@
+"""Reservations shared by every webhook replica: compare-and-swap on a per-tenant object.
+
+An adapter (it talks to the API). One process alone is safe with its in-memory ledger:
+asyncio makes check-then-reserve atomic. Two replicas are not: each would admit against
+its own ledger and together pass the limit. Kubernetes' own ResourceQuota solves this
+with optimistic concurrency on the quota object's status; we do the same on one
+ConfigMap per tenant, ``fairshare-reservations-<tenant>`` in the fairshare namespace:
+
+1. judge the pod against watched usage + the reservations read from the object;
+2. if it is allowed and reserves something, write the object back with the
+   ``resourceVersion`` that was read (an update is refused with 409 if any replica wrote
+   in between);
+3. on 409, read again and judge again (bounded attempts), so every admission is judged
+   against every reservation committed before it.
+
+Reservations carry wall-clock deadlines (replicas share no monotonic clock); entries
+whose pod is already in the watched usage, or past their deadline, are dropped on each
+write. Tenants without a ``limit`` never reserve, so they cost no API call. A dry run is
+judged the same way and writes nothing.
+
+``ConfigMapStore`` is the API side, written against a small protocol so tests can swap
+in an in-memory store with the same conflict behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fairshare.config.schema import FairShareConfig
+from fairshare.state.usage import UsageTracker
+from webhook import review, wire
+from webhook.policies.config_guard import ConfigMapRef
+from webhook.reservations import ledger_from_data, ledger_to_data
+
+log = logging.getLogger("fairshare.webhook.coordination")
+
+DATA_KEY = "reservations.json"
+
+
+class Conflict(Exception):
+    """Somebody else wrote the object since we read it."""
+
+
+class ReservationStore(Protocol):
+    """Read and compare-and-swap one tenant's reservations."""
+
+    async def read(self, tenant: str) -> tuple[dict[str, Any], str | None]:
+        """The data and its version (None when the object does not exist yet)."""
+        ...
+
+    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
+        """Write ``data`` if the object is still at ``version``; raise ``Conflict`` if not."""
+        ...
+
+
+def object_name(tenant: str) -> str:
+    return f"fairshare-reservations-{tenant}"
+
+
+class ConfigMapStore:
+    """``ReservationStore`` on ConfigMaps through kubernetes_asyncio's ``CoreV1Api``."""
+
+    def __init__(self, core_v1: Any, namespace: str) -> None:
+        self.v1 = core_v1
+        self.namespace = namespace
+
+    async def read(self, tenant: str) -> tuple[dict[str, Any], str | None]:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            resp = await self.v1.read_namespaced_config_map(
+                object_name(tenant), self.namespace, _preload_content=False
+            )
+            obj = json.loads(await resp.read())
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}, None
+            raise
+        raw = (obj.get("data") or {}).get(DATA_KEY) or "{}"
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            data = {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        return (data if isinstance(data, dict) else {}), version
+
+    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": object_name(tenant),
+                "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/part-of": "fairshare"},
+            },
+            "data": {DATA_KEY: json.dumps(data, sort_keys=True)},
+        }
+        try:
+            if version is None:
+                resp = await self.v1.create_namespaced_config_map(
+                    self.namespace, body, _preload_content=False
+                )
+            else:
+                body["metadata"]["resourceVersion"] = version
+                resp = await self.v1.replace_namespaced_config_map(
+                    object_name(tenant), self.namespace, body, _preload_content=False
+                )
+            resp.release()
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(str(exc.reason)) from None
+            raise
+
+
+@dataclass
+class SharedReservations:
+    """Admission with reservations held in a ``ReservationStore`` (see module docstring)."""
+
+    store: ReservationStore
+    ttl: float = 30.0
+    attempts: int = 10
+    clock: Callable[[], float] = time.time
+
+    async def admit(
+        self,
+        request: wire.AdmissionRequest,
+        *,
+        view: UsageTracker,
+        config: FairShareConfig,
+        config_map: ConfigMapRef | None = None,
+    ) -> wire.AdmissionResponse:
+        """``review.admit`` against the shared ledger of the pod's tenant."""
+        probe = review.judge(
+            request, view=view, config=config, phase="validate", config_map=config_map
+        )
+        claim = probe.claim
+        if not probe.response.allowed or claim is None:
+            return probe.response
+        for _ in range(self.attempts):
+            data, version = await self.store.read(claim.tenant)
+            ledger = ledger_from_data(data, ttl=self.ttl)
+            for key in [k for k in data if _watched(view, k)]:
+                ledger.release(key)  # type: ignore[arg-type]
+            resp = review.admit(
+                request,
+                view=view,
+                config=config,
+                ledger=ledger,
+                now=self.clock(),
+                config_map=config_map,
+            )
+            if not resp.allowed or request.dry_run:
+                return resp
+            after = ledger_to_data(ledger)
+            try:
+                await self.store.write(claim.tenant, after, version)
+                return resp
+            except Conflict:
+                continue
+        log.warning(
+            "gave up reserving for tenant %s after %d conflicts", claim.tenant, self.attempts
+        )
+        return wire.deny(
+            429, f"fairshare: quota of tenant {claim.tenant} is busy (concurrent creates); retry"
+        )
+
+
+def _watched(view: UsageTracker, key: str) -> bool:
+    ns, sep, name = key.partition("/")
+    return bool(sep) and not key.startswith(("pvc:", "uid:")) and view.has_pod(ns, name)
