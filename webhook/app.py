@@ -16,6 +16,16 @@ a quota silently, and the denial is visible to the user. The manifests pair this
 
 App state lives under ``AppKey``s set in ``make_app``; nothing is global, so tests get
 a fresh app (and fresh metrics) each time.
+
+Client-certificate authentication of kube-apiserver (``--client-ca``): the TLS port asks
+for a client certificate and verifies any that is offered against the CA
+(``ssl.CERT_OPTIONAL``, ``fairshare.tls.server_ssl_context``), and a middleware refuses
+every path except ``PUBLIC_PATHS`` (403) on a connection without a verified peer
+certificate. Chosen over a second plain port because kubelet's HTTPS probes and
+Prometheus keep the one port and Service they already use, no manifest grows a second
+port that could be exposed by mistake, and the check is default-deny: a route added
+later is protected unless it is listed as public. A certificate that does not verify
+(unknown CA, no ``clientAuth`` usage, expired) fails the TLS handshake itself.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from fairshare import metrics as metrics_mod
@@ -42,6 +53,9 @@ log = logging.getLogger("fairshare.webhook")
 
 MAX_BODY = 3 * 1024 * 1024
 """kube-apiserver caps request bodies at 3 MiB; an AdmissionReview is at most that."""
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
@@ -110,7 +124,9 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
     body = await request.read()
     try:
         req = wire.decode_review(body)
-    except WireFormatError as exc:
+    except (WireFormatError, ValueError) as exc:
+        # ValueError: json.loads refuses an integer of more than 4300 digits with a plain
+        # ValueError, which decode_review does not translate; still a malformed body.
         deps.metrics.observe_admission("?", "malformed", "400", time.perf_counter() - start)
         return web.Response(status=400, text=f"malformed AdmissionReview: {exc}\n")
     try:
@@ -180,9 +196,26 @@ async def metrics_handler(request: web.Request) -> web.Response:
     return resp
 
 
-def make_app(deps: WebhookDeps) -> web.Application:
-    """The webhook application over ``deps`` (background tasks via ``cleanup_ctx``)."""
-    app = web.Application(client_max_size=MAX_BODY)
+@web.middleware
+async def require_client_cert(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse all but ``PUBLIC_PATHS`` without a verified TLS client certificate."""
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    transport = request.transport
+    if transport is None or not transport.get_extra_info("peercert"):
+        log.warning("refused %s %s: no verified client certificate", request.method, request.path)
+        return web.Response(status=403, text="fairshare: client certificate required\n")
+    return await handler(request)
+
+
+def make_app(deps: WebhookDeps, *, client_cert: bool = False) -> web.Application:
+    """The webhook application over ``deps`` (background tasks via ``cleanup_ctx``).
+
+    ``client_cert``: admission paths need a verified TLS client certificate (serve it
+    with a context from ``fairshare.tls`` built with ``client_ca``).
+    """
+    middlewares = [require_client_cert] if client_cert else []
+    app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
     app[DEPS] = deps
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/validate", validate)
@@ -220,8 +253,12 @@ async def serve(
     tls_key: str | None,
     reservation_ttl: float = 30.0,
     shared_reservations: str | None = None,
+    client_ca: str | None = None,
 ) -> None:
     """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command).
+
+    ``client_ca``: verify kube-apiserver's client certificate against this CA on the
+    admission paths (needs ``tls_cert``/``tls_key``).
 
     ``shared_reservations`` names the namespace of the per-tenant reservation objects
     that several replicas share (``webhook.coordination``); None keeps them in memory.
@@ -230,6 +267,8 @@ async def serve(
     from fairshare import __version__, runtime, tls
     from fairshare.state import sources
 
+    if client_ca is not None and not (tls_cert and tls_key):
+        raise FairshareError("--client-ca needs --tls-cert and --tls-key")
     box: dict[str, metrics_mod.Metrics] = {}
     rt = await runtime.build_runtime(
         config_file=config_file,
@@ -257,15 +296,18 @@ async def serve(
         from kubernetes_asyncio import client as k8s_client
 
         from fairshare.state import informers
-        from webhook.coordination import ConfigMapStore
+        from webhook.coordination import LeaseStore
 
         api_client = await informers.make_api_client(kubeconfig)
-        store = ConfigMapStore(k8s_client.CoreV1Api(api_client), shared_reservations)
+        store = LeaseStore(k8s_client.CoordinationV1Api(api_client), shared_reservations)
         deps.shared = SharedReservations(store, ttl=reservation_ttl)
     reloader = None
     if tls_cert and tls_key:
         reloader = tls.CertReloader(
-            tls_cert, tls_key, on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False)
+            tls_cert,
+            tls_key,
+            on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False),
+            client_ca=client_ca,
         )
     else:
         log.warning("serving plain HTTP: kube-apiserver needs HTTPS (--tls-cert/--tls-key)")
@@ -275,7 +317,7 @@ async def serve(
             rt, sink, tls_reloader=reloader, periodic=lambda: publish_tenant_metrics(deps)
         )
     )
-    app = make_app(deps)
+    app = make_app(deps, client_cert=client_ca is not None)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=reloader.context if reloader else None)

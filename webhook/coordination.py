@@ -4,7 +4,9 @@ An adapter (it talks to the API). One process alone is safe with its in-memory l
 asyncio makes check-then-reserve atomic. Two replicas are not: each would admit against
 its own ledger and together pass the limit. Kubernetes' own ResourceQuota solves this
 with optimistic concurrency on the quota object's status; we do the same on one
-ConfigMap per tenant, ``fairshare-reservations-<tenant>`` in the fairshare namespace:
+``coordination.k8s.io/v1`` Lease per tenant, ``fairshare-reservations-<tenant>`` in the
+fairshare namespace, the reservations held as JSON in an annotation. (A Lease rather
+than a ConfigMap so the webhook's write permission cannot touch the fairness config.)
 
 1. judge the pod against watched usage + the reservations read from the object;
 2. if it is allowed and reserves something, write the object back with the
@@ -18,8 +20,8 @@ whose pod is already in the watched usage, or past their deadline, are dropped o
 write. Tenants without a ``limit`` never reserve, so they cost no API call. A dry run is
 judged the same way and writes nothing.
 
-``ConfigMapStore`` is the API side, written against a small protocol so tests can swap
-in an in-memory store with the same conflict behaviour.
+``LeaseStore`` is the API side, written against a small protocol so tests can swap in an
+in-memory store with the same conflict behaviour.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from webhook.reservations import ledger_from_data, ledger_to_data
 
 log = logging.getLogger("fairshare.webhook.coordination")
 
-DATA_KEY = "reservations.json"
+ANNOTATION = "fairshare.io/reservations"
 
 
 class Conflict(Exception):
@@ -62,18 +64,18 @@ def object_name(tenant: str) -> str:
     return f"fairshare-reservations-{tenant}"
 
 
-class ConfigMapStore:
-    """``ReservationStore`` on ConfigMaps through kubernetes_asyncio's ``CoreV1Api``."""
+class LeaseStore:
+    """``ReservationStore`` on Leases through kubernetes_asyncio's ``CoordinationV1Api``."""
 
-    def __init__(self, core_v1: Any, namespace: str) -> None:
-        self.v1 = core_v1
+    def __init__(self, coordination_v1: Any, namespace: str) -> None:
+        self.api = coordination_v1
         self.namespace = namespace
 
     async def read(self, tenant: str) -> tuple[dict[str, Any], str | None]:
         from kubernetes_asyncio.client.rest import ApiException
 
         try:
-            resp = await self.v1.read_namespaced_config_map(
+            resp = await self.api.read_namespaced_lease(
                 object_name(tenant), self.namespace, _preload_content=False
             )
             obj = json.loads(await resp.read())
@@ -81,35 +83,36 @@ class ConfigMapStore:
             if exc.status == 404:
                 return {}, None
             raise
-        raw = (obj.get("data") or {}).get(DATA_KEY) or "{}"
+        meta = obj.get("metadata") or {}
         try:
-            data = json.loads(raw)
+            data = json.loads((meta.get("annotations") or {}).get(ANNOTATION) or "{}")
         except json.JSONDecodeError:
             data = {}
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        return (data if isinstance(data, dict) else {}), version
+        return (data if isinstance(data, dict) else {}), meta.get("resourceVersion")
 
     async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
         from kubernetes_asyncio.client.rest import ApiException
 
+        meta: dict[str, Any] = {
+            "name": object_name(tenant),
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/part-of": "fairshare"},
+            "annotations": {ANNOTATION: json.dumps(data, sort_keys=True)},
+        }
         body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": object_name(tenant),
-                "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/part-of": "fairshare"},
-            },
-            "data": {DATA_KEY: json.dumps(data, sort_keys=True)},
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {},
         }
         try:
             if version is None:
-                resp = await self.v1.create_namespaced_config_map(
+                resp = await self.api.create_namespaced_lease(
                     self.namespace, body, _preload_content=False
                 )
             else:
-                body["metadata"]["resourceVersion"] = version
-                resp = await self.v1.replace_namespaced_config_map(
+                meta["resourceVersion"] = version
+                resp = await self.api.replace_namespaced_lease(
                     object_name(tenant), self.namespace, body, _preload_content=False
                 )
             resp.release()

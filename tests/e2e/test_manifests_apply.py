@@ -238,8 +238,9 @@ CAN = [
     ("fairshare-webhook", "list", "namespaces", ALL),
     ("fairshare-webhook", "list", "persistentvolumeclaims", ALL),
     ("fairshare-webhook", "watch", "nodes", ALL),
-    # Shared admission reservations: ConfigMaps fairshare-reservations-<tenant>.
-    ("fairshare-webhook", "create", "configmaps", SYS),
+    # Shared admission reservations: Leases fairshare-reservations-<tenant>.
+    ("fairshare-webhook", "create", "leases", SYS),
+    ("fairshare-webhook", "update", "leases", SYS),
     ("fairshare-webhook", "watch", "configmaps", SYS),
     ("fairshare-extender", "create", "pods", BINDING),
     ("fairshare-extender", "patch", "pods", ALL),
@@ -254,6 +255,8 @@ CAN = [
     ("fairshare-scheduler", "update", "leases/fairshare-scheduler", SYS),
 ]
 CANNOT = [
+    ("fairshare-webhook", "update", "configmaps/fairshare-config", SYS),
+    ("fairshare-webhook", "create", "leases", ELSEWHERE),
     ("fairshare-webhook", "delete", "pods", ALL),
     ("fairshare-webhook", "delete", "pods", SYS),
     ("fairshare-webhook", "create", "pods", ALL),

@@ -532,9 +532,9 @@ def test_no_wildcards_in_fairshare_roles() -> None:
                     assert "*" not in rule[field], (role["metadata"]["name"], field)
 
 
-def test_webhook_writes_only_its_reservation_configmaps() -> None:
+def test_webhook_writes_only_its_reservation_leases() -> None:
     # Cluster-wide the webhook only reads; its one write is the namespaced Role for the
-    # per-tenant reservation ConfigMaps its replicas share (webhook/coordination.py).
+    # per-tenant reservation Leases its replicas share (webhook/coordination.py).
     pairs = rules_of("fairshare-webhook")
     assert pairs
     for role, _ in pairs:
@@ -542,7 +542,7 @@ def test_webhook_writes_only_its_reservation_configmaps() -> None:
             writes = WRITE_VERBS & set(rule["verbs"])
             if writes:
                 assert role["kind"] == "Role", role["metadata"]["name"]
-                assert rule["resources"] == ["configmaps"]
+                assert rule["resources"] == ["leases"]
                 assert writes <= {"create", "update"}
             assert "secrets" not in rule["resources"]
     cluster = one("ClusterRole", "fairshare-webhook")
