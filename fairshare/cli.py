@@ -278,19 +278,17 @@ def cmd_extender(args: argparse.Namespace) -> int:
 
 def cmd_reclaimer(args: argparse.Namespace) -> int:
     import asyncio
-    import importlib
     import logging
     import socket
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # The composition root starts the controller; imported by name so that the core's
-    # import-linter contract keeps listing its one allowed app import (scheduler_plugin.app).
-    reclaimer = importlib.import_module("scheduler_plugin.reclaimer")
+    from scheduler_plugin.reclaimer import serve
+
     try:
         asyncio.run(
-            reclaimer.serve(
+            serve(
                 config_file=args.config_file,
                 configmap=args.configmap,
                 kubeconfig=args.kubeconfig,

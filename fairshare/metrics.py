@@ -37,6 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, ge
 __all__ = [
     "ADMISSION_BUCKETS",
     "EXTENDER_BUCKETS",
+    "RECLAIM_BUCKETS",
     "Metrics",
     "render",
 ]
@@ -76,6 +77,10 @@ EXTENDER_BUCKETS = (
     2.5,
     5.0,
 )
+
+#: Time for a tenant under its guarantee to get it back (seconds): reclaim waits for
+#: evictions, grace periods and the scheduler, so seconds to minutes.
+RECLAIM_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0)
 
 _PER_RESOURCE = ("usage", "limit", "reserved")
 
@@ -205,6 +210,32 @@ class Metrics:
             ["tenant"],
             registry=r,
         )
+        self.reclaim_evictions = Counter(
+            "fairshare_reclaim_evictions_total",
+            "Reclaim evictions, by outcome (evicted, blocked by a PodDisruptionBudget, "
+            "failed), victim tenant and beneficiary tenant.",
+            ["outcome", "tenant", "beneficiary"],
+            registry=r,
+        )
+        self.reclaim_waiting = Counter(
+            "fairshare_reclaim_waiting_total",
+            "Pods under their tenant's guarantee that reclaim could not serve, by reason.",
+            ["reason", "tenant"],
+            registry=r,
+        )
+        self.reclaim_restore = Histogram(
+            "fairshare_reclaim_guarantee_restore_seconds",
+            "Time from a tenant's pending request under its guarantee to no such request "
+            "left (its guaranteed share restored).",
+            ["tenant"],
+            buckets=RECLAIM_BUCKETS,
+            registry=r,
+        )
+        self.reclaim_leader = Gauge(
+            "fairshare_reclaim_leader",
+            "1 while this reclaimer holds the leader Lease, else 0.",
+            registry=r,
+        )
         self.native_info = Info(
             "fairshare_native",
             "Kernel implementation loaded: c (compiled) or py (pure-Python twin).",
@@ -302,6 +333,24 @@ class Metrics:
         """Set the cluster-wide GPU allocation and fragmentation ratios (0..1)."""
         self.cluster_gpu_allocation.set(gpu_allocation_ratio)
         self.cluster_gpu_fragmentation.set(gpu_fragmentation_ratio)
+
+    # ----------------------------------------------------------------- reclaim
+
+    def count_reclaim_eviction(self, outcome: str, *, tenant: str, beneficiary: str) -> None:
+        """Count one eviction attempt: ``outcome`` is ``evicted``, ``blocked`` or ``failed``."""
+        self.reclaim_evictions.labels(outcome, tenant, beneficiary).inc()
+
+    def count_reclaim_waiting(self, reason: str, tenant: str) -> None:
+        """Count a pod reclaim could not serve this round (``reason`` a short code)."""
+        self.reclaim_waiting.labels(reason, tenant).inc()
+
+    def observe_guarantee_restored(self, tenant: str, seconds: float) -> None:
+        """Record how long ``tenant`` waited under its guarantee before it was restored."""
+        self.reclaim_restore.labels(tenant).observe(seconds)
+
+    def set_reclaim_leader(self, leader: bool) -> None:
+        """Export whether this reclaimer holds the leader Lease."""
+        self.reclaim_leader.set(1 if leader else 0)
 
     # ----------------------------------------------------------------- chargeback
 

@@ -81,9 +81,13 @@ async def read_configmap_config(kubeconfig: str | None, ns: str, name: str) -> F
         v1: Any = client.CoreV1Api(api_client)
         try:
             resp = await v1.read_namespaced_config_map(name, ns, _preload_content=False)
-            obj = json.loads(await resp.read())
+            body = await resp.read()
         except Exception as exc:
             raise FairshareError(f"cannot read ConfigMap {ns}/{name}: {exc}") from exc
+        # With _preload_content=False error statuses come back unraised.
+        if resp.status >= 300:
+            raise FairshareError(f"cannot read ConfigMap {ns}/{name}: HTTP {resp.status}")
+        obj = json.loads(body)
     text = (obj.get("data") or {}).get("config.yaml")
     if text is None:
         raise ConfigError([FieldError(f"ConfigMap {ns}/{name}", "has no key config.yaml")])

@@ -18,6 +18,10 @@ from scheduler_plugin.verbs import BindPlan
 _client: Any = k8s_client
 
 
+class BindingError(Exception):
+    """The API server refused the Binding (the message carries its status and reason)."""
+
+
 def api_binder(api_client: Any) -> Callable[[BindPlan], Awaitable[None]]:
     """A binder that creates ``plan.binding`` through ``pods/binding``."""
     v1 = _client.CoreV1Api(api_client)
@@ -27,6 +31,10 @@ def api_binder(api_client: Any) -> Callable[[BindPlan], Awaitable[None]]:
         resp = await v1.create_namespaced_pod_binding(
             plan.name, plan.namespace, dict(plan.binding), _preload_content=False
         )
+        # With _preload_content=False the client hands back error statuses unraised.
+        if resp.status >= 300:
+            detail = (await resp.read()).decode(errors="replace")[:300]
+            raise BindingError(f"HTTP {resp.status}: {detail}")
         resp.release()
 
     return bind

@@ -15,6 +15,12 @@ keeps:
   at most every ``mix_every`` pod changes (it is a distribution, not an exact count);
 * the score context, rebuilt only when the node set changes.
 
+DRA: GPUs that bound pods get through ``resource.k8s.io/v1`` ResourceClaims of a GPU
+device class (``fairshare.dra``) count in their tenant's usage (``state.tenant_usage``),
+once per claim, so shares, the gate and reclaim see them. They are not taken from the
+node's free vector: kube-scheduler's DynamicResources plugin allocates those devices from
+ResourceSlices, which are not the device-plugin ``nvidia.com/gpu`` the arrays model.
+
 Design choices: a pod whose node is not known yet is remembered and applied when the
 node arrives; a pod whose resources cannot be read is kept out of the state and listed
 in ``unreadable`` (never fatal). Changing the config's resource columns needs a
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import resources
+from fairshare import dra, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -38,7 +44,7 @@ from fairshare.placement import (
     class_key,
     score_context,
 )
-from fairshare.resources import CPU, ResourceIndex
+from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState, StateError
 
@@ -46,6 +52,11 @@ from fairshare.state.cluster import ClusterState, StateError
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _claim_key(claim: dict[str, Any]) -> str:
+    meta = _meta(claim)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 @dataclass
@@ -61,6 +72,13 @@ class ExtenderTracker:
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
+    resource_claims: dict[str, int] = field(default_factory=dict)
+    """GPUs of each known ResourceClaim, by ``namespace/name``."""
+    claim_pods: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Pods that reference claims: uid -> (namespace, claim names)."""
+    dra_usage: dict[str, float] = field(default_factory=dict)
+    """Milli-GPU added to each tenant's usage for its bound pods' claims."""
+    gpu_device_classes: frozenset[str] = dra.GPU_DEVICE_CLASSES
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
@@ -89,6 +107,11 @@ class ExtenderTracker:
             self.namespace_labels.clear()
             for ns in objects_:
                 self.on_event(kind, "ADDED", ns)
+        elif kind == dra.KIND_CLAIM:
+            self.resource_claims.clear()
+            for claim in objects_:
+                self._claim(claim)
+            self._recount_dra()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         """Apply one watch event (ADDED / MODIFIED / DELETED)."""
@@ -96,6 +119,8 @@ class ExtenderTracker:
         if kind == "Node":
             if deleted:
                 objects.delete_node(self.state, str(_meta(obj).get("name", "")))
+                if self.claim_pods:
+                    self._recount_dra()
             else:
                 self._node(obj)
                 self._reapply_pods(node=str(_meta(obj).get("name", "")))
@@ -104,6 +129,12 @@ class ExtenderTracker:
                 self._forget_pod(objects.pod_uid(obj))
             else:
                 self._pod(obj)
+        elif kind == dra.KIND_CLAIM:
+            if deleted:
+                self.resource_claims.pop(_claim_key(obj), None)
+            else:
+                self._claim(obj)
+            self._recount_dra()
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -127,13 +158,43 @@ class ExtenderTracker:
             if spec.get("nodeName") and (node is None or spec.get("nodeName") == node):
                 self._pod(pod)
 
+    def _claim(self, claim: dict[str, Any]) -> None:
+        n = dra.claim_gpus(claim, device_classes=self.gpu_device_classes)
+        self.resource_claims[_claim_key(claim)] = n
+
+    def _recount_dra(self) -> None:
+        """Re-derive the DRA GPUs of every tenant from the bound pods' claims."""
+        want: dict[str, float] = {}
+        seen: set[str] = set()
+        for uid, (ns, names) in sorted(self.claim_pods.items()):
+            bound = self.state.pods.get(uid)
+            if bound is None or bound.tenant is None:
+                continue
+            for name in names:
+                key = f"{ns}/{name}"
+                if key in seen:
+                    continue
+                seen.add(key)
+                milli = self.resource_claims.get(key, 0) * MILLI_GPU
+                want[bound.tenant] = want.get(bound.tenant, 0.0) + milli
+        col = self.state.gpu_col
+        for tenant in sorted(set(want) | set(self.dra_usage)):
+            delta = want.get(tenant, 0.0) - self.dra_usage.get(tenant, 0.0)
+            if delta:
+                row = self.state.tenant_usage.setdefault(tenant, [0.0] * self.state.n_res)
+                row[col] += delta
+        self.dra_usage = {t: v for t, v in want.items() if v}
+
     def _forget_pod(self, uid: str) -> None:
+        had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
         objects.delete_pod(self.state, uid)
         self._mix_changes += 1
+        if had_claims:
+            self._recount_dra()
 
     def _pod(self, pod: dict[str, Any]) -> None:
         uid = objects.pod_uid(pod)
@@ -157,6 +218,13 @@ class ExtenderTracker:
         except (StateError, resources.DemandError) as exc:
             self.unreadable[uid] = str(exc)
             self.pending.pop(uid, None)
+        names = dra.pod_claim_names(pod)
+        if names or uid in self.claim_pods:
+            if names:
+                self.claim_pods[uid] = (str(_meta(pod).get("namespace") or "default"), names)
+            else:
+                self.claim_pods.pop(uid, None)
+            self._recount_dra()
 
     # -- derived ---------------------------------------------------------------
 

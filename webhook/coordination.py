@@ -48,6 +48,10 @@ class Conflict(Exception):
     """Somebody else wrote the object since we read it."""
 
 
+class StoreError(Exception):
+    """The API refused a read or write for a reason other than a conflict."""
+
+
 class ReservationStore(Protocol):
     """Read and compare-and-swap one tenant's reservations."""
 
@@ -78,11 +82,18 @@ class LeaseStore:
             resp = await self.api.read_namespaced_lease(
                 object_name(tenant), self.namespace, _preload_content=False
             )
-            obj = json.loads(await resp.read())
         except ApiException as exc:
             if exc.status == 404:
                 return {}, None
             raise
+        # With _preload_content=False error statuses may come back unraised.
+        if resp.status == 404:
+            resp.release()
+            return {}, None
+        body = await resp.read()
+        if resp.status >= 300:
+            raise StoreError(f"reading Lease {object_name(tenant)}: HTTP {resp.status}")
+        obj = json.loads(body)
         meta = obj.get("metadata") or {}
         try:
             data = json.loads((meta.get("annotations") or {}).get(ANNOTATION) or "{}")
@@ -115,11 +126,16 @@ class LeaseStore:
                 resp = await self.api.replace_namespaced_lease(
                     object_name(tenant), self.namespace, body, _preload_content=False
                 )
-            resp.release()
         except ApiException as exc:
             if exc.status == 409:
                 raise Conflict(str(exc.reason)) from None
             raise
+        status = resp.status
+        resp.release()
+        if status == 409:
+            raise Conflict("resourceVersion changed")
+        if status >= 300:
+            raise StoreError(f"writing Lease {object_name(tenant)}: HTTP {status}")
 
 
 @dataclass

@@ -33,12 +33,12 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from fairshare import quantities
+from fairshare import dra, quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_demand
 from fairshare.tenancy import TenantResolution, resolve_tenant
@@ -192,6 +192,9 @@ def judge(
         return _judge_claim(request, view=view, config=config)
     if kind == ("", "ConfigMap") and request.operation in ("CREATE", "UPDATE") and config_map:
         return _judge_config_map(request, config_map)
+    dra_kinds = (dra.KIND_CLAIM, dra.KIND_TEMPLATE)
+    if kind[0] == "resource.k8s.io" and kind[1] in dra_kinds and request.operation == "CREATE":
+        return _judge_resource_claim(request, view=view, config=config, kind=kind[1])
     return Verdict(wire.allow())
 
 
@@ -381,6 +384,67 @@ def _judge_claim(
         config=config,
         warnings=warnings,
     )
+
+
+# --- DRA resource claims -------------------------------------------------------------
+
+
+def _judge_resource_claim(
+    request: wire.AdmissionRequest, *, view: TenantUsageView, config: FairShareConfig, kind: str
+) -> Verdict:
+    """GPUs requested through DRA count against the tenant's ``nvidia.com/gpu`` limit.
+
+    A ResourceClaim is usage from its creation (as ResourceQuota counts it) and reserves
+    like a pod. A ResourceClaimTemplate is not usage (each pod gets its own claim, judged
+    when the claim is created), but a template whose single claim could never fit the
+    limit is refused up front.
+    """
+    obj = request.object
+    if obj is None:
+        return _deny((Malformed(f"request.object is missing for a {kind} CREATE"),))
+    namespace = _namespace(request, obj)
+    resolution = resolve_tenant(namespace, view.namespace_labels(namespace), config)
+    warnings = _resolution_warnings(namespace, resolution)
+    if resolution.tenant is None:
+        return Verdict(wire.allow(warnings=warnings))
+    gpus = dra.template_gpus(obj) if kind == dra.KIND_TEMPLATE else dra.claim_gpus(obj)
+    if gpus <= 0:
+        return Verdict(wire.allow(warnings=warnings))
+    demand = PodDemand(amounts={GPU: Fraction(gpus)})
+    if kind == dra.KIND_TEMPLATE:
+        view = _EmptyUsage(view)
+    name = (obj.get("metadata") or {}).get("name") or request.name or f"uid:{request.uid}"
+    verdict = _judge_quota(
+        resolution.tenant,
+        demand,
+        namespace=namespace,
+        key=reservations.PodKey(f"claim:{namespace}/{name}"),
+        view=view,
+        config=config,
+        warnings=warnings,
+    )
+    if kind == dra.KIND_TEMPLATE:
+        return Verdict(verdict.response, verdict.reasons)  # a template reserves nothing
+    return verdict
+
+
+@dataclass(frozen=True)
+class _EmptyUsage:
+    """A view with no usage: judges whether one claim could ever fit the limit."""
+
+    base: TenantUsageView
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self.base.namespace_labels(namespace)
+
+    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
+        return {}
+
+    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
+        return self.base.tenant_namespaces(tenant)
+
+    def max_device_memory(self) -> int | None:
+        return self.base.max_device_memory()
 
 
 # --- the config ConfigMap ---------------------------------------------------------------

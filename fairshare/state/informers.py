@@ -290,6 +290,14 @@ _LIST_METHODS: Final = {
     CONFIGMAP: ("list_config_map_for_all_namespaces", "list_namespaced_config_map"),
 }
 
+# resource.k8s.io/v1 kinds (DRA), served by ResourceV1Api.
+_RESOURCE_V1_METHODS: Final = {
+    "ResourceClaim": (
+        "list_resource_claim_for_all_namespaces",
+        "list_namespaced_resource_claim",
+    ),
+}
+
 
 def api_calls(
     api_client: Any, kind: str, *, namespace: str | None = None, name: str | None = None
@@ -299,8 +307,14 @@ def api_calls(
     ``namespace`` restricts to one namespace, ``name`` to one object (a field selector),
     as for the config ConfigMap. Lists are paged (500 per page); both return raw API JSON.
     """
-    all_ns, one_ns = _LIST_METHODS[kind]
-    core = client.CoreV1Api(api_client)
+    all_ns: str
+    one_ns: str | None
+    if kind in _RESOURCE_V1_METHODS:
+        all_ns, one_ns = _RESOURCE_V1_METHODS[kind]
+        core = client.ResourceV1Api(api_client)
+    else:
+        all_ns, one_ns = _LIST_METHODS[kind]
+        core = client.CoreV1Api(api_client)
     scope: dict[str, Any] = {}
     if namespace is not None:
         if one_ns is None:

@@ -50,6 +50,8 @@ __all__ = [
     "DEFAULT_BACKOFF",
     "DEFAULT_KINDS",
     "EVENT_TYPES",
+    "OPTIONAL_KINDS",
+    "RESOURCE_CLAIM",
     "ApiSource",
     "BackoffPolicy",
     "FileSource",
@@ -67,6 +69,10 @@ ALL_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim", CONFIGM
 """Every kind a source may deliver (all core/v1)."""
 DEFAULT_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim")
 """The cluster-state kinds; the config ConfigMap is asked for separately."""
+RESOURCE_CLAIM: Final = "ResourceClaim"
+OPTIONAL_KINDS: Final = (RESOURCE_CLAIM,)
+"""Kinds a consumer may ask an ``ApiSource`` for besides ``ALL_KINDS``: DRA
+ResourceClaims (``resource.k8s.io/v1``), for GPUs requested through claims."""
 EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
 
 
@@ -267,9 +273,10 @@ class ApiSource:
         rng: random.Random | None = None,
         api_calls: ApiCallsFactory | None = None,
     ) -> None:
-        unknown = sorted(set(kinds) - set(ALL_KINDS))
+        known = (*ALL_KINDS, *OPTIONAL_KINDS)
+        unknown = sorted(set(kinds) - set(known))
         if unknown:
-            raise ValueError(f"unknown kinds {unknown}; known: {', '.join(ALL_KINDS)}")
+            raise ValueError(f"unknown kinds {unknown}; known: {', '.join(known)}")
         if CONFIGMAP in kinds:
             raise ValueError("watch the config ConfigMap with configmap=(namespace, name)")
         self.kinds = tuple(kinds)

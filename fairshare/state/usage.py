@@ -16,6 +16,9 @@ Design choices:
   admission must count pods that are still pending, as ResourceQuota does.
 * ``storage`` comes from PVCs (their ``spec.resources.requests.storage``), per
   namespace, whether or not a pod mounts them yet.
+* GPUs requested through DRA ResourceClaims of a GPU device class (``dra.claim_gpus``)
+  count in ``nvidia.com/gpu``, per claim from creation to deletion, as ResourceQuota
+  counts claims; a pod that references a claim adds nothing more (no double count).
 * A pod whose resources cannot be read counts as nothing and is remembered in
   ``unreadable`` so it can be reported, never crashing the event loop.
 """
@@ -27,9 +30,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fairshare import quantities, resources, tenancy
+from fairshare import dra, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
-from fairshare.resources import STORAGE, DemandError
+from fairshare.resources import GPU, STORAGE, DemandError
 from fairshare.state.cluster import LABEL_GPU_MEMORY
 
 Amounts = dict[str, Fraction]
@@ -70,6 +73,9 @@ class UsageTracker:
     pod_names: dict[str, str] = field(default_factory=dict)  # "ns/name" -> uid key
     claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
     device_memory: dict[str, int] = field(default_factory=dict)
+    resource_claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
+    """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
+    gpu_device_classes: frozenset[str] = dra.GPU_DEVICE_CLASSES
     unreadable: dict[str, str] = field(default_factory=dict)
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     """Called with ("ns/name", event) when a pod is seen, for reservation release."""
@@ -86,6 +92,9 @@ class UsageTracker:
         elif kind == "PersistentVolumeClaim":
             self.claims.clear()
             self._rebuild_namespaces()
+        elif kind == dra.KIND_CLAIM:
+            self.resource_claims.clear()
+            self._rebuild_namespaces()
         elif kind == "Namespace":
             self.labels.clear()
         elif kind == "Node":
@@ -100,6 +109,8 @@ class UsageTracker:
             self._pod(obj, deleted=deleted)
         elif kind == "PersistentVolumeClaim":
             self._claim(obj, deleted=deleted)
+        elif kind == dra.KIND_CLAIM:
+            self._resource_claim(obj, deleted=deleted)
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -118,7 +129,8 @@ class UsageTracker:
 
     def _rebuild_namespaces(self) -> None:
         self.by_namespace = {}
-        for ns, amounts in list(self.pods.values()) + list(self.claims.values()):
+        tables = (self.pods, self.claims, self.resource_claims)
+        for ns, amounts in [entry for table in tables for entry in table.values()]:
             _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
     def _forget(self, table: dict[str, tuple[str, Amounts]], key: str) -> None:
@@ -161,6 +173,17 @@ class UsageTracker:
             size = Fraction(0)
         amounts = {STORAGE: size} if size else {}
         self.claims[key] = (ns, amounts)
+        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+
+    def _resource_claim(self, claim: dict[str, Any], *, deleted: bool) -> None:
+        key = _key(claim)
+        self._forget(self.resource_claims, key)
+        if deleted:
+            return
+        ns = str(_meta(claim).get("namespace", ""))
+        n = dra.claim_gpus(claim, device_classes=self.gpu_device_classes)
+        amounts = {GPU: Fraction(n)} if n else {}
+        self.resource_claims[key] = (ns, amounts)
         _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
     # -- TenantUsageView -------------------------------------------------------

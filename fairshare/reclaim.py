@@ -1,0 +1,450 @@
+"""Reclaim: which borrowed pods to evict so that a tenant gets its ``guaranteed`` share back.
+
+Pure and deterministic: no network, no clock (``now`` is a parameter), no globals; ties
+are broken by name. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
+The controller that acts on a plan is ``scheduler_plugin.reclaimer``.
+
+``plan_reclaim`` looks at the pending queue in order. A pending pod ``p`` of tenant ``t``
+is a **beneficiary** when
+
+* ``t`` is under its guarantee for ``p``: ``usage_t + p <= guaranteed_t`` on every
+  guaranteed column ``p`` requests (and ``p`` requests at least one of them);
+* ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
+  failures that are not ``unresolvable``);
+* ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
+  filling over bound + pending demand, ``gating.fair_shares_for``): reclaim never gives
+  a tenant more than its fair share.
+
+Victims are bound pods of other tenants, taken only while their tenant stays at or
+above its own guarantee on every guaranteed column the victim uses. Preference order:
+the most over-share tenant first (weighted dominant share minus fair share, descending),
+then the youngest pod (``created``, newest first), then uid. On each node where ``p``
+failed for capacity, victims are released in that order on a copy of the node's free
+vector and device ledger until ``filter_nodes`` accepts ``p`` there, then pruned (a
+victim whose release is not needed is put back). The node needing the fewest victims
+wins (ties: node name). This is a greedy minimal set, not a global minimum.
+
+Why it cannot loop: a beneficiary only gains up to its guarantee, and a victim's tenant
+never drops below its guarantee, so what one reclaim gave can never be reclaimed back,
+and a victim's tenant never becomes a beneficiary through our evictions. On top of
+that, ``cooldown`` blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds
+of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from fairshare import fairness, gating
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest, choose_devices, filter_nodes
+from fairshare.state.cluster import BoundPod, ClusterState
+
+TOL: Final = 1e-6
+"""Tolerance on kernel amounts (integral units: milli-GPU, millicores, bytes)."""
+
+REASON_RECLAIMED: Final = "Reclaimed"
+"""Event reason on a victim: evicted to give another tenant its guaranteed share."""
+REASON_MADE_ROOM: Final = "ReclaimedFor"
+"""Event reason on a beneficiary: pods were evicted to make room for it."""
+WAIT_COOLDOWN: Final = "ReclaimCooldown"
+WAIT_FAIR_SHARE: Final = "ReclaimAboveFairShare"
+WAIT_NO_VICTIMS: Final = "ReclaimNoVictims"
+WAIT_BUDGET: Final = "ReclaimRateLimited"
+WAIT_EVICTING: Final = "ReclaimWaitingForEviction"
+
+Pair = tuple[str, str]
+"""(victim tenant, beneficiary tenant)."""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """Evict ``victim_uid`` (of ``victim_tenant`` on ``node``) for the pending pod."""
+
+    victim_uid: str
+    victim_name: str
+    victim_tenant: str
+    node: str
+    beneficiary_uid: str
+    beneficiary_name: str
+    beneficiary_namespace: str
+    beneficiary_tenant: str
+
+    @property
+    def message(self) -> str:
+        """Event text for the victim."""
+        return (
+            f"evicted from {self.node} to give tenant {self.beneficiary_tenant} its guaranteed "
+            f"share (for pod {self.beneficiary_namespace}/{self.beneficiary_name}); tenant "
+            f"{self.victim_tenant} stays at or above its own guarantee"
+        )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A pod that qualifies for reclaim but gets none this round, and why."""
+
+    uid: str
+    name: str
+    namespace: str
+    tenant: str
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReclaimPlan:
+    """What to evict now, who waits (with a reason), and who is under its guarantee."""
+
+    evictions: tuple[Eviction, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    deficits: tuple[str, ...] = ()
+    """Tenants under their guarantee with pending pods (restored when they leave this)."""
+    room: Mapping[str, str] | None = None
+    """Beneficiary uid -> node freed for it (victims chosen now or already leaving)."""
+
+    @property
+    def decisions(self) -> tuple[Pair, ...]:
+        """Distinct (victim tenant, beneficiary tenant) pairs, sorted."""
+        return tuple(sorted({(e.victim_tenant, e.beneficiary_tenant) for e in self.evictions}))
+
+
+# -- the per-node simulation --------------------------------------------------------------
+
+
+def _node_copy(state: ClusterState, i: int) -> ClusterState:
+    """A one-node ``ClusterState`` holding row ``i``'s free vector and device ledger."""
+    r, d = state.n_res, state.max_dev
+    sim = ClusterState(state.index, max_dev=d)
+    info = state.nodes[i]
+    sim.nodes.append(info)
+    sim.node_index[info.name] = 0
+    sim.capacity.extend(state.capacity[i * r : (i + 1) * r])
+    sim.free.extend(state.free[i * r : (i + 1) * r])
+    sim.dev_free.extend(state.dev_free[i * d : (i + 1) * d])
+    sim.healthy.append(state.healthy[i])
+    sim.node_model.append(state.node_model[i])
+    sim.model_ids = dict(state.model_ids)
+    return sim
+
+
+def _clone(sim: ClusterState) -> ClusterState:
+    out = _node_copy(sim, 0)
+    return out
+
+
+def _release(sim: ClusterState, pod: BoundPod) -> None:
+    for k, v in enumerate(pod.row):
+        sim.free[k] += v
+    for dev, milli in pod.devices:
+        if 0 <= dev < sim.max_dev:
+            sim.dev_free[dev] += milli
+
+
+def _fits(sim: ClusterState, req: PodRequest) -> bool:
+    return bool(filter_nodes(sim, req, rows=(0,), explain=False).fits)
+
+
+def _reserve(sim: ClusterState, req: PodRequest) -> None:
+    """Take ``req``'s place on the one-node copy (so the next beneficiary cannot)."""
+    res = filter_nodes(sim, req, rows=(0,), explain=False)
+    milli = res.gpu_milli.get(0, 0.0)
+    row = req.row_on(sim.gpu_col, milli)
+    devices = choose_devices(sim, req, 0, milli=milli) if req.demand.wants_gpu else ()
+    for k, v in enumerate(row):
+        sim.free[k] -= v
+    for dev, m in devices:
+        sim.dev_free[dev] -= m
+
+
+# -- the planner ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Ledger:
+    """Working figures of one planning round."""
+
+    state: ClusterState
+    guaranteed: dict[str, dict[int, float]]
+    removed: dict[str, list[float]]
+    gained: dict[str, list[float]]
+    released: set[str]
+    sims: dict[str, ClusterState]
+    by_node: dict[str, list[BoundPod]]
+
+    def usage(self, tenant: str) -> list[float]:
+        used = self.state.usage_of(tenant)
+        for extra, sign in ((self.gained.get(tenant), 1.0), (self.removed.get(tenant), -1.0)):
+            for k, v in enumerate(extra or ()):
+                used[k] += sign * v
+        return used
+
+    def sim(self, node: str) -> ClusterState:
+        if node not in self.sims:
+            self.sims[node] = _node_copy(self.state, self.state.node_index[node])
+        return self.sims[node]
+
+    def under_guarantee(self, tenant: str, req: PodRequest, *, base: Sequence[float]) -> bool:
+        g = self.guaranteed.get(tenant, {})
+        asked = [c for c in g if req.row[c] > 0]
+        return bool(asked) and all(base[c] + req.row[c] <= g[c] + TOL for c in asked)
+
+    def keeps_guarantee(self, pod: BoundPod, extra: Sequence[BoundPod]) -> bool:
+        assert pod.tenant is not None
+        used = self.usage(pod.tenant)
+        for other in extra:
+            if other.tenant == pod.tenant:
+                used = [u - v for u, v in zip(used, other.row, strict=True)]
+        g = self.guaranteed.get(pod.tenant, {})
+        return all(used[c] - pod.row[c] >= g[c] - TOL for c in g if pod.row[c] > 0)
+
+    def add(self, table: dict[str, list[float]], tenant: str, row: Sequence[float]) -> None:
+        acc = table.setdefault(tenant, [0.0] * self.state.n_res)
+        for k, v in enumerate(row):
+            acc[k] += v
+
+
+def _dominant(
+    state: ClusterState, config: FairShareConfig, tenant: str, row: Sequence[float]
+) -> float:
+    weights = {t.name: t.weight for t in config.all_tenants()}
+    return fairness.dominant_shares(
+        used={tenant: list(row)},
+        capacity=state.total_capacity(),
+        res_weights=config.resource_weights(),
+        tenant_weights={tenant: weights.get(tenant, 1.0)},
+    )[tenant]
+
+
+def plan_reclaim(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    pending: Sequence[PodRequest],
+    now: float,
+    last_evictions: Mapping[Pair, float],
+    cooldown: float,
+    max_evictions: int,
+    created: Mapping[str, float] | None = None,
+    releasing: frozenset[str] = frozenset(),
+    protected: frozenset[str] = frozenset(),
+    node_selectors: Mapping[str, Mapping[str, str]] | None = None,
+) -> ReclaimPlan:
+    """The evictions that give under-guarantee tenants room (see the module docstring).
+
+    ``created``: pod uid -> creation time (newest is evicted first; unknown = oldest).
+    ``releasing``: bound pods already being evicted or deleted; their room counts as
+    free and they are never chosen again. ``protected``: pods not to choose (e.g. a
+    PodDisruptionBudget refused their eviction moments ago). At most ``max_evictions``
+    victims are returned; pods that would need more wait with ``WAIT_BUDGET``.
+    ``node_selectors``: pod uid -> ``spec.nodeSelector``; such a pod is only considered
+    for nodes whose labels match (affinity and taints are not modelled).
+    """
+    if state.n_nodes == 0 or not pending:
+        return ReclaimPlan()
+    ages = created or {}
+    guaranteed = {
+        t.name: gating.kernel_amounts(state, t.guaranteed_amounts()) for t in config.all_tenants()
+    }
+    by_node: dict[str, list[BoundPod]] = {}
+    for bound in state.pods.values():
+        by_node.setdefault(bound.node, []).append(bound)
+    led = _Ledger(state, guaranteed, {}, {}, set(), {}, by_node)
+    for uid in sorted(releasing):
+        pod = state.pods.get(uid)
+        if pod is not None:
+            _release(led.sim(pod.node), pod)
+    candidates = [
+        p
+        for p in pending
+        if p.tenant is not None
+        and p.uid not in state.pods
+        and led.under_guarantee(p.tenant, p, base=state.usage_of(p.tenant))
+    ]
+    deficits = tuple(sorted({p.tenant for p in candidates if p.tenant is not None}))
+    if not candidates:
+        return ReclaimPlan(deficits=deficits)
+    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, pending))
+    shares = gating.current_shares(state, config)
+    over = {u: s - (fair[u].share if u in fair else 0.0) for u, s in shares.items()}
+    evictions: list[Eviction] = []
+    waiting: list[Waiting] = []
+    room: dict[str, str] = {}
+    for req in candidates:
+        t = req.tenant
+        assert t is not None
+        if not led.under_guarantee(t, req, base=led.usage(t)):
+            continue  # earlier beneficiaries of t already take it to its guarantee
+        wait = _plan_one(
+            led,
+            req,
+            rows=selector_rows(state, (node_selectors or {}).get(req.uid)),
+            config=config,
+            fair=fair,
+            over=over,
+            ages=ages,
+            blocked=_blocked_pairs(t, last_evictions, now=now, cooldown=cooldown),
+            releasing=releasing | protected,
+            budget=max_evictions - len(evictions),
+            evictions=evictions,
+            room=room,
+        )
+        if wait is not None:
+            waiting.append(Waiting(req.uid, req.name, req.namespace, t, *wait))
+    return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+
+
+def _blocked_pairs(
+    beneficiary: str, last: Mapping[Pair, float], *, now: float, cooldown: float
+) -> frozenset[str]:
+    """Tenants that reclaimed from ``beneficiary`` within the cool-down: not victims now."""
+    return frozenset(b for (v, b), at in last.items() if v == beneficiary and now - at < cooldown)
+
+
+def selector_rows(state: ClusterState, selector: Mapping[str, str] | None) -> tuple[int, ...]:
+    """Rows of the nodes whose labels carry every ``selector`` pair (all without one)."""
+    if not selector:
+        return tuple(range(state.n_nodes))
+    return tuple(
+        i
+        for i, info in enumerate(state.nodes)
+        if all(info.labels.get(k) == v for k, v in selector.items())
+    )
+
+
+def _plan_one(
+    led: _Ledger,
+    req: PodRequest,
+    *,
+    rows: Sequence[int],
+    config: FairShareConfig,
+    fair: Mapping[str, fairness.FairShare],
+    over: Mapping[str, float],
+    ages: Mapping[str, float],
+    blocked: frozenset[str],
+    releasing: frozenset[str],
+    budget: int,
+    evictions: list[Eviction],
+    room: dict[str, str],
+) -> tuple[str, str] | None:
+    """Plan for one beneficiary; returns a (reason, detail) when it must wait."""
+    state, t = led.state, req.tenant
+    assert t is not None
+    if filter_nodes(state, req, rows=rows, explain=False).fits:
+        return None  # the scheduler can place it now
+    allowed = {state.nodes[i].name for i in rows}
+    for name in sorted(led.sims):
+        if name in allowed and _fits(led.sims[name], req):
+            _reserve(led.sims[name], req)
+            led.add(led.gained, t, req.row)
+            room[req.uid] = name
+            return (WAIT_EVICTING, f"room on {name} is being freed")
+    after = led.usage(t)
+    for k, v in enumerate(req.row):
+        after[k] += v
+    mine = fair[t].share if t in fair else 0.0
+    share_after = _dominant(state, config, t, after)
+    if share_after > mine * (1 + fairness.EPS) + fairness.EPS:
+        detail = f"share after {share_after:.3f} would exceed fair share {mine:.3f}"
+        return (WAIT_FAIR_SHARE, detail)
+    if budget <= 0:
+        return (WAIT_BUDGET, "the eviction rate limit is reached for now")
+    failed = filter_nodes(state, req, rows=rows, explain=True).failed
+    nodes = sorted(f.node for f in failed if not f.unresolvable)
+    best: tuple[tuple[int, tuple[_Key, ...], str], list[BoundPod]] | None = None
+    cooled = False
+    for node in nodes:
+        found, hit_cooldown = _victims_on(
+            led, req, node, over=over, ages=ages, blocked=blocked, skip=releasing
+        )
+        cooled = cooled or hit_cooldown
+        if found is None:
+            continue
+        # Fewest victims, then the most preferred ones (youngest of the most over-share).
+        cost = (len(found), tuple(sorted(_key(p, over, ages) for p in found)), node)
+        if best is None or cost < best[0]:
+            best = (cost, found)
+    if best is None:
+        if cooled:
+            return (WAIT_COOLDOWN, f"victims are of tenants {', '.join(sorted(blocked))}")
+        return (
+            WAIT_NO_VICTIMS,
+            "no node frees a place without taking a tenant below its guarantee",
+        )
+    (_, _, node), chosen = best
+    if len(chosen) > budget:
+        return (WAIT_BUDGET, f"needs {len(chosen)} eviction(s), {max(budget, 0)} left now")
+    sim = led.sim(node)
+    for victim in chosen:
+        assert victim.tenant is not None
+        _release(sim, victim)
+        led.add(led.removed, victim.tenant, victim.row)
+        led.released.add(victim.uid)
+        ev = Eviction(
+            victim.uid, victim.name, victim.tenant, node, req.uid, req.name, req.namespace, t
+        )
+        evictions.append(ev)
+    _reserve(sim, req)
+    led.add(led.gained, t, req.row)
+    room[req.uid] = node
+    return None
+
+
+_Key = tuple[float, str, float, str]
+
+
+def _key(pod: BoundPod, over: Mapping[str, float], ages: Mapping[str, float]) -> _Key:
+    """Victim preference: most over-share tenant, then youngest pod, then uid."""
+    tenant = pod.tenant or ""
+    return (-over.get(tenant, 0.0), tenant, -ages.get(pod.uid, -math.inf), pod.uid)
+
+
+def _victims_on(
+    led: _Ledger,
+    req: PodRequest,
+    node: str,
+    *,
+    over: Mapping[str, float],
+    ages: Mapping[str, float],
+    blocked: frozenset[str],
+    skip: frozenset[str],
+) -> tuple[list[BoundPod] | None, bool]:
+    """A minimal victim set on ``node`` (None if none frees a place); and whether the
+    cool-down ruled out a victim that would otherwise have been considered."""
+    t = req.tenant
+    pool: list[BoundPod] = []
+    cooled = False
+    for pod in led.by_node.get(node, ()):
+        if pod.tenant is None or pod.tenant == t:
+            continue
+        if pod.uid in skip or pod.uid in led.released:
+            continue
+        if pod.tenant in blocked:
+            cooled = True
+            continue
+        pool.append(pod)
+    pool.sort(key=lambda p: _key(p, over, ages))
+    base = led.sim(node)
+    trial = _clone(base)
+    chosen: list[BoundPod] = []
+    for pod in pool:
+        if not led.keeps_guarantee(pod, chosen):
+            continue
+        chosen.append(pod)
+        _release(trial, pod)
+        if _fits(trial, req):
+            break
+    else:
+        return None, cooled
+    # Prune: put back (latest first) every victim the place does not need.
+    for pod in list(reversed(chosen)):
+        rest = [p for p in chosen if p.uid != pod.uid]
+        sim = _clone(base)
+        for p in rest:
+            _release(sim, p)
+        if _fits(sim, req):
+            chosen = rest
+    return chosen, cooled

@@ -1,0 +1,569 @@
+"""The reclaim controller (``fairshare reclaimer``): acts on ``fairshare.reclaim`` plans.
+
+An adapter: it talks to the API (kubernetes_asyncio) and serves ``/metrics``, ``/healthz``
+and ``/readyz`` (aiohttp). The decisions are the pure ``reclaim.plan_reclaim``; this module
+only keeps its inputs and carries its outputs out.
+
+Every ``interval`` seconds, while it holds the leader Lease:
+
+1. plan over the ``ExtenderTracker`` (list + watch of Nodes, Pods, Namespaces and DRA
+   ResourceClaims), with the pods it already evicted or that are terminating counted as
+   room being freed, and the pods a PodDisruptionBudget protected moments ago skipped;
+2. evict each victim through the Eviction API (``policy/v1``, honouring PDBs; optional
+   grace period). A 429 (the budget forbids it now) protects that pod for
+   ``PDB_BACKOFF`` seconds and the round is planned again at once, so another victim is
+   chosen or the pod waits; either way an Event on the waiting pod says why;
+3. record an Event on each victim (``Reclaimed``) and on the pod it made room for
+   (``ReclaimedFor``), and once per pod and reason on pods left waiting;
+4. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
+
+Leader election (``LeaseElector``): a ``coordination.k8s.io/v1`` Lease, read, then
+created or updated with the read ``resourceVersion`` (compare-and-swap: a 409 means
+another replica won). A holder renews every round; another replica takes over only when
+``renewTime + leaseDurationSeconds`` has passed. One holder at a time; a replica that
+loses the lease stops evicting at once (it checks before every round).
+
+Clocks: ``time.monotonic`` for the cool-down, rate limit and restore timer (the
+planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from fairshare import metrics as metrics_mod
+from fairshare import reclaim
+from fairshare.config.schema import FairShareConfig
+from fairshare.errors import FairshareError
+from scheduler_plugin.tracking import ExtenderTracker
+
+log = logging.getLogger("fairshare.reclaimer")
+
+COMPONENT: Final = "fairshare-reclaimer"
+PDB_BACKOFF: Final = 30.0
+"""Seconds a pod whose eviction a PodDisruptionBudget refused is not chosen again."""
+IN_FLIGHT_TIMEOUT: Final = 300.0
+"""Seconds an evicted pod still counts as leaving if it has not gone by then."""
+REASON_BLOCKED: Final = "ReclaimBlocked"
+REPLANS: Final = 10
+"""Plans per round at most: each PodDisruptionBudget refusal replans at once."""
+WINDOW: Final = 60.0
+KINDS: Final = ("Namespace", "Node", "Pod", "ResourceClaim")
+
+
+# -- the API surface the controller needs ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvictResult:
+    """Outcome of one eviction request: ``evicted``, ``blocked`` (429) or ``failed``."""
+
+    outcome: str
+    message: str = ""
+
+
+class ClusterApi(Protocol):
+    """What the controller does to the cluster (a fake in unit tests)."""
+
+    async def evict(self, namespace: str, name: str, grace: int | None) -> EvictResult: ...
+
+    async def record_event(
+        self, pod: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
+    ) -> None: ...
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool: ...
+
+
+# -- leader election --------------------------------------------------------------------------
+
+
+def _micro_time(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: object) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def lease_decision(spec: Mapping[str, Any], *, identity: str, now: float) -> str:
+    """``renew`` (we hold it), ``acquire`` (free or expired) or ``wait`` (someone else's)."""
+    holder = spec.get("holderIdentity")
+    if holder == identity:
+        return "renew"
+    renewed = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds")
+    if not holder or renewed is None or not isinstance(duration, int):
+        return "acquire"
+    return "acquire" if now > renewed + duration else "wait"
+
+
+@dataclass
+class LeaseElector:
+    """Single-holder leader election over one Lease (see the module docstring)."""
+
+    api: ClusterApi
+    namespace: str
+    name: str
+    identity: str
+    duration: int = 15
+    wall: Callable[[], float] = time.time
+
+    async def try_lead(self) -> bool:
+        """Acquire or renew the Lease; True while we hold it."""
+        now = self.wall()
+        lease = await self.api.read_lease(self.namespace, self.name)
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(now, transitions=0, acquired=now),
+            }
+            return await self.api.write_lease(self.namespace, body, create=True)
+        spec = lease.get("spec") or {}
+        decision = lease_decision(spec, identity=self.identity, now=now)
+        if decision == "wait":
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if decision == "acquire":
+            new = self._spec(now, transitions=transitions + 1, acquired=now)
+        else:
+            acquired = _parse_time(spec.get("acquireTime")) or now
+            new = self._spec(now, transitions=transitions, acquired=acquired)
+        meta = lease.get("metadata") or {}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "spec": new,
+        }
+        return await self.api.write_lease(self.namespace, body, create=False)
+
+    def _spec(self, now: float, *, transitions: int, acquired: float) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.duration,
+            "acquireTime": _micro_time(acquired),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+
+# -- the controller -------------------------------------------------------------------------
+
+
+def _created(pod: Mapping[str, Any]) -> float | None:
+    return _parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+@dataclass
+class Reclaimer:
+    """One reclaim round per ``tick``; holds the cool-down, rate-limit and timers."""
+
+    tracker: ExtenderTracker
+    config: Callable[[], FairShareConfig]
+    api: ClusterApi
+    metrics: metrics_mod.Metrics
+    cooldown: float = 60.0
+    max_per_minute: int = 10
+    grace_period: int | None = None
+    clock: Callable[[], float] = time.monotonic
+    last_evictions: dict[tuple[str, str], float] = field(default_factory=dict)
+    recent: deque[float] = field(default_factory=deque)
+    in_flight: dict[str, float] = field(default_factory=dict)
+    protected: dict[str, float] = field(default_factory=dict)
+    deficit_since: dict[str, float] = field(default_factory=dict)
+    explained: set[tuple[str, str]] = field(default_factory=set)
+    restored: deque[tuple[str, float]] = field(default_factory=lambda: deque(maxlen=100))
+    """The latest (tenant, seconds) restores, for logs and tests (the metric has them all)."""
+
+    def _budget(self, now: float) -> int:
+        while self.recent and now - self.recent[0] >= WINDOW:
+            self.recent.popleft()
+        return max(0, self.max_per_minute - len(self.recent))
+
+    def _releasing(self, now: float) -> frozenset[str]:
+        pods = self.tracker.pods
+        for uid, at in list(self.in_flight.items()):
+            if uid not in pods or now - at > IN_FLIGHT_TIMEOUT:
+                del self.in_flight[uid]
+        leaving = {u for u, p in pods.items() if (p.get("metadata") or {}).get("deletionTimestamp")}
+        return frozenset(leaving | set(self.in_flight))
+
+    def plan(self, now: float) -> reclaim.ReclaimPlan:
+        """The planner's answer on the tracker's current state."""
+        for uid, until in list(self.protected.items()):
+            if now >= until:
+                del self.protected[uid]
+        pods = self.tracker.pods
+        created = {u: c for u, p in pods.items() if (c := _created(p)) is not None}
+        selectors = {
+            uid: {str(k): str(v) for k, v in sel.items()}
+            for uid in self.tracker.pending
+            if isinstance(sel := (pods.get(uid, {}).get("spec") or {}).get("nodeSelector"), dict)
+        }
+        return reclaim.plan_reclaim(
+            self.tracker.state,
+            config=self.config(),
+            pending=self.tracker.pending_queue(),
+            now=now,
+            last_evictions=self.last_evictions,
+            cooldown=self.cooldown,
+            max_evictions=self._budget(now),
+            created=created,
+            releasing=self._releasing(now),
+            protected=frozenset(self.protected),
+            node_selectors=selectors,
+        )
+
+    async def tick(self) -> reclaim.ReclaimPlan:
+        """Plan, evict, explain; replan at once (up to 10 times) after a PDB refusal."""
+        plan = reclaim.ReclaimPlan()
+        for _ in range(REPLANS):
+            now = self.clock()
+            plan = self.plan(now)
+            self._track_deficits(plan, now)
+            blocked = False
+            for ev in plan.evictions:
+                blocked |= not await self._evict(ev, now)
+            if not blocked:
+                break
+        await self._explain_waiting(plan)
+        return plan
+
+    def _track_deficits(self, plan: reclaim.ReclaimPlan, now: float) -> None:
+        for tenant in plan.deficits:
+            self.deficit_since.setdefault(tenant, now)
+        for tenant in sorted(set(self.deficit_since) - set(plan.deficits)):
+            waited = now - self.deficit_since.pop(tenant)
+            self.metrics.observe_guarantee_restored(tenant, waited)
+            self.restored.append((tenant, waited))
+            log.info("tenant %s: guaranteed share restored after %.1fs", tenant, waited)
+
+    async def _evict(self, ev: reclaim.Eviction, now: float) -> bool:
+        """Evict one victim; False when a PodDisruptionBudget refused it."""
+        victim = self.tracker.pods.get(ev.victim_uid)
+        beneficiary = self.tracker.pods.get(ev.beneficiary_uid)
+        if victim is None:
+            return True
+        meta = victim.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        result = await self.api.evict(ns, name, self.grace_period)
+        labels = {"tenant": ev.victim_tenant, "beneficiary": ev.beneficiary_tenant}
+        self.metrics.count_reclaim_eviction(result.outcome, **labels)
+        if result.outcome == "evicted":
+            self.in_flight[ev.victim_uid] = now
+            self.recent.append(now)
+            self.last_evictions[(ev.victim_tenant, ev.beneficiary_tenant)] = now
+            log.info(
+                "evicted %s/%s for %s/%s", ns, name, ev.beneficiary_namespace, ev.beneficiary_name
+            )
+            await self.api.record_event(victim, reason=reclaim.REASON_RECLAIMED, message=ev.message)
+            if beneficiary is not None:
+                text = (
+                    f"evicted {ns}/{name} (tenant {ev.victim_tenant}) on {ev.node} to give "
+                    f"tenant {ev.beneficiary_tenant} its guaranteed share"
+                )
+                await self.api.record_event(
+                    beneficiary, reason=reclaim.REASON_MADE_ROOM, message=text
+                )
+            return True
+        if result.outcome == "blocked":
+            self.protected[ev.victim_uid] = now + PDB_BACKOFF
+            log.info("eviction of %s/%s refused: %s", ns, name, result.message)
+            if beneficiary is not None:
+                text = (
+                    f"eviction of {ns}/{name} (tenant {ev.victim_tenant}) refused by a "
+                    f"PodDisruptionBudget ({result.message}); choosing another victim or waiting"
+                )
+                await self.api.record_event(
+                    beneficiary, reason=REASON_BLOCKED, message=text, warning=True
+                )
+            return False
+        log.warning("eviction of %s/%s failed: %s", ns, name, result.message)
+        return True
+
+    async def _explain_waiting(self, plan: reclaim.ReclaimPlan) -> None:
+        for w in plan.waiting:
+            self.metrics.count_reclaim_waiting(w.reason, w.tenant)
+            key = (w.uid, w.reason)
+            pod = self.tracker.pods.get(w.uid)
+            if key in self.explained or pod is None or w.reason == reclaim.WAIT_EVICTING:
+                continue
+            self.explained.add(key)
+            text = f"tenant {w.tenant} is under its guaranteed share but reclaim waits: {w.detail}"
+            await self.api.record_event(pod, reason=w.reason, message=text)
+        live = set(self.tracker.pods)
+        self.explained = {k for k in self.explained if k[0] in live}
+
+
+# -- kubernetes_asyncio ------------------------------------------------------------------------
+
+
+class KubeApi:
+    """``ClusterApi`` over a kubernetes_asyncio ``ApiClient`` (raw JSON in and out)."""
+
+    def __init__(self, api_client: Any, *, identity: str) -> None:
+        from kubernetes_asyncio import client
+
+        # Raw JSON in and out (``_preload_content=False``), so the generated models' types
+        # do not apply: the client is used untyped, as in ``binding``.
+        self._client: Any = client
+        self.core: Any = self._client.CoreV1Api(api_client)
+        self.coordination: Any = self._client.CoordinationV1Api(api_client)
+        self.identity = identity
+
+    async def evict(self, namespace: str, name: str, grace: int | None) -> EvictResult:
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace}
+        status, data = await _call(
+            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+        )
+        if 200 <= status < 300:
+            return EvictResult("evicted")
+        message = str(data.get("message") or f"HTTP {status}")
+        if status == 429:
+            return EvictResult("blocked", message)
+        if status == 404:
+            return EvictResult("evicted", "already gone")
+        return EvictResult("failed", f"HTTP {status}: {message}")
+
+    async def record_event(
+        self, pod: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
+    ) -> None:
+        meta = pod.get("metadata") or {}
+        ns = str(meta.get("namespace", "default"))
+        stamp = _micro_time(time.time())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'pod')}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta.get("name"),
+                "namespace": ns,
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity,
+            "firstTimestamp": stamp[:19] + "Z",
+            "lastTimestamp": stamp[:19] + "Z",
+            "count": 1,
+        }
+        status, data = await _call(
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
+        )
+        if not 200 <= status < 300:
+            log.warning(
+                "event %s on %s/%s not recorded: HTTP %s %s",
+                reason, ns, meta.get("name"), status, data.get("message", ""),
+            )  # fmt: skip
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        status, data = await _call(
+            self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+        )
+        if status == 404:
+            return None
+        if status != 200:
+            raise FairshareError(f"reading Lease {namespace}/{name}: HTTP {status}")
+        return data
+
+    async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool:
+        name = body["metadata"]["name"]
+        if create:
+            call = self.coordination.create_namespaced_lease(
+                namespace, body, _preload_content=False
+            )
+        else:
+            call = self.coordination.replace_namespaced_lease(
+                name, namespace, body, _preload_content=False
+            )
+        status, data = await _call(call)
+        if 200 <= status < 300:
+            return True
+        if status in (409, 422):
+            return False  # another replica won the compare-and-swap
+        raise FairshareError(f"writing Lease {namespace}/{name}: HTTP {status}: {data}")
+
+
+async def _call(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
+    """Await a raw (``_preload_content=False``) call: HTTP status and decoded JSON body.
+
+    Raw calls do not raise ``ApiException`` for error statuses: callers check the status.
+    """
+    resp = await request
+    try:
+        raw = await resp.read()
+    finally:
+        resp.release()
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {"message": raw[:200].decode("utf-8", "replace")}
+    return int(resp.status), data if isinstance(data, dict) else {}
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+async def run_loop(
+    reclaimer: Reclaimer,
+    elector: LeaseElector,
+    *,
+    interval: float,
+    ready: Callable[[], bool],
+    stop: asyncio.Event,
+) -> None:
+    """Lead, plan and evict every ``interval`` seconds until ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            leader = await elector.try_lead()
+            reclaimer.metrics.set_reclaim_leader(leader)
+            if leader and ready():
+                await reclaimer.tick()
+        except Exception:
+            log.exception("reclaim round failed")
+            reclaimer.metrics.count_unexpected_error("reclaimer")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval)
+
+
+async def serve(
+    *,
+    config_file: str | None,
+    configmap: str | None,
+    kubeconfig: str | None,
+    host: str,
+    port: int,
+    interval: float,
+    cooldown: float,
+    max_per_minute: int,
+    grace_period: int | None,
+    lease: str,
+    identity: str,
+    lease_duration: int,
+) -> None:
+    """Run the reclaim controller until SIGTERM/SIGINT (the ``fairshare reclaimer`` command)."""
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from fairshare import __version__, runtime
+    from fairshare.state import informers
+
+    box: dict[str, metrics_mod.Metrics] = {}
+    rt = await runtime.build_runtime(
+        config_file=config_file,
+        configmap=configmap,
+        kubeconfig=kubeconfig,
+        state_file=None,
+        kinds=KINDS,
+        on_reload=lambda: box["m"].observe_config_reload(ok=True),
+        on_error=lambda: box["m"].observe_config_reload(ok=False),
+    )
+    registry = CollectorRegistry()
+    metrics = box["m"] = metrics_mod.Metrics(registry)
+    metrics.set_build_info(__version__)
+    tracker = ExtenderTracker(rt.holder.get)
+    api_client = await informers.make_api_client(kubeconfig)
+    api = KubeApi(api_client, identity=identity)
+    lease_ns, lease_name = runtime.parse_ref(lease)
+    elector = LeaseElector(api, lease_ns, lease_name, identity, duration=lease_duration)
+    reclaimer = Reclaimer(
+        tracker,
+        rt.holder.get,
+        api,
+        metrics,
+        cooldown=cooldown,
+        max_per_minute=max_per_minute,
+        grace_period=grace_period,
+    )
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        body, ctype = metrics_mod.render(registry, request.headers.get("Accept"))
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if rt.source.ready.is_set():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="cluster state not synced yet\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.cleanup_ctx.append(runtime.background(rt, rt.sink_for(tracker)))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("fairshare reclaimer on %s:%s as %s (lease %s)", host, port, identity, lease)
+    stop = asyncio.Event()
+    loop_task = asyncio.create_task(
+        run_loop(reclaimer, elector, interval=interval, ready=rt.source.ready.is_set, stop=stop)
+    )
+    try:
+        await runtime.wait_for_signal()
+    finally:
+        stop.set()
+        await loop_task
+        await runner.cleanup()
+        await api_client.close()
+
+
+def plan_summary(plan: reclaim.ReclaimPlan) -> dict[str, Any]:
+    """A JSON-able digest of a plan (for logs and tests)."""
+    return {
+        "evictions": [
+            (e.victim_uid, e.victim_tenant, e.beneficiary_tenant) for e in plan.evictions
+        ],
+        "waiting": [(w.uid, w.reason) for w in plan.waiting],
+        "deficits": list(plan.deficits),
+    }
+
+
+__all__ = [
+    "ClusterApi",
+    "EvictResult",
+    "KubeApi",
+    "LeaseElector",
+    "Reclaimer",
+    "lease_decision",
+    "plan_summary",
+    "run_loop",
+    "serve",
+]
