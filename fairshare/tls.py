@@ -218,7 +218,10 @@ def write_certs(
 
 
 def server_ssl_context(
-    cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    cert_file: str | os.PathLike[str],
+    key_file: str | os.PathLike[str],
+    *,
+    client_ca: str | os.PathLike[str] | None = None,
 ) -> ssl.SSLContext:
     """A server ``SSLContext`` loaded with the certificate chain and key.
 
@@ -226,6 +229,13 @@ def server_ssl_context(
     compression (CRIME); server cipher preference; no session tickets (they would outlive
     a rotated key; session IDs still resume). Raises ``ssl.SSLError``/``OSError`` for
     unreadable or mismatched files.
+
+    With ``client_ca`` the server asks every client for a certificate and verifies one
+    that is offered against that CA (``CERT_OPTIONAL``: a bad certificate fails the
+    handshake, no certificate is let through). OpenSSL checks a client certificate's
+    extended key usage for ``clientAuth`` on the server side. The apps then refuse every
+    path but the probes and metrics to a connection without a verified peer certificate
+    (see ``webhook.app``), so kubelet probes and Prometheus need no certificate.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -237,6 +247,9 @@ def server_ssl_context(
         | ssl.OP_NO_TICKET
     )
     context.load_cert_chain(os.fspath(cert_file), os.fspath(key_file))
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.load_verify_locations(cafile=os.fspath(client_ca))
     return context
 
 
@@ -259,6 +272,11 @@ class CertReloader:
     the next write is tried again.
 
     The constructor raises if the *initial* files are unusable: fail fast at startup.
+
+    ``client_ca`` (optional) is the CA that client certificates are verified against; it is
+    part of every context loaded, including reloaded ones (the ``sni_callback`` switch
+    moves a connection to the new context's trust store), and a change of that file
+    reloads too.
     """
 
     def __init__(
@@ -267,12 +285,14 @@ class CertReloader:
         key_file: str | os.PathLike[str],
         *,
         on_error: Callable[[Exception], None] | None = None,
+        client_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         self._cert_file = Path(cert_file)
         self._key_file = Path(key_file)
+        self._client_ca = Path(client_ca) if client_ca is not None else None
         self._on_error = on_error
         self._stamp = self._read_stamp()
-        self._front = server_ssl_context(self._cert_file, self._key_file)
+        self._front = server_ssl_context(self._cert_file, self._key_file, client_ca=self._client_ca)
         self._front.sni_callback = self._select
         self._current = self._front
         self._not_after = _read_not_after(self._cert_file)
@@ -305,7 +325,7 @@ class CertReloader:
             return False
         self._stamp = stamp
         try:
-            fresh = server_ssl_context(self._cert_file, self._key_file)
+            fresh = server_ssl_context(self._cert_file, self._key_file, client_ca=self._client_ca)
             not_after = _read_not_after(self._cert_file)
         except (OSError, ssl.SSLError, ValueError) as error:
             self._report(error)
@@ -328,8 +348,14 @@ class CertReloader:
         if current is not context:
             connection.context = current
 
+    @property
+    def requires_client_cert(self) -> bool:
+        """True when client certificates are verified (``client_ca`` was given)."""
+        return self._client_ca is not None
+
     def _read_stamp(self) -> _Stamp:
-        stats = (os.stat(self._cert_file), os.stat(self._key_file))
+        files = (self._cert_file, self._key_file, self._client_ca)
+        stats = tuple(os.stat(f) for f in files if f is not None)
         return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
 
     def _report(self, error: Exception) -> None:

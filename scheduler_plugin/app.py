@@ -7,10 +7,17 @@ as an error of this extender (``ignorable`` decides what happens next). An unexp
 exception is logged, counted, and answered 500 for filter/prioritize/preempt and with
 ``Error`` set for bind: the scheduler retries the pod, nothing is half-bound.
 
-Bind is serialised per node (an ``asyncio.Lock`` each), so two fractional pods can
-never be given the same free share of a device: choose devices, POST the Binding (the
-device annotation rides on the Binding's metadata, so it lands on the pod in the same
-write as ``nodeName``), then account the pod in the state.
+Binds are serialised (one ``asyncio.Lock``), so two fractional pods can never be given
+the same free share of a device: choose devices, re-check the fair-share gate, account
+the pod in the state (assume), then POST the Binding (the device annotation rides on
+the Binding's metadata, so it lands on the pod in the same write as ``nodeName``); a
+refused POST un-assumes the pod.
+
+``--client-ca``: the TLS port verifies any client certificate offered against that CA
+(``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``PUBLIC_PATHS`` (403)
+without a verified one, so kube-scheduler must present a certificate while kubelet probes
+and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics`` on the same port, with no
+second port to expose. Default-deny: a new route is protected unless listed as public.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
+from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
@@ -38,6 +47,9 @@ Binder = Callable[[verbs.BindPlan], Awaitable[None]]
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 MAX_BODY = 64 * 1024 * 1024
 """A filter call with ``nodeCacheCapable: false`` carries every candidate Node object."""
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
 
 
 async def bind_locally(plan: verbs.BindPlan) -> None:
@@ -54,7 +66,7 @@ class ExtenderDeps:
     metrics: metrics_mod.Metrics
     ready: Callable[[], bool]
     binder: Binder = bind_locally
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    bind_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     background: list[CleanupCtx] = field(default_factory=list)
 
 
@@ -103,8 +115,23 @@ async def _verb(
     return web.json_response(out)
 
 
+_D = TypeVar("_D")
+
+
+def _decode(decoder: Callable[[bytes], _D], body: bytes) -> _D:
+    """``decoder(body)``; any exception the pure decoder raises on a hostile shape (an
+    object where it expected another, say) is a body that cannot be decoded: a 400
+    (``WireFormatError``), not an internal error. Errors after decoding stay 500."""
+    try:
+        return decoder(body)
+    except WireFormatError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError, RecursionError) as exc:
+        raise WireFormatError(f"unexpected shape ({type(exc).__name__})") from exc
+
+
 async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
-    args = wire.decode_extender_args(body)
+    args = _decode(wire.decode_extender_args, body)
     deps.tracker.remember(dict(args.pod))
     return verbs.filter_verb(
         args,
@@ -116,7 +143,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
 
 
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
-    args = wire.decode_extender_args(body)
+    args = _decode(wire.decode_extender_args, body)
     return verbs.prioritize_verb(
         args,
         state=deps.tracker.state,
@@ -128,36 +155,47 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
 
 
 async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
-    args = wire.decode_preemption_args(body)
+    args = _decode(wire.decode_preemption_args, body)
     return verbs.preempt_verb(
         args, state=deps.tracker.state, config=deps.config(), namespace_labels=_labels(deps)
     )
 
 
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
-    args = wire.decode_binding_args(body)
-    lock = deps.locks.setdefault(args.node, asyncio.Lock())
-    async with lock:
+    args = _decode(wire.decode_binding_args, body)
+    # One lock for every bind: the fair-share gate reads cluster-wide state, and the
+    # pod is assumed (accounted in the state) before its POST, so the next filter and
+    # the next bind already see it, even while this Binding is in flight.
+    async with deps.bind_lock:
+        state, config = deps.tracker.state, deps.config()
         plan = verbs.bind_plan(
-            args,
-            state=deps.tracker.state,
-            pending=deps.tracker.pending_queue(),
-            mix=deps.tracker.mix(),
+            args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
         )
         if plan.error:
             log.warning("bind refused: %s", plan.error)
             return plan.result()
+        req = deps.tracker.pending.get(plan.uid)
+        if req is not None:
+            # kube-scheduler filters the next pod while earlier binds run: judge the
+            # gate again now that they are accounted.
+            gate = gating.check_fair_gate(
+                state, config=config, req=req, pending=deps.tracker.pending_queue()
+            )
+            if gate is not None and not gate.allowed:
+                return wire.ExtenderBindingResult(gate.reason).encode()
+        try:
+            verbs.commit_bind(state, plan)
+        except StateError as exc:
+            return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
+        deps.tracker.pending.pop(plan.uid, None)
         try:
             await deps.binder(plan)
         except Exception as exc:
             log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
+            state.unbind(plan.uid)
+            if req is not None and plan.uid not in deps.tracker.pending:
+                deps.tracker.pending[plan.uid] = req
             return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
-        try:
-            verbs.commit_bind(deps.tracker.state, plan)
-        except StateError as exc:
-            # The watch already placed it differently; the API is the truth, keep going.
-            log.warning("bound %s/%s but could not account it: %s", plan.namespace, plan.name, exc)
-        deps.tracker.pending.pop(plan.uid, None)
         return plan.result()
 
 
@@ -196,9 +234,25 @@ async def metrics_handler(request: web.Request) -> web.Response:
     return resp
 
 
-def make_app(deps: ExtenderDeps) -> web.Application:
-    """The extender application; routes are relative to the scheduler's ``urlPrefix``."""
-    app = web.Application(client_max_size=MAX_BODY)
+@web.middleware
+async def require_client_cert(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse all but ``PUBLIC_PATHS`` without a verified TLS client certificate."""
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    transport = request.transport
+    if transport is None or not transport.get_extra_info("peercert"):
+        log.warning("refused %s %s: no verified client certificate", request.method, request.path)
+        return web.Response(status=403, text="fairshare: client certificate required\n")
+    return await handler(request)
+
+
+def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Application:
+    """The extender application; routes are relative to the scheduler's ``urlPrefix``.
+
+    ``client_cert``: the verbs need a verified TLS client certificate.
+    """
+    middlewares = [require_client_cert] if client_cert else []
+    app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
     app[DEPS] = deps
     for prefix in ("", "/scheduler"):
         app.router.add_post(f"{prefix}/filter", filter_handler)
@@ -255,10 +309,19 @@ async def serve(
     tls_cert: str | None,
     tls_key: str | None,
     period: float = 15.0,
+    client_ca: str | None = None,
 ) -> None:
-    """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command)."""
+    """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command).
+
+    ``client_ca``: verify kube-scheduler's client certificate against this CA on the verbs
+    (needs ``tls_cert``/``tls_key``).
+    """
     import _native
     from fairshare import __version__, runtime, tls
+    from fairshare.errors import FairshareError
+
+    if client_ca is not None and not (tls_cert and tls_key):
+        raise FairshareError("--client-ca needs --tls-cert and --tls-key")
 
     box: dict[str, metrics_mod.Metrics] = {}
     rt = await runtime.build_runtime(
@@ -285,7 +348,10 @@ async def serve(
     reloader = None
     if tls_cert and tls_key:
         reloader = tls.CertReloader(
-            tls_cert, tls_key, on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False)
+            tls_cert,
+            tls_key,
+            on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False),
+            client_ca=client_ca,
         )
     deps.background.append(
         runtime.background(
@@ -296,7 +362,7 @@ async def serve(
             period=period,
         )
     )
-    app = make_app(deps)
+    app = make_app(deps, client_cert=client_ca is not None)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=reloader.context if reloader else None)

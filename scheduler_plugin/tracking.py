@@ -29,6 +29,7 @@ restart (the arrays are shaped by them); everything else in the config is read l
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,9 @@ from fairshare.placement import (
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState, StateError
+
+GONE_MEMORY = 10_000
+"""How many deleted pod uids to remember (a late filter call must not revive them)."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +83,8 @@ class ExtenderTracker:
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
     gpu_device_classes: frozenset[str] = dra.GPU_DEVICE_CLASSES
+    _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
+    """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
@@ -186,6 +192,9 @@ class ExtenderTracker:
         self.dra_usage = {t: v for t, v in want.items() if v}
 
     def _forget_pod(self, uid: str) -> None:
+        self._gone[uid] = None
+        while len(self._gone) > GONE_MEMORY:
+            self._gone.popitem(last=False)
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
         self.class_keys.pop(uid, None)
@@ -247,7 +256,7 @@ class ExtenderTracker:
     def remember(self, pod: dict[str, Any]) -> None:
         """Take in a pod seen in a scheduler call before its watch event (bind needs it)."""
         uid = objects.pod_uid(pod)
-        if uid and uid not in self.pods and not objects.is_bound(pod):
+        if uid and uid not in self.pods and uid not in self._gone and not objects.is_bound(pod):
             self._pod(pod)
 
     def pending_queue(self) -> list[PodRequest]:

@@ -530,3 +530,181 @@ async def wait_event(
 
     what = f"event {reason}" + (f" mentioning {contains!r}" if contains else "")
     return await wait_for(probe, timeout=timeout, what=f"{what} for {namespace}/{involved_name}")
+
+
+# --------------------------------------------------------------------------------------------
+# fairshare on the cluster (tools/e2e/dev.py): the webhook and the extender as local
+# processes, registered by URL with the real kube-apiserver and kube-scheduler.
+
+DEV_PY = ROOT / "tools" / "e2e" / "dev.py"
+TENANT_LABEL = "fairshare.io/tenant"
+RELOAD_METRIC = "fairshare_config_reloads_total"
+CONFIG_HEAD = "apiVersion: fairshare.io/v1alpha1\nkind: FairShareConfig\n"
+# What the servers run with between tests: no tenants, every namespace in "default".
+BASE_CONFIG = CONFIG_HEAD + "tenants: []\n"
+
+
+def dev_module() -> ModuleType:
+    """tools/e2e/dev.py, imported by path."""
+    name = "fairshare_e2e_dev"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, DEV_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class FairshareDev:
+    """The running webhook and extender (`handles`: ports, pids, CA files)."""
+
+    cluster: Cluster
+    handles: Any
+    state_dir: Path = STATE_DIR
+
+    def metric(self, server: str, name: str) -> float:
+        return float(dev_module().metric(self.handles, server, name))
+
+    def log_path(self, server: str) -> Path:
+        return Path(dev_module().Layout(self.state_dir).log(server))
+
+    def restart_extender(self) -> None:
+        self.handles = dev_module().restart_extender(self.state_dir)
+
+    async def current_config_text(self, api: client.ApiClient) -> str:
+        dev = dev_module()
+        cm = await client.CoreV1Api(api).read_namespaced_config_map(
+            dev.CONFIGMAP, dev.SYSTEM_NAMESPACE
+        )
+        return str((cm.data or {}).get(dev.CONFIG_KEY, ""))
+
+    async def set_config(self, api: client.ApiClient, yaml_text: str, timeout: float = 20) -> None:
+        """Replace the ConfigMap's config.yaml and wait until both servers reloaded it
+        (their `fairshare_config_reloads_total` went up). A config equal to the one in
+        force (the servers compare parsed configs) returns at once."""
+        from fairshare.config.loading import parse_config
+
+        dev = dev_module()
+        new = parse_config(yaml_text)
+        old_text = await self.current_config_text(api)
+        try:
+            unchanged = parse_config(old_text) == new
+        except Exception:
+            unchanged = False
+        before = {s: await asyncio.to_thread(self.metric, s, RELOAD_METRIC) for s in dev.SERVERS}
+        await client.CoreV1Api(api).patch_namespaced_config_map(
+            dev.CONFIGMAP, dev.SYSTEM_NAMESPACE, {"data": {dev.CONFIG_KEY: yaml_text}}
+        )
+        if unchanged:
+            return
+
+        async def reloaded() -> bool:
+            for server in dev.SERVERS:
+                now = await asyncio.to_thread(self.metric, server, RELOAD_METRIC)
+                if now <= before[server]:
+                    return False
+            return True
+
+        await wait_for(reloaded, timeout=timeout, what="both servers to reload the config")
+
+
+@pytest.fixture(scope="session")
+def fairshare_dev(cluster: Cluster) -> Iterator[FairshareDev]:
+    """fairshare webhook + extender wired into the local control plane, once per run.
+
+    Left running if it was already up (`make dev-up`); otherwise stopped at the end (webhook
+    configurations removed, kube-scheduler back to its default configuration)."""
+    if not cluster.managed:
+        pytest.skip(
+            "fairshare e2e tests need the local control plane (the apiserver and scheduler "
+            "call the servers on 127.0.0.1 and the scheduler is restarted with the extender)"
+        )
+    dev = dev_module()
+    was_up = bool(dev.status(STATE_DIR).get("up"))
+    t0 = time.monotonic()
+    try:
+        handles = dev.start(STATE_DIR, BASE_CONFIG, cluster=False)
+    except dev.DevError as exc:
+        pytest.fail(f"dev.py up failed: {exc}", pytrace=False)
+    if not was_up:
+        sys.stderr.write(f"\n[e2e] fairshare up in {time.monotonic() - t0:.1f}s\n")
+    cluster.state = cluster_module().load_state(cluster_module().Paths(STATE_DIR)) or {}
+    yield FairshareDev(cluster=cluster, handles=handles)
+    if not was_up:
+        dev.stop(STATE_DIR)
+
+
+@pytest.fixture
+async def fairshare(
+    fairshare_dev: FairshareDev, api: client.ApiClient
+) -> AsyncIterator[FairshareDev]:
+    """`fairshare_dev`, with the base config (no tenants) put back after the test.
+
+    Also makes sure kube-scheduler still calls the extender: `cluster.py up` (the `cluster`
+    fixture of another run on the same state dir) restarts it with its default config."""
+    await asyncio.to_thread(dev_module().ensure_scheduler, fairshare_dev.state_dir)
+    yield fairshare_dev
+    await fairshare_dev.set_config(api, BASE_CONFIG)
+
+
+async def webhook_knows_tenant(api: client.ApiClient, namespace: str, tenant: str) -> bool:
+    """Has the webhook seen `namespace`'s tenant label? A server-side dry run of a pod
+    comes back with the tenant label the mutating webhook adds."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tenant-probe"},
+        "spec": {"containers": [{"name": "main", "image": PAUSE_IMAGE}]},
+    }
+    try:
+        pod = await client.CoreV1Api(api).create_namespaced_pod(namespace, probe, dry_run="All")
+    except ApiException as exc:
+        if exc.status in (403, 404):  # namespace or its ServiceAccount not there yet
+            return False
+        raise
+    return bool((pod.metadata.labels or {}).get(TENANT_LABEL) == tenant)
+
+
+@pytest.fixture
+async def tenant_namespace(
+    fairshare: FairshareDev, api: client.ApiClient
+) -> AsyncIterator[Callable[[str], Awaitable[str]]]:
+    """`await tenant_namespace("team-a")`: a namespace labelled fairshare.io/tenant=team-a
+    that the webhook already resolves to that tenant; deleted (and waited for) afterwards."""
+    core = client.CoreV1Api(api)
+    created: list[str] = []
+
+    async def make(tenant: str) -> str:
+        ns = await core.create_namespace(
+            {"metadata": {"generateName": f"{tenant}-", "labels": {TENANT_LABEL: tenant}}}
+        )
+        name: str = ns.metadata.name
+        created.append(name)
+
+        async def known() -> bool:
+            return await webhook_knows_tenant(api, name, tenant)
+
+        await wait_for(known, timeout=30, what=f"the webhook to see namespace {name}")
+        return name
+
+    yield make
+
+    async def delete(name: str) -> None:
+        # Pods first (kwok finishes their deletion at once), then the namespace, whose
+        # finalisation by kube-controller-manager takes seconds and is not waited for.
+        try:
+            await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            await core.delete_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+        async def no_pods() -> bool:
+            return not (await core.list_namespaced_pod(name)).items
+
+        await wait_for(no_pods, timeout=60, what=f"the pods of namespace {name} to be gone")
+
+    await asyncio.gather(*(delete(n) for n in created))

@@ -121,3 +121,73 @@ async def test_health_and_metrics(client):
     assert 'fairshare_extender_requests_total{outcome="ok",verb="filter"}' in text
     assert "fairshare_tenant_dominant_share" in text
     assert "fairshare_cluster_gpu_allocation_ratio" in text
+
+
+async def test_late_filter_does_not_revive_a_deleted_pod(client):
+    pod = half_pod(3)
+    client.deps.tracker.on_event("Pod", "DELETED", pod)
+    await client.post("/filter", json={"Pod": pod, "NodeNames": ["n1"]})
+    assert "u3" not in client.deps.tracker.pending
+
+
+async def test_bind_rechecks_the_gate_with_binds_in_flight():
+    # DRF paper cluster: 9 CPU, 18Gi; a's pods <1, 4Gi>, b's <3, 1Gi>. a already holds
+    # 3 pods (share 12/18 = 2/3, its fair share with b's 3 pending pods in the demand);
+    # a 4th a-pod would take a to 16/18 while b (share 0) has a pod that fits: the bind
+    # is refused by the gate even though the filter let it through earlier.
+    config = loading.config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "resources": {
+                "cpu": {"weight": 1},
+                "memory": {"weight": 1},
+                "nvidia.com/gpu": {"weight": 1},
+            },
+            "tenants": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
+        }
+    )
+
+    def pod(ns: str, i: int, cpu: str, mem: str, node: str | None = None) -> dict[str, Any]:
+        p = {
+            "kind": "Pod",
+            "metadata": {"name": f"{ns}{i}", "namespace": ns, "uid": f"{ns}{i}"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}
+                ]
+            },
+            "status": {"phase": "Running" if node else "Pending"},
+        }
+        if node:
+            p["spec"]["nodeName"] = node
+        return p
+
+    deps = ext_app.build_deps(config=lambda: config, ready=lambda: True)
+    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
+    deps.tracker.on_resync(
+        "Node",
+        [
+            {
+                "kind": "Node",
+                "metadata": {"name": "n"},
+                "status": {"allocatable": {"cpu": "9", "memory": "18Gi"}},
+            }
+        ],
+    )
+    deps.tracker.on_resync(
+        "Pod",
+        [pod("a", i, "1", "4Gi", node="n") for i in range(3)]
+        + [pod("a", 3, "1", "4Gi")]
+        + [pod("b", i, "3", "1Gi") for i in range(3)],
+    )
+    async with TestClient(TestServer(ext_app.make_app(deps))) as c:
+        r = await c.post(
+            "/bind", json={"PodName": "a3", "PodNamespace": "a", "PodUID": "a3", "Node": "n"}
+        )
+        assert "above its fair share" in (await r.json())["Error"]
+        r = await c.post(
+            "/bind", json={"PodName": "b0", "PodNamespace": "b", "PodUID": "b0", "Node": "n"}
+        )
+        assert (await r.json())["Error"] == ""
+        assert "b0" in deps.tracker.state.pods  # assumed before its Binding returned

@@ -7,14 +7,22 @@
 #   make cluster-status   show their health
 #   make cluster-down     stop them and remove the state (logs stay in .e2e/run/logs)
 #
+#   make dev-up           cluster-up, then fairshare webhook + extender as local processes,
+#                         registered with the apiserver (webhooks by URL) and kube-scheduler
+#                         (extender); FAIRSHARE_CONFIG=file fills the ConfigMap
+#   make dev-down         unregister and stop them (the cluster keeps running)
+#   make dev-status       are both servers ready?
+#
 # E2E_STATE_DIR=dir picks another state directory; SCHEDULER_CONFIG=file starts
 # kube-scheduler with that KubeSchedulerConfiguration (clientConnection is filled in).
 
 E2E_STATE_DIR ?= .e2e
 SCHEDULER_CONFIG ?=
+FAIRSHARE_CONFIG ?=
 E2E_CLUSTER := $(PY) tools/e2e/cluster.py
+E2E_DEV := $(PY) tools/e2e/dev.py
 
-.PHONY: cluster-up cluster-down cluster-status
+.PHONY: cluster-up cluster-down cluster-status dev-up dev-down dev-status
 
 cluster-up: install
 	$(E2E_CLUSTER) up --state-dir $(E2E_STATE_DIR) $(if $(SCHEDULER_CONFIG),--scheduler-config $(SCHEDULER_CONFIG))
@@ -24,3 +32,12 @@ cluster-down:
 
 cluster-status:
 	$(E2E_CLUSTER) status --state-dir $(E2E_STATE_DIR)
+
+dev-up: install
+	$(E2E_DEV) up --state-dir $(E2E_STATE_DIR) $(if $(FAIRSHARE_CONFIG),--config $(FAIRSHARE_CONFIG))
+
+dev-down:
+	$(E2E_DEV) down --state-dir $(E2E_STATE_DIR)
+
+dev-status:
+	$(E2E_DEV) status --state-dir $(E2E_STATE_DIR)

@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""Run fairshare against the local control plane of tools/e2e/cluster.py.
+
+    python tools/e2e/dev.py up     [--state-dir .e2e] [--config FILE]
+    python tools/e2e/dev.py down   [--state-dir .e2e]
+    python tools/e2e/dev.py status [--state-dir .e2e]
+    python tools/e2e/dev.py restart-extender [--state-dir .e2e]
+
+`up` brings the cluster up (cluster.py up, a no-op when it is already up), then:
+
+* namespace `fairshare-system` and ConfigMap `fairshare-config` (key `config.yaml`: FILE,
+  or a small default for development);
+* a CA and a serving certificate (IP SAN 127.0.0.1) for each server, from fairshare.tls;
+* `fairshare webhook` and `fairshare extender` as background processes on free loopback
+  ports, watching the ConfigMap (logs in <state>/run/logs/fairshare-*.log), waited for on
+  their /readyz;
+* MutatingWebhookConfiguration and ValidatingWebhookConfiguration `fairshare-dev`, by URL
+  (https://127.0.0.1:<port>/mutate|/validate) with the caBundle;
+* kube-scheduler restarted with a KubeSchedulerConfiguration that names the extender
+  (filter, prioritize, preempt, bind; nodeCacheCapable; no managedResources, so every pod
+  goes through it; ignorable: false).
+
+`down` undoes all of that (the scheduler gets back its default configuration) and leaves
+the cluster running; `make cluster-down` stops the cluster. The processes run in their own
+sessions, so they outlive this script; their pids, ports and files are in
+<state>/dev/dev.json. `up` on a healthy setup only applies a new --config.
+
+The pytest fixtures import this file too: `start`, `stop`, `restart_extender`, `status`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CLUSTER_PY = HERE / "cluster.py"
+DEFAULT_STATE_DIR = ROOT / ".e2e"
+
+SYSTEM_NAMESPACE = "fairshare-system"
+CONFIGMAP = "fairshare-config"
+CONFIG_KEY = "config.yaml"
+WEBHOOK_NAME = "fairshare-dev"
+EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", SYSTEM_NAMESPACE)
+SERVERS = ("webhook", "extender")
+READY_TIMEOUT = 60.0
+
+DEFAULT_CONFIG = """\
+# fairshare dev config (tools/e2e/dev.py): namespaces labelled fairshare.io/tenant=<name>
+# join a tenant; everything else belongs to the tenant "default".
+apiVersion: fairshare.io/v1alpha1
+kind: FairShareConfig
+tenants:
+- name: team-a
+  weight: 1
+  limit:
+    nvidia.com/gpu: "8"
+- name: team-b
+  weight: 1
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[dev {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def cluster_module() -> ModuleType:
+    """tools/e2e/cluster.py, imported by path (shared with tests/e2e/conftest.py)."""
+    name = "fairshare_e2e_cluster"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, CLUSTER_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class DevError(Exception):
+    """A failure with a message meant for the user."""
+
+
+@dataclass
+class Handles:
+    """What `start` started: enough to reach, restart and stop it (saved as dev.json)."""
+
+    state_dir: str
+    cluster_created: str
+    kubeconfig: str
+    kubectl: str
+    webhook_port: int
+    extender_port: int
+    webhook_pid: int
+    extender_pid: int
+    webhook_ca: str
+    extender_ca: str
+    scheduler_config: str
+    config_file: str
+
+    def url(self, server: str, path: str = "") -> str:
+        port = self.webhook_port if server == "webhook" else self.extender_port
+        return f"https://127.0.0.1:{port}{path}"
+
+    def ca(self, server: str) -> str:
+        return self.webhook_ca if server == "webhook" else self.extender_ca
+
+    def pid(self, server: str) -> int:
+        return self.webhook_pid if server == "webhook" else self.extender_pid
+
+
+class Layout:
+    """Files of the dev setup under <state>/dev (outside run/, which `cluster.py down`
+    empties, so a later `up` or `down` still finds stale processes)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.dir = state_dir / "dev"
+        self.handles = self.dir / "dev.json"
+        self.config = self.dir / "config.yaml"
+        self.scheduler_config = self.dir / "kube-scheduler.json"
+        self.logs = state_dir / "run" / "logs"
+
+    def certs(self, server: str) -> Path:
+        return self.dir / "certs" / server
+
+    def log(self, server: str) -> Path:
+        return self.logs / f"fairshare-{server}.log"
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster access
+
+
+def run_cluster_py(state_dir: Path, *args: str, timeout: float = 300) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(CLUSTER_PY), *args, "--state-dir", str(state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise DevError(f"cluster.py {args[0]} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def cluster_state(state_dir: Path) -> dict[str, Any]:
+    mod = cluster_module()
+    state = mod.load_state(mod.Paths(state_dir))
+    if state is None or state.get("external_kubeconfig"):
+        raise DevError(f"no local cluster in {state_dir}: run `make cluster-up` first")
+    return dict(state)
+
+
+def cluster_healthy(state_dir: Path) -> bool:
+    mod = cluster_module()
+    state = mod.load_state(mod.Paths(state_dir))
+    if state is None or state.get("external_kubeconfig"):
+        return False
+    return bool(mod.cluster_is_healthy(state))
+
+
+def kubectl(
+    state: dict[str, Any], *args: str, input: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [state["kubectl"], f"--kubeconfig={state['kubeconfig']}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise DevError(f"kubectl {' '.join(args)}: {proc.stdout}{proc.stderr}")
+    return proc
+
+
+def apply(state: dict[str, Any], *objects: dict[str, Any]) -> None:
+    doc = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+    kubectl(state, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(doc))
+
+
+def configmap(config_yaml: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+        "data": {CONFIG_KEY: config_yaml},
+    }
+
+
+def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
+    """Namespace fairshare-system and the ConfigMap (created or replaced)."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
+    apply(state, namespace, configmap(config_yaml))
+
+
+# --------------------------------------------------------------------------------------------
+# Webhook configurations and the scheduler config
+
+
+def _b64(path: str | Path) -> str:
+    return base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def _webhook(name: str, url: str, ca: str, **extra: Any) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "matchPolicy": "Equivalent",
+        "clientConfig": {"url": url, "caBundle": ca},
+    }
+    hook.update(extra)
+    return hook
+
+
+def _pod_rules(resources: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+    ]
+
+
+def webhook_configurations(h: Handles) -> list[dict[str, Any]]:
+    ca = _b64(h.webhook_ca)
+    tenants_only = {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": list(EXCLUDED_NAMESPACES),
+            }
+        ]
+    }
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_NAME},
+        "webhooks": [
+            _webhook(
+                "pods.fairshare.io",
+                h.url("webhook", "/mutate"),
+                ca,
+                failurePolicy="Ignore",
+                reinvocationPolicy="IfNeeded",
+                rules=_pod_rules(["pods"]),
+                namespaceSelector=tenants_only,
+            )
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_NAME},
+        "webhooks": [
+            _webhook(
+                "pods.fairshare.io",
+                h.url("webhook", "/validate"),
+                ca,
+                failurePolicy="Fail",
+                rules=_pod_rules(["pods", "persistentvolumeclaims"]),
+                namespaceSelector=tenants_only,
+            ),
+            _webhook(
+                "config.fairshare.io",
+                h.url("webhook", "/validate"),
+                ca,
+                failurePolicy="Fail",
+                rules=[
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["configmaps"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                namespaceSelector={
+                    "matchLabels": {"kubernetes.io/metadata.name": SYSTEM_NAMESPACE}
+                },
+                matchConditions=[
+                    {
+                        "name": "fairshare-config-only",
+                        "expression": f'object != null && object.metadata.name == "{CONFIGMAP}"',
+                    }
+                ],
+            ),
+        ],
+    }
+    return [mutating, validating]
+
+
+def scheduler_configuration(h: Handles) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        # Retry unschedulable pods quickly: the tests wait for contention to settle.
+        "podInitialBackoffSeconds": 1,
+        "podMaxBackoffSeconds": 2,
+        "extenders": [
+            {
+                "urlPrefix": h.url("extender"),
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "preemptVerb": "preempt",
+                "bindVerb": "bind",
+                "weight": 5,
+                "enableHTTPS": True,
+                "tlsConfig": {"caData": _b64(h.extender_ca)},
+                "nodeCacheCapable": True,
+                "ignorable": False,
+                "httpTimeout": "5s",
+            }
+        ],
+    }
+
+
+def scheduler_is_ours(state: dict[str, Any], h: Handles) -> bool:
+    mod = cluster_module()
+    if state.get("scheduler_config_source") != h.scheduler_config:
+        return False
+    comp = state["components"].get("kube-scheduler")
+    return comp is not None and mod.pid_alive(comp["pid"], comp["argv"][0])
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+# Popen objects of the servers this process started (kept so they are reaped, never GC'd
+# while running).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def server_argv(layout: Layout, state: dict[str, Any], server: str, port: int) -> list[str]:
+    certs = layout.certs(server)
+    return [
+        sys.executable,
+        "-m",
+        "fairshare",
+        server,
+        f"--kubeconfig={state['kubeconfig']}",
+        f"--configmap={SYSTEM_NAMESPACE}/{CONFIGMAP}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--tls-cert={certs / 'tls.crt'}",
+        f"--tls-key={certs / 'tls.key'}",
+    ]
+
+
+def start_server(layout: Layout, state: dict[str, Any], server: str, port: int) -> int:
+    argv = server_argv(layout, state, server, port)
+    path = layout.log(server)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = cluster_module().child_env()
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(path, "ab") as out:
+        out.write(f"\n=== {time.strftime('%F %T')} {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _children[proc.pid] = proc
+    return proc.pid
+
+
+def _alive(pid: int) -> bool:
+    proc = _children.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    return bool(pid) and bool(cluster_module().pid_alive(pid)) and _is_fairshare(pid)
+
+
+def _is_fairshare(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"fairshare" in argv[:3]
+
+
+def stop_server(server: str, pid: int) -> None:
+    if not pid or not _alive(pid):
+        return
+    with contextlib.suppress(cluster_error()):
+        cluster_module().stop_process(f"fairshare {server}", pid, None, timeout=10.0)
+    proc = _children.pop(pid, None)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def cluster_error() -> type[Exception]:
+    error: type[Exception] = cluster_module().ClusterError
+    return error
+
+
+def server_ready(h: Handles, server: str) -> tuple[bool, str]:
+    mod = cluster_module()
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=h.ca(server))
+    try:
+        status, body = mod.http_get(h.url(server, "/readyz"), ctx)
+    except (OSError, ssl.SSLError) as exc:
+        return False, str(exc)
+    return status == 200, body.strip()
+
+
+def wait_ready(layout: Layout, h: Handles, server: str, timeout: float = READY_TIMEOUT) -> float:
+    t0 = time.monotonic()
+    last = ""
+    while time.monotonic() - t0 < timeout:
+        if not _alive(h.pid(server)):
+            raise DevError(
+                f"fairshare {server} exited; last lines of {layout.log(server)}:\n"
+                + cluster_module().tail(layout.log(server))
+            )
+        ok, last = server_ready(h, server)
+        if ok:
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise DevError(f"fairshare {server} not ready after {timeout:.0f}s ({last})")
+
+
+def metric(h: Handles, server: str, name: str) -> float:
+    """The sum of the samples of metric `name` on `server`'s /metrics (0 if absent)."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=h.ca(server))
+    _, body = cluster_module().http_get(h.url(server, "/metrics"), ctx)
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Handles file
+
+
+def load_handles(layout: Layout) -> Handles | None:
+    try:
+        data = json.loads(layout.handles.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        return Handles(**data)
+    except TypeError:
+        return None
+
+
+def save_handles(layout: Layout, h: Handles) -> None:
+    layout.dir.mkdir(parents=True, exist_ok=True)
+    tmp = layout.handles.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(h), indent=2) + "\n")
+    tmp.replace(layout.handles)
+
+
+def healthy(layout: Layout, h: Handles, state: dict[str, Any]) -> bool:
+    if h.cluster_created != state.get("created") or h.kubeconfig != state.get("kubeconfig"):
+        return False
+    return all(_alive(h.pid(s)) and server_ready(h, s)[0] for s in SERVERS)
+
+
+# --------------------------------------------------------------------------------------------
+# Commands (also the fixtures' API)
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".dev.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def start(
+    state_dir: Path = DEFAULT_STATE_DIR, config_yaml: str | None = None, *, cluster: bool = True
+) -> Handles:
+    """Bring everything up (idempotent) and return the handles.
+
+    `cluster=False` expects the cluster to be up already (the pytest fixture starts it).
+    `config_yaml` replaces the ConfigMap's content; None keeps what is there (or writes the
+    dev default when there is nothing).
+    """
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    if cluster and not cluster_healthy(state_dir):
+        # Only when needed: `cluster.py up` on a healthy cluster would give kube-scheduler
+        # its default configuration back.
+        run_cluster_py(state_dir, "up")
+    with _locked(state_dir):
+        state = cluster_state(state_dir)
+        h = load_handles(layout)
+        if h is not None and healthy(layout, h, state):
+            if config_yaml is not None:
+                ensure_config(state, config_yaml)
+            if not scheduler_is_ours(state, h):
+                log("restarting kube-scheduler with the extender")
+                run_cluster_py(
+                    state_dir, "restart-scheduler", "--scheduler-config", h.scheduler_config
+                )
+            log(f"fairshare already up (webhook :{h.webhook_port}, extender :{h.extender_port})")
+            return h
+        if h is not None:
+            log("stopping a stale fairshare setup")
+            _stop(layout, h, state, restore_scheduler=False)
+        return _start(layout, state, config_yaml)
+
+
+def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Handles:
+    from fairshare import tls
+
+    t0 = time.monotonic()
+    layout.dir.mkdir(parents=True, exist_ok=True)
+    if config_yaml is None:
+        current = kubectl(
+            state, "-n", SYSTEM_NAMESPACE, "get", "configmap", CONFIGMAP, "-o", "json", check=False
+        )
+        if current.returncode == 0:
+            config_yaml = json.loads(current.stdout).get("data", {}).get(CONFIG_KEY)
+    if config_yaml is None:
+        config_yaml = DEFAULT_CONFIG
+    layout.config.write_text(config_yaml)
+    # The config webhook is not registered yet (or points at a dead server): drop stale ones.
+    delete_webhook_configurations(state)
+    ensure_config(state, config_yaml)
+    for server in SERVERS:
+        tls.write_certs(
+            layout.certs(server),
+            service=f"fairshare-{server}",
+            namespace=SYSTEM_NAMESPACE,
+            ip_addresses=("127.0.0.1",),
+        )
+    mod = cluster_module()
+    ports = {s: mod.free_port() for s in SERVERS}
+    while ports["extender"] == ports["webhook"]:
+        ports["extender"] = mod.free_port()
+    h = Handles(
+        state_dir=str(layout.state_dir),
+        cluster_created=str(state.get("created")),
+        kubeconfig=state["kubeconfig"],
+        kubectl=state["kubectl"],
+        webhook_port=ports["webhook"],
+        extender_port=ports["extender"],
+        webhook_pid=0,
+        extender_pid=0,
+        webhook_ca=str(layout.certs("webhook") / "ca.crt"),
+        extender_ca=str(layout.certs("extender") / "ca.crt"),
+        scheduler_config=str(layout.scheduler_config),
+        config_file=str(layout.config),
+    )
+    try:
+        h.webhook_pid = start_server(layout, state, "webhook", h.webhook_port)
+        h.extender_pid = start_server(layout, state, "extender", h.extender_port)
+        save_handles(layout, h)
+        for server in SERVERS:
+            took = wait_ready(layout, h, server)
+            log(f"fairshare {server} ready on {h.url(server)} ({took:.1f}s)")
+        apply(state, *webhook_configurations(h))
+        layout.scheduler_config.write_text(json.dumps(scheduler_configuration(h), indent=2))
+        run_cluster_py(
+            layout.state_dir, "restart-scheduler", "--scheduler-config", h.scheduler_config
+        )
+    except BaseException:
+        log(f"startup failed; stopping what was started (logs in {layout.logs})")
+        with contextlib.suppress(Exception):
+            _stop(layout, h, state, restore_scheduler=False)
+        raise
+    log(f"fairshare up in {time.monotonic() - t0:.1f}s")
+    return h
+
+
+def delete_webhook_configurations(state: dict[str, Any]) -> None:
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        kubectl(state, "delete", kind, WEBHOOK_NAME, "--ignore-not-found", check=False)
+
+
+def _stop(
+    layout: Layout, h: Handles, state: dict[str, Any] | None, *, restore_scheduler: bool
+) -> None:
+    if state is not None:
+        delete_webhook_configurations(state)
+        if restore_scheduler and scheduler_is_ours(state, h):
+            mod = cluster_module()
+            paths = mod.Paths(layout.state_dir)
+            with mod.locked(paths):
+                mod.do_restart_scheduler(paths, None)  # the default configuration
+    for server in SERVERS:
+        stop_server(server, h.pid(server))
+    layout.handles.unlink(missing_ok=True)
+
+
+def stop(state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """Remove the webhook configurations, give kube-scheduler its default configuration
+    back and stop both servers. The cluster keeps running."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    with _locked(state_dir):
+        h = load_handles(layout)
+        if h is None:
+            log("fairshare is not up; nothing to stop")
+            return
+        try:
+            state: dict[str, Any] | None = cluster_state(state_dir)
+            if state is not None and state.get("created") != h.cluster_created:
+                state = None  # another cluster: its scheduler and webhooks are not ours
+        except DevError:
+            state = None
+        _stop(layout, h, state, restore_scheduler=True)
+        log("fairshare stopped")
+
+
+def restart_extender(state_dir: Path = DEFAULT_STATE_DIR) -> Handles:
+    """Stop the extender and start a new one on the same port (the scheduler keeps its
+    configuration); returns once it is ready again."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    with _locked(state_dir):
+        h = load_handles(layout)
+        if h is None:
+            raise DevError("fairshare is not up: run `make dev-up` first")
+        state = cluster_state(state_dir)
+        stop_server("extender", h.extender_pid)
+        h.extender_pid = start_server(layout, state, "extender", h.extender_port)
+        save_handles(layout, h)
+        took = wait_ready(layout, h, "extender")
+        log(f"fairshare extender restarted ({took:.1f}s)")
+        return h
+
+
+def ensure_scheduler(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
+    """Restart kube-scheduler with the extender if something (e.g. `cluster.py up` without
+    --scheduler-config, from another run on the same state dir) gave it another config.
+    True if it had to."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    with _locked(state_dir):
+        h = load_handles(layout)
+        if h is None:
+            raise DevError("fairshare is not up: run `make dev-up` first")
+        if scheduler_is_ours(cluster_state(state_dir), h):
+            return False
+        log("kube-scheduler runs without the extender; restarting it with the extender")
+        run_cluster_py(state_dir, "restart-scheduler", "--scheduler-config", h.scheduler_config)
+        return True
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
+    layout = Layout(Path(state_dir).resolve())
+    h = load_handles(layout)
+    if h is None:
+        return {"up": False}
+    out: dict[str, Any] = {"up": True, "handles": asdict(h)}
+    for server in SERVERS:
+        ok, detail = server_ready(h, server) if _alive(h.pid(server)) else (False, "not running")
+        out[server] = {"ready": ok, "detail": detail, "url": h.url(server)}
+        out["up"] = out["up"] and ok
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dev.py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    cmds = {}
+    for name, help_ in (
+        ("up", "start the cluster (if needed), fairshare, and wire them together"),
+        ("down", "unwire and stop fairshare (the cluster keeps running)"),
+        ("status", "show whether the servers are ready"),
+        ("restart-extender", "restart the extender on the same port"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+        cmds[name] = p
+    cmds["up"].add_argument("--config", type=Path, help="a FairShareConfig file for the ConfigMap")
+    args = parser.parse_args(argv)
+    state_dir = args.state_dir.expanduser().resolve()
+    try:
+        if args.cmd == "up":
+            text = args.config.read_text() if args.config else None
+            h = start(state_dir, text)
+            print(f"webhook:  {h.url('webhook')}  (log {Layout(state_dir).log('webhook')})")
+            print(f"extender: {h.url('extender')}  (log {Layout(state_dir).log('extender')})")
+            print(f"kubectl:  {h.kubectl} --kubeconfig {h.kubeconfig}")
+        elif args.cmd == "down":
+            stop(state_dir)
+        elif args.cmd == "restart-extender":
+            restart_extender(state_dir)
+        else:
+            info = status(state_dir)
+            print(json.dumps(info, indent=2))
+            return 0 if info["up"] else 1
+    except (DevError, cluster_error()) as exc:
+        print(f"dev.py {args.cmd}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
