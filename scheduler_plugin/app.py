@@ -193,8 +193,10 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         except Exception as exc:
             log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
             state.unbind(plan.uid)
-            if req is not None and plan.uid not in deps.tracker.pending:
-                deps.tracker.pending[plan.uid] = req
+            # Back to the queue only if the pod still exists (a 404 means it was deleted
+            # meanwhile, and a phantom pending pod would hold other tenants back).
+            if req is not None and plan.uid in deps.tracker.pods:
+                deps.tracker.pending.setdefault(plan.uid, req)
             return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
         return plan.result()
 
@@ -329,7 +331,7 @@ async def serve(
         configmap=configmap,
         kubeconfig=kubeconfig,
         state_file=state_file,
-        kinds=("Namespace", "Node", "Pod"),
+        kinds=("Namespace", "Node", "Pod", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
     )

@@ -275,7 +275,7 @@ async def serve(
         configmap=configmap,
         kubeconfig=kubeconfig,
         state_file=state_file,
-        kinds=("Namespace", "Pod", "PersistentVolumeClaim", "Node"),
+        kinds=("Namespace", "Pod", "PersistentVolumeClaim", "Node", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
     )

@@ -473,7 +473,7 @@ def test_webhook_common_fields(kind: str, webhook: Doc) -> None:
     assert svc["port"] in {p["port"] for p in service["spec"]["ports"]}
     assert "caBundle" not in webhook["clientConfig"], "caBundle is filled in at install time"
     for rule in webhook["rules"]:
-        assert rule["apiGroups"] == [""] and rule["apiVersions"] == ["v1"]
+        assert rule["apiGroups"] in ([""], ["resource.k8s.io"]) and rule["apiVersions"] == ["v1"]
         assert "*" not in rule["resources"] and "DELETE" not in rule["operations"]
 
 
@@ -516,7 +516,12 @@ def test_failure_policies() -> None:
         if k.startswith("Validating") and "pods" in webhook_resources(w)
     ]
     (pods,) = validating_pods
-    assert webhook_resources(pods) == {"pods", "persistentvolumeclaims"}
+    assert webhook_resources(pods) == {
+        "pods",
+        "persistentvolumeclaims",
+        "resourceclaims",
+        "resourceclaimtemplates",
+    }
     assert pods["rules"][0]["operations"] == ["CREATE"]
 
 

@@ -229,6 +229,16 @@ def _webhook(name: str, url: str, ca: str, **extra: Any) -> dict[str, Any]:
     return hook
 
 
+# GPUs requested through DRA count against tenant limits (webhook/review.py).
+DRA_RULE: dict[str, Any] = {
+    "apiGroups": ["resource.k8s.io"],
+    "apiVersions": ["v1"],
+    "operations": ["CREATE"],
+    "resources": ["resourceclaims", "resourceclaimtemplates"],
+    "scope": "Namespaced",
+}
+
+
 def _pod_rules(resources: list[str]) -> list[dict[str, Any]]:
     return [
         {
@@ -278,7 +288,7 @@ def webhook_configurations(h: Handles) -> list[dict[str, Any]]:
                 h.url("webhook", "/validate"),
                 ca,
                 failurePolicy="Fail",
-                rules=_pod_rules(["pods", "persistentvolumeclaims"]),
+                rules=[*_pod_rules(["pods", "persistentvolumeclaims"]), DRA_RULE],
                 namespaceSelector=tenants_only,
             ),
             _webhook(
