@@ -82,7 +82,6 @@ class ExtenderTracker:
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
-    gpu_device_classes: frozenset[str] = dra.GPU_DEVICE_CLASSES
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _mix: WorkloadMix | None = field(default=None, init=False)
@@ -165,7 +164,12 @@ class ExtenderTracker:
                 self._pod(pod)
 
     def _claim(self, claim: dict[str, Any]) -> None:
-        n = dra.claim_gpus(claim, device_classes=self.gpu_device_classes)
+        policy = self.config().dra
+        n = dra.claim_gpus(
+            claim,
+            device_classes=frozenset(policy.gpu_device_classes),
+            all_devices=policy.all_devices_count,
+        )
         self.resource_claims[_claim_key(claim)] = n
 
     def _recount_dra(self) -> None:

@@ -407,7 +407,9 @@ def _judge_resource_claim(
     warnings = _resolution_warnings(namespace, resolution)
     if resolution.tenant is None:
         return Verdict(wire.allow(warnings=warnings))
-    gpus = dra.template_gpus(obj) if kind == dra.KIND_TEMPLATE else dra.claim_gpus(obj)
+    classes = frozenset(config.dra.gpu_device_classes)
+    count = dra.template_gpus if kind == dra.KIND_TEMPLATE else dra.claim_gpus
+    gpus = count(obj, device_classes=classes, all_devices=config.dra.all_devices_count)
     if gpus <= 0:
         return Verdict(wire.allow(warnings=warnings))
     demand = PodDemand(amounts={GPU: Fraction(gpus)})

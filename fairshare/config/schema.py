@@ -409,6 +409,18 @@ class HealthPolicy(_Model):
     """Taint keys that mark the node's GPUs unhealthy, whatever their effect."""
 
 
+class DraPolicy(_Model):
+    """Dynamic Resource Allocation: which ResourceClaim devices are GPUs."""
+
+    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com",)
+    """DeviceClass names whose devices count as whole GPUs in usage, limits and fairness
+    (default: NVIDIA's DRA driver class ``gpu.nvidia.com``)."""
+
+    all_devices_count: int = Field(default=8, ge=1)
+    """GPUs an unallocated request with ``allocationMode: All`` counts as (default 8, a
+    full node); once allocated, the devices actually given count."""
+
+
 def _default_resources() -> dict[str, ResourceSpec]:
     return {name: ResourceSpec() for name in NATIVE_RESOURCES}
 
@@ -446,6 +458,9 @@ class FairShareConfig(_Model):
 
     health: HealthPolicy = Field(default_factory=HealthPolicy)
     """GPU health signals."""
+
+    dra: DraPolicy = Field(default_factory=DraPolicy)
+    """GPUs requested through DRA ResourceClaims."""
 
     pricing: dict[str, Weight] | None = Field(
         default=None, examples=[{"nvidia.com/gpu": 2.5, "cpu": 0.03}]

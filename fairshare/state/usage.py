@@ -75,7 +75,6 @@ class UsageTracker:
     device_memory: dict[str, int] = field(default_factory=dict)
     resource_claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
     """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
-    gpu_device_classes: frozenset[str] = dra.GPU_DEVICE_CLASSES
     unreadable: dict[str, str] = field(default_factory=dict)
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     """Called with ("ns/name", event) when a pod is seen, for reservation release."""
@@ -181,7 +180,12 @@ class UsageTracker:
         if deleted:
             return
         ns = str(_meta(claim).get("namespace", ""))
-        n = dra.claim_gpus(claim, device_classes=self.gpu_device_classes)
+        policy = self.config().dra
+        n = dra.claim_gpus(
+            claim,
+            device_classes=frozenset(policy.gpu_device_classes),
+            all_devices=policy.all_devices_count,
+        )
         amounts = {GPU: Fraction(n)} if n else {}
         self.resource_claims[key] = (ns, amounts)
         _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
