@@ -321,7 +321,12 @@ def test_overlays_do_not_override_the_namespace() -> None:
 
 def test_there_are_the_expected_workloads() -> None:
     names = {d["metadata"]["name"] for d in objects("Deployment")}
-    assert names == {"fairshare-webhook", "fairshare-extender", "fairshare-scheduler"}
+    assert names == {
+        "fairshare-webhook",
+        "fairshare-extender",
+        "fairshare-reclaimer",
+        "fairshare-scheduler",
+    }
     assert {d["metadata"]["name"] for d in objects("Job")} == {"fairshare-certs"}
 
 
@@ -374,11 +379,13 @@ def test_writable_tmp_is_an_empty_dir(workload: Doc) -> None:
 
 @pytest.mark.parametrize("deployment", objects("Deployment"), ids=lambda d: d["metadata"]["name"])
 def test_deployments_probe_healthz_and_readyz_over_https(deployment: Doc) -> None:
+    # The reclaimer serves only health and metrics (no TLS option): plain HTTP there.
+    scheme = "HTTP" if deployment["metadata"]["name"] == "fairshare-reclaimer" else "HTTPS"
     for c in pod_spec(deployment)["containers"]:
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             get = c[probe]["httpGet"]
-            assert get["path"] == path and get["scheme"] == "HTTPS", (c["name"], probe)
+            assert get["path"] == path and get["scheme"] == scheme, (c["name"], probe)
             assert get["port"] in ports or get["port"] in ports.values()
 
 
