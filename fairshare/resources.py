@@ -94,19 +94,51 @@ class PodDemand:
         return self.gpu.count > 0 or self.gpu.memory is not None
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
-    res = container.get("resources") or {}
-    requests = res.get("requests") or {}
-    limits = res.get("limits") or {}
+MAX_AMOUNT: Final = Fraction(2**63 - 1)
+"""Largest amount Kubernetes can represent (Quantity.Value is an int64)."""
+
+
+def _checked(where: str, name: str, raw: object) -> Fraction:
+    try:
+        amount = quantities.parse_quantity(raw)  # type: ignore[arg-type]
+    except (quantities.QuantityError, TypeError) as exc:
+        raise DemandError(f"{where}: resources {name}: {exc}") from exc
+    if amount < 0:
+        raise DemandError(f"{where}: resources {name}: {raw!r} must not be negative")
+    if amount > MAX_AMOUNT:
+        raise DemandError(f"{where}: resources {name}: {raw!r} is too large")
+    return amount
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DemandError(f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _container_requests(container: object) -> dict[str, Fraction]:
+    if not isinstance(container, Mapping):
+        raise DemandError(f"a container entry must be an object, got {type(container).__name__}")
+    where = f"container {container.get('name', '?')!r}"
+    res = _mapping(container.get("resources"), f"{where}: resources")
+    requests = _mapping(res.get("requests"), f"{where}: resources.requests")
+    limits = _mapping(res.get("limits"), f"{where}: resources.limits")
     out: dict[str, Fraction] = {}
     for name in set(requests) | set(limits):
         raw = requests[name] if name in requests else limits[name]
-        try:
-            out[name] = quantities.parse_quantity(raw)
-        except quantities.QuantityError as exc:
-            cname = container.get("name", "?")
-            raise DemandError(f"container {cname!r}: resources {name}: {exc}") from exc
+        out[str(name)] = _checked(where, str(name), raw)
     return out
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DemandError(f"spec.{key} must be a list, got {type(value).__name__}")
+    return value
 
 
 def _add(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
@@ -123,11 +155,11 @@ def _max_into(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
 def pod_resource_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
     """Per-resource request of a pod spec, by Kubernetes' PodRequests rule."""
     reqs: dict[str, Fraction] = {}
-    for c in spec.get("containers") or ():
+    for c in _containers(spec, "containers"):
         _add(reqs, _container_requests(c))
     sidecars: dict[str, Fraction] = {}
     init_max: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or ():
+    for c in _containers(spec, "initContainers"):
         creq = _container_requests(c)
         if c.get("restartPolicy") == "Always":
             _add(reqs, creq)
@@ -138,12 +170,12 @@ def pod_resource_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
             _add(step, creq)
             _max_into(init_max, step)
     _max_into(reqs, init_max)
-    overhead = spec.get("overhead") or {}
+    overhead = _mapping(spec.get("overhead"), "spec.overhead")
     for k, raw in overhead.items():
-        try:
-            reqs[k] = reqs.get(k, Fraction(0)) + quantities.parse_quantity(raw)
-        except quantities.QuantityError as exc:
-            raise DemandError(f"overhead {k}: {exc}") from exc
+        reqs[str(k)] = reqs.get(str(k), Fraction(0)) + _checked("overhead", str(k), raw)
+    for k, total in reqs.items():
+        if total > MAX_AMOUNT:
+            raise DemandError(f"resources {k}: the pod's total {total} is too large")
     return reqs
 
 
@@ -206,8 +238,8 @@ def pod_demand(
     The ``nvidia.com/gpu`` amount is replaced by the GPU total (a fraction for
     shared GPUs) and MIG resources are folded into it.
     """
-    spec = pod.get("spec") or {}
-    meta = pod.get("metadata") or {}
+    spec = _mapping(pod.get("spec"), "spec")
+    meta = _mapping(pod.get("metadata"), "metadata")
     reqs = pod_resource_requests(spec)
     gpu = gpu_demand(reqs, meta.get("annotations") or {}, mig=mig)
     for name in [n for n in reqs if n.startswith(MIG_PREFIX)]:

@@ -193,7 +193,8 @@ def _node_list(value: object) -> NodeList | None:
     for k, item in enumerate(items):
         node = _object(item, f"Nodes.items[{k}]", nullable=False)
         assert node is not None
-        name = (node.get("metadata") or {}).get("name") if isinstance(node, Mapping) else None
+        meta = node.get("metadata") if isinstance(node, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
         if not isinstance(name, str) or not name:
             raise WireFormatError(f"Nodes.items[{k}].metadata.name: expected a non-empty string")
         nodes.append(node)

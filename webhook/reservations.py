@@ -79,7 +79,8 @@ class ReservationLedger:
         """Hold ``amounts`` for ``tenant`` until ``now + ttl`` (replacing ``key``'s old one)."""
         self.release(key)
         self._serial += 1
-        held = Reservation(key, tenant, dict(amounts), now + self.ttl, self._serial)
+        kept = {name: amount for name, amount in amounts.items() if amount}
+        held = Reservation(key, tenant, kept, now + self.ttl, self._serial)
         self._by_key[key] = held
         self._deadlines.append((held.expires, key, held.serial))
         self._apply(tenant, held.amounts, +1)

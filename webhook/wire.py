@@ -161,6 +161,8 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise WireFormatError(f"malformed JSON at line {exc.lineno}: {exc.msg}") from exc
     except RecursionError as exc:
         raise WireFormatError("malformed JSON: nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer longer than Python's 4300-digit limit
+        raise WireFormatError(f"malformed JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise WireFormatError(f"AdmissionReview must be a JSON object, got {_json_type(document)}")
     for key, want in (("apiVersion", API_VERSION), ("kind", KIND)):

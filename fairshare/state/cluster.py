@@ -18,6 +18,7 @@ Design choices:
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,7 +232,14 @@ class ClusterState:
         if node not in self.node_index:
             raise StateError(f"unknown node {node!r}")
         i, r, d = self.node_index[node], self.n_res, self.max_dev
-        devs = tuple(devices)
+        # Device shares are kept as whole milli-GPU (rounded up), so any mix of binds and
+        # unbinds restores a device exactly; one entry per device.
+        merged: dict[int, float] = {}
+        for dev, milli in devices:
+            if milli < 0:
+                raise StateError(f"device {dev} on {node}: negative share {milli:g}")
+            merged[int(dev)] = merged.get(int(dev), 0.0) + float(math.ceil(milli))
+        devs = tuple(sorted(merged.items()))
         if not allow_overcommit:
             for dev, milli in devs:
                 if not 0 <= dev < d or self.dev_free[i * d + dev] < milli:
@@ -263,7 +271,9 @@ class ClusterState:
                 self.free[i * r + k] += pod.row[k]
                 self._used[k] -= pod.row[k]
             for dev, milli in pod.devices:
-                self.dev_free[i * d + dev] += milli
+                # A slot removed while held (the node shrank) stays absent (-1).
+                if dev < d and self.dev_free[i * d + dev] >= 0:
+                    self.dev_free[i * d + dev] += milli
         if pod.tenant is not None:
             usage = self.tenant_usage[pod.tenant]
             for k in range(r):

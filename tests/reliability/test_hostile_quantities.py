@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import _native
 from fairshare.errors import WireFormatError
 from scheduler_plugin import wire as ext_wire
 from tests.reliability.conftest import FUZZ_CASES, extender_pod
@@ -89,37 +88,17 @@ def test_webhook_never_admits_overflowing_gpu_counts_to_a_limited_tenant(
     assert response["status"]["code"] in (400, 403)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/quantities.py:267 (_plain_decimal, via format_quantity from "
-    "webhook/policies/quota.py:111 _show): rendering the denial of a 1e10000-GPU request "
-    "(the parser accepts exponents up to 10,000) builds a 10,001-digit integer and str() "
-    "raises ValueError (4300-digit limit): internal-error denial (code 500, traceback "
-    "logged) instead of a 400/403 denial",
-)
 def test_webhook_denies_1e10000_gpus_without_internal_error(webhook_server):
     response = judge(webhook_server[1], pod_review([gpu_container("1e10000")]))
     assert response["allowed"] is False
     assert response["status"]["code"] in (400, 403), response
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/resources.py:97-110 (_container_requests) and :123-147 "
-    "(pod_resource_requests): a quantity above int64 (2**63 units, Go's Quantity.Value) is "
-    "accepted; a tenant without a GPU limit is admitted 2**70 GPUs instead of a 400 denial",
-)
 def test_webhook_refuses_overflowing_gpu_count_without_a_limit(webhook_server):
     response = judge(webhook_server[1], pod_review([gpu_container(str(2**70))], namespace="open"))
     assert_refused_400(response)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/resources.py:97-110 (_container_requests) and :140-147 (overhead): "
-    "negative cpu/memory requests and overhead are accepted (no sign check), so the webhook "
-    "allows them instead of a 400 denial",
-)
 @pytest.mark.parametrize(
     "spec",
     [
@@ -135,38 +114,18 @@ def test_webhook_refuses_negative_cpu_memory_overhead(webhook_server, spec):
     assert_refused_400(judge(webhook_server[1], review))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/resources.py:97-147: a negative quantity in one container "
-    "offsets another's: containers asking 6 and -3 GPUs sum to 3 and pass tenant nlp's "
-    "4-GPU limit (quota bypass at the webhook; kube-apiserver's own Pod validation would "
-    "still refuse the negative value after the mutating webhook)",
-)
 def test_webhook_negative_container_cannot_offset_quota(webhook_server):
     review = pod_review([gpu_container("6", "big"), gpu_container("-3", "offset")])
     response = judge(webhook_server[1], review)
     assert response["allowed"] is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/resources.py:98 (_container_requests) assumes every entry of "
-    "spec.containers/initContainers is an object: a null or number entry raises "
-    "AttributeError, answered as the internal-error denial (code 500, traceback logged) "
-    "instead of a 400 denial",
-)
 @pytest.mark.parametrize("entry", [None, 7, "c", []])
 def test_webhook_non_object_container_is_a_400_denial(webhook_server, entry):
     review = pod_review([gpu_container("1")], initContainers=[entry])
     assert_refused_400(judge(webhook_server[1], review, "/mutate"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG webhook/wire.py:157 decode_review catches JSONDecodeError but not the plain "
-    "ValueError json.loads raises for an integer of more than 4300 digits; webhook/app.py "
-    "now maps it to a 400 (fixed at the HTTP layer), the decoder itself still leaks it",
-)
 def test_webhook_decoder_refuses_huge_integers_as_wire_format_error():
     body = json.dumps(admission_review()).encode()[:-1] + b', "x": ' + b"9" * 5000 + b"}"
     with pytest.raises(WireFormatError):
@@ -217,34 +176,16 @@ def test_extender_fails_every_node_for_unreadable_or_huge_cpu_memory(extender_se
     assert_no_node_passes(extender_server[1], filter_body(q, resource))
 
 
-@pytest.mark.xfail(
-    _native.IMPLEMENTATION == "c",
-    strict=True,
-    reason="BUG fairshare/placement.py:139 filter_nodes passes the GPU count unbounded to "
-    "the compiled kernel (_native/fit_c.pyx:32, Py_ssize_t gpu_count): a request of 2**63 "
-    "or 2**70 GPUs raises OverflowError, answered HTTP 500 by filter and prioritize",
-)
 @pytest.mark.parametrize("q", [str(2**63), str(2**70), 2**70, "1e19"])
 def test_extender_huge_integer_gpu_count_is_not_a_500(extender_server, q):
     assert_no_node_passes(extender_server[1], filter_body(q))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/resources.py:97-110: negative cpu/memory requests are accepted, so "
-    "the extender's filter passes nodes for a pod asking -1 CPU instead of failing them",
-)
 @pytest.mark.parametrize("resource", ["cpu", "memory"])
 def test_extender_refuses_negative_cpu_memory(extender_server, resource):
     assert_no_node_passes(extender_server[1], filter_body("-1", resource))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG scheduler_plugin/wire.py:196 _node_list: a Nodes item whose metadata is not an "
-    "object raises AttributeError instead of WireFormatError (scheduler_plugin/app.py now "
-    "maps decoder crashes to 400, so HTTP is safe; the decoder still leaks it)",
-)
 @pytest.mark.parametrize("metadata", [1, "x", 2.5])
 def test_extender_decoder_refuses_non_object_node_metadata(metadata):
     body = {"Pod": extender_pod(1), "Nodes": {"items": [{"metadata": metadata}]}}

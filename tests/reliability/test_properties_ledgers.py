@@ -325,12 +325,6 @@ def fresh(gpus: int = 2) -> ClusterState:
     return state
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/state/cluster.py:236-240 ClusterState.bind checks each (device, "
-    "milli) pair against the free share separately, so the same device listed twice is "
-    "taken twice: [(0, 600), (0, 600)] leaves device 0 at -200 milli",
-)
 def test_bind_refuses_the_same_device_twice():
     state = fresh()
     with pytest.raises(StateError):
@@ -338,11 +332,6 @@ def test_bind_refuses_the_same_device_twice():
     _devices_ok(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/state/cluster.py:236-240 ClusterState.bind accepts a negative "
-    "share: devices=[(1, -500)] lifts device 1 to 1500 milli",
-)
 def test_bind_refuses_a_negative_share():
     state = fresh()
     with pytest.raises(StateError):
@@ -350,13 +339,6 @@ def test_bind_refuses_a_negative_share():
     _devices_ok(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/state/cluster.py:156-171 (_replace_node) and :254-266 (unbind): a "
-    "node re-added with fewer GPUs while a pod holds a removed device marks it -1; the "
-    "pod's unbind then adds its share onto the sentinel (-1 + 1000 = 999), and when the "
-    "node regrows the device reads 999 forever (1 milli-GPU leaked)",
-)
 def test_shrinking_a_node_under_a_pod_does_not_leak_a_device():
     state = fresh(2)
     state.bind(uid="c", node="n", row=[1000.0, 0, 0], devices=[(1, 1000.0)])
@@ -367,14 +349,6 @@ def test_shrinking_a_node_under_a_pod_does_not_leak_a_device():
     assert state.node_devices(0)[:2] == [1000.0, 1000.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG fairshare/state/cluster.py:217-266: device shares are kept as floats and "
-    "subtracted/added back in different orders, so binding 2/7 and 3/7 of a GPU and "
-    "unbinding both leaves the device at 999.9999999999999 milli: it never again counts "
-    "as a whole free GPU (choose_devices needs >= 1000), a permanent leak. Shares come "
-    "from MIG fractions (1/7) and gpu-memory requests (memory / device memory)",
-)
 def test_unbind_restores_fractional_shares_exactly():
     state = fresh(1)
     state.bind(uid="p", node="n", row=[2000 / 7, 0, 0], devices=[(0, 2000 / 7)])
@@ -384,13 +358,6 @@ def test_unbind_restores_fractional_shares_exactly():
     assert state.node_devices(0)[0] == MILLI_GPU
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG webhook/reservations.py:112-118 ReservationLedger.reserved(exclude=...) "
-    "subtracts the excluded reservation's amounts from totals that _apply dropped when "
-    "they summed to zero: a reservation holding a zero amount raises KeyError on a retry "
-    "of the same pod (latent: pod_demand drops zero requests today)",
-)
 def test_reserved_excluding_a_zero_amount_reservation():
     ledger = ReservationLedger(ttl=TTL)
     key = pod_key("a", "p")
