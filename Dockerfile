@@ -8,6 +8,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY fairshare ./fairshare
 COPY webhook ./webhook
 COPY scheduler_plugin ./scheduler_plugin
+COPY serving ./serving
 COPY _native ./_native
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 OPENB ?= $(firstword $(wildcard ../shared/data/openb) $(wildcard $(HOME)/openb))
 
 .PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels \
-        cluster-bins clean
+        soak cluster-bins clean
 
 install: $(VENV)/.installed
 
@@ -40,15 +40,22 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fairshare _native
+	$(VENV)/bin/mypy --strict webhook scheduler_plugin serving
 	$(VENV)/bin/lint-imports
 
 demo: install build
 	$(VENV)/bin/fairshare simulate --demo
 
-bench: install build bench-kernels
+# All benchmarks in one run (kernels, servers, the real control plane); figures only.
+bench: install build
+	$(PY) -m tests.bench
 
-bench-kernels:
+bench-kernels: install build
 	$(PY) -m tests.bench.bench_kernels
+
+# The webhook soak at a steady load for 10 minutes (bounded; loopback only).
+soak: install build
+	SOAK_SECONDS=600 $(PY) -m pytest tests/reliability/test_soak.py -q -s
 
 bench-quality: install build
 	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)"
@@ -57,6 +64,7 @@ cluster-bins:
 	bash tools/e2e/build-bins.sh
 
 include tools/e2e/e2e.mk
+-include tools/make/ship.mk
 
 clean:
 	rm -rf build _native/*.c _native/*.so *.egg-info

@@ -14,7 +14,7 @@ the Binding's metadata, so it lands on the pod in the same write as ``nodeName``
 refused POST un-assumes the pod.
 
 ``--client-ca``: the TLS port verifies any client certificate offered against that CA
-(``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``PUBLIC_PATHS`` (403)
+(``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
 without a verified one, so kube-scheduler must present a certificate while kubelet probes
 and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics`` on the same port, with no
 second port to expose. Default-deny: a new route is protected unless listed as public.
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
+import serving
 from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
@@ -47,9 +47,6 @@ Binder = Callable[[verbs.BindPlan], Awaitable[None]]
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 MAX_BODY = 64 * 1024 * 1024
 """A filter call with ``nodeCacheCapable: false`` carries every candidate Node object."""
-
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
 
 
 async def bind_locally(plan: verbs.BindPlan) -> None:
@@ -217,43 +214,12 @@ async def bind_handler(request: web.Request) -> web.Response:
     return await _verb(request, "bind", _bind)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-async def readyz(request: web.Request) -> web.Response:
-    if request.app[DEPS].ready():
-        return web.Response(text="ok\n")
-    return web.Response(status=503, text="cluster state not synced yet\n")
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    body, content_type = metrics_mod.render(
-        request.app[DEPS].registry, request.headers.get("Accept")
-    )
-    resp = web.Response(body=body)
-    resp.headers["Content-Type"] = content_type
-    return resp
-
-
-@web.middleware
-async def require_client_cert(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse all but ``PUBLIC_PATHS`` without a verified TLS client certificate."""
-    if request.path in PUBLIC_PATHS:
-        return await handler(request)
-    transport = request.transport
-    if transport is None or not transport.get_extra_info("peercert"):
-        log.warning("refused %s %s: no verified client certificate", request.method, request.path)
-        return web.Response(status=403, text="fairshare: client certificate required\n")
-    return await handler(request)
-
-
 def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Application:
     """The extender application; routes are relative to the scheduler's ``urlPrefix``.
 
     ``client_cert``: the verbs need a verified TLS client certificate.
     """
-    middlewares = [require_client_cert] if client_cert else []
+    middlewares = [serving.require_client_cert] if client_cert else []
     app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
     app[DEPS] = deps
     for prefix in ("", "/scheduler"):
@@ -261,9 +227,7 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         app.router.add_post(f"{prefix}/prioritize", prioritize_handler)
         app.router.add_post(f"{prefix}/preempt", preempt_handler)
         app.router.add_post(f"{prefix}/bind", bind_handler)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
+    serving.add_ops_routes(app, ready=deps.ready, registry=deps.registry)
     app.cleanup_ctx.extend(deps.background)
     return app
 
@@ -365,14 +329,11 @@ async def serve(
         )
     )
     app = make_app(deps, client_cert=client_ca is not None)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=reloader.context if reloader else None)
-    await site.start()
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:
-        await runtime.wait_for_signal()
+        await serving.run_until_signal(
+            app, host=host, port=port, ssl_context=reloader.context if reloader else None
+        )
     finally:
-        await runner.cleanup()
         if api_client is not None:
             await api_client.close()

@@ -20,7 +20,7 @@ a fresh app (and fresh metrics) each time.
 Client-certificate authentication of kube-apiserver (``--client-ca``): the TLS port asks
 for a client certificate and verifies any that is offered against the CA
 (``ssl.CERT_OPTIONAL``, ``fairshare.tls.server_ssl_context``), and a middleware refuses
-every path except ``PUBLIC_PATHS`` (403) on a connection without a verified peer
+every path except ``serving.PUBLIC_PATHS`` (403) on a connection without a verified peer
 certificate. Chosen over a second plain port because kubelet's HTTPS probes and
 Prometheus keep the one port and Service they already use, no manifest grows a second
 port that could be exposed by mistake, and the check is default-deny: a route added
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
+import serving
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError, WireFormatError
@@ -54,8 +54,6 @@ log = logging.getLogger("fairshare.webhook")
 MAX_BODY = 3 * 1024 * 1024
 """kube-apiserver caps request bodies at 3 MiB; an AdmissionReview is at most that."""
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
@@ -176,52 +174,18 @@ async def validate(request: web.Request) -> web.Response:
     return await _handle(request, "validate")
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-async def readyz(request: web.Request) -> web.Response:
-    """Ready once the cluster state has synced (every watched kind listed once)."""
-    if request.app[DEPS].ready():
-        return web.Response(text="ok\n")
-    return web.Response(status=503, text="cluster state not synced yet\n")
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    body, content_type = metrics_mod.render(
-        request.app[DEPS].registry, request.headers.get("Accept")
-    )
-    resp = web.Response(body=body)
-    resp.headers["Content-Type"] = content_type
-    return resp
-
-
-@web.middleware
-async def require_client_cert(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse all but ``PUBLIC_PATHS`` without a verified TLS client certificate."""
-    if request.path in PUBLIC_PATHS:
-        return await handler(request)
-    transport = request.transport
-    if transport is None or not transport.get_extra_info("peercert"):
-        log.warning("refused %s %s: no verified client certificate", request.method, request.path)
-        return web.Response(status=403, text="fairshare: client certificate required\n")
-    return await handler(request)
-
-
 def make_app(deps: WebhookDeps, *, client_cert: bool = False) -> web.Application:
     """The webhook application over ``deps`` (background tasks via ``cleanup_ctx``).
 
     ``client_cert``: admission paths need a verified TLS client certificate (serve it
     with a context from ``fairshare.tls`` built with ``client_ca``).
     """
-    middlewares = [require_client_cert] if client_cert else []
+    middlewares = [serving.require_client_cert] if client_cert else []
     app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
     app[DEPS] = deps
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/validate", validate)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
+    serving.add_ops_routes(app, ready=deps.ready, registry=deps.registry)
     app.cleanup_ctx.extend(deps.background)
     return app
 
@@ -318,14 +282,11 @@ async def serve(
         )
     )
     app = make_app(deps, client_cert=client_ca is not None)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=reloader.context if reloader else None)
-    await site.start()
     log.info("fairshare webhook on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:
-        await runtime.wait_for_signal()
+        await serving.run_until_signal(
+            app, host=host, port=port, ssl_context=reloader.context if reloader else None
+        )
     finally:
-        await runner.cleanup()
         if api_client is not None:
             await api_client.close()

@@ -1,0 +1,82 @@
+"""aiohttp plumbing shared by the webhook and the extender (and nothing else).
+
+The two apps stay independent of each other (an import-linter contract); what they
+share at the HTTP level lives here: the operational routes (``/healthz``, ``/readyz``,
+``/metrics``), the client-certificate guard, and running a site until a signal.
+The core (``fairshare``) never imports this package: it must not depend on aiohttp.
+
+Client certificates (``--client-ca``): the TLS context verifies any certificate offered
+against the CA (``ssl.CERT_OPTIONAL``), and ``require_client_cert`` answers 403 on every
+path except ``PUBLIC_PATHS`` when the connection has no verified peer certificate. So
+kube-apiserver / kube-scheduler must present a certificate while kubelet probes and
+Prometheus reach the same port without one, and there is no second port to expose by
+mistake. Default-deny: a route added later is protected unless listed as public.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry
+
+from fairshare import metrics as metrics_mod
+from fairshare import runtime
+
+log = logging.getLogger("fairshare.serving")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
+
+
+def add_ops_routes(
+    app: web.Application, *, ready: Callable[[], bool], registry: CollectorRegistry
+) -> None:
+    """``GET /healthz`` (alive), ``/readyz`` (state synced) and ``/metrics``."""
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="cluster state not synced yet\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        body, content_type = metrics_mod.render(registry, request.headers.get("Accept"))
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = content_type
+        return resp
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+
+
+@web.middleware
+async def require_client_cert(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse all but ``PUBLIC_PATHS`` without a verified TLS client certificate."""
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    transport = request.transport
+    if transport is None or not transport.get_extra_info("peercert"):
+        log.warning("refused %s %s: no verified client certificate", request.method, request.path)
+        return web.Response(status=403, text="fairshare: client certificate required\n")
+    return await handler(request)
+
+
+async def run_until_signal(
+    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext | None
+) -> None:
+    """Serve ``app`` on ``host:port`` until SIGTERM/SIGINT, then clean up."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    try:
+        await runtime.wait_for_signal()
+    finally:
+        await runner.cleanup()
