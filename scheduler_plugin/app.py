@@ -130,12 +130,14 @@ def _decode(decoder: Callable[[bytes], _D], body: bytes) -> _D:
 async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     deps.tracker.remember(dict(args.pod))
+    config = deps.config()
     return verbs.filter_verb(
         args,
         state=deps.tracker.state,
-        config=deps.config(),
+        config=config,
         pending=deps.tracker.pending_queue(),
         namespace_labels=_labels(deps),
+        fair=deps.tracker.fair_shares(config),
     )
 
 
@@ -160,11 +162,16 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
 
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_binding_args, body)
-    # One lock for every bind: the fair-share gate reads cluster-wide state, and the
-    # pod is assumed (accounted in the state) before its POST, so the next filter and
-    # the next bind already see it, even while this Binding is in flight.
+    state = deps.tracker.state
+    held = state.pods.get(args.pod_uid) if args.pod_uid else None
+    if held is not None and held.node == args.node:
+        # A retry of a bind that already went through (kube-scheduler timed out first).
+        return wire.ExtenderBindingResult("").encode()
+    # Decide under one lock: the fair-share gate reads cluster-wide state, and the pod is
+    # assumed (accounted) before its POST, so the next filter and bind already see it.
+    # The POST itself runs outside the lock, so binds do not queue behind API latency.
     async with deps.bind_lock:
-        state, config = deps.tracker.state, deps.config()
+        config = deps.config()
         plan = verbs.bind_plan(
             args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
         )
@@ -185,17 +192,18 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         except StateError as exc:
             return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
         deps.tracker.pending.pop(plan.uid, None)
-        try:
-            await deps.binder(plan)
-        except Exception as exc:
-            log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
+    try:
+        await deps.binder(plan)
+    except Exception as exc:
+        log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
+        async with deps.bind_lock:
             state.unbind(plan.uid)
             # Back to the queue only if the pod still exists (a 404 means it was deleted
             # meanwhile, and a phantom pending pod would hold other tenants back).
             if req is not None and plan.uid in deps.tracker.pods:
                 deps.tracker.pending.setdefault(plan.uid, req)
-            return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
-        return plan.result()
+        return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
+    return plan.result()
 
 
 async def filter_handler(request: web.Request) -> web.Response:

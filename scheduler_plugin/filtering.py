@@ -64,6 +64,7 @@ def filter_pod(
     req: PodRequest,
     names: Sequence[str],
     pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None = None,
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate."""
     rows = [state.node_index[n] for n in names if n in state.node_index]
@@ -75,7 +76,7 @@ def filter_pod(
         (unresolvable if f.unresolvable else failed)[f.node] = f.reason
     gate = None
     if fits:
-        gate = check_fair_gate(state, config=config, req=req, pending=pending)
+        gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(fits, gate.reason))
             fits = {}

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, resources
+from fairshare import dra, fairness, gating, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -84,6 +84,7 @@ class ExtenderTracker:
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
+    _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
@@ -127,8 +128,13 @@ class ExtenderTracker:
                 if self.claim_pods:
                     self._recount_dra()
             else:
+                name = str(_meta(obj).get("name", ""))
+                known = name in self.state.node_index
                 self._node(obj)
-                self._reapply_pods(node=str(_meta(obj).get("name", "")))
+                # Pods of a node already known are accounted; only a node that just
+                # appeared has pods waiting for it (heartbeats must not rescan pods).
+                if not known:
+                    self._reapply_pods(node=name)
         elif kind == "Pod":
             if deleted:
                 self._forget_pod(objects.pod_uid(obj))
@@ -262,6 +268,14 @@ class ExtenderTracker:
         uid = objects.pod_uid(pod)
         if uid and uid not in self.pods and uid not in self._gone and not objects.is_bound(pod):
             self._pod(pod)
+
+    def fair_shares(self, config: FairShareConfig) -> dict[str, fairness.FairShare]:
+        """The fair allocation over bound + pending demand, cached until either changes."""
+        key = (self.state.version, tuple(self.pending), id(config))
+        if self._fair is None or self._fair[0] != key:
+            rows = gating.demand_rows(self.state, self.pending.values())
+            self._fair = (key, gating.fair_shares_for(self.state, config, rows))
+        return self._fair[1]
 
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())

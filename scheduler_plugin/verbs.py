@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import resources
+from fairshare import fairness, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -66,8 +66,12 @@ def filter_verb(
     config: FairShareConfig,
     pending: Sequence[PodRequest],
     namespace_labels: NamespaceLabels | None = None,
+    fair: Mapping[str, fairness.FairShare] | None = None,
 ) -> dict[str, Any]:
-    """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back."""
+    """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
+
+    ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
+    """
     names = args.candidate_names()
     try:
         req = request_for(
@@ -76,7 +80,9 @@ def filter_verb(
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
         return _filter_result(args, (), {}, dict.fromkeys(names, reason)).encode()
-    out = filtering.filter_pod(state, config=config, req=req, names=names, pending=pending)
+    out = filtering.filter_pod(
+        state, config=config, req=req, names=names, pending=pending, fair=fair
+    )
     return _filter_result(args, out.passing, out.failed, out.unresolvable).encode()
 
 

@@ -79,11 +79,17 @@ class ClusterState:
     node_tenant_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     """Milli-GPU each tenant holds on each node (for the tenant-spread term)."""
     _nodes_version: int = 0
+    _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
     _used: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._used = [0.0] * self.n_res
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever a node or a bound pod changes (a cache key for derived figures)."""
+        return (self._nodes_version, self._pod_changes)
 
     @property
     def n_nodes(self) -> int:
@@ -251,6 +257,7 @@ class ClusterState:
             self.dev_free[i * d + dev] -= milli
         pod = BoundPod(uid, tenant, node, tuple(row), devs, name)
         self.pods[uid] = pod
+        self._pod_changes += 1
         if tenant is not None:
             usage = self.tenant_usage.setdefault(tenant, [0.0] * r)
             for k in range(r):
@@ -264,6 +271,7 @@ class ClusterState:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
+        self._pod_changes += 1
         i = self.node_index.get(pod.node)
         r, d = self.n_res, self.max_dev
         if i is not None:

@@ -77,6 +77,7 @@ class UsageTracker:
     """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
     unreadable: dict[str, str] = field(default_factory=dict)
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
+    _max_memory: tuple[int | None] | None = field(default=None, init=False, repr=False)
     """Called with ("ns/name", event) when a pod is seen, for reservation release."""
 
     # -- sink ------------------------------------------------------------------
@@ -98,6 +99,7 @@ class UsageTracker:
             self.labels.clear()
         elif kind == "Node":
             self.device_memory.clear()
+            self._max_memory = None
         for obj in objects:
             self.on_event(kind, "ADDED", obj)
 
@@ -123,8 +125,10 @@ class UsageTracker:
             raw = str((_meta(obj).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
             if deleted or not raw.isdigit():
                 self.device_memory.pop(name, None)
+                self._max_memory = None
             else:
                 self.device_memory[name] = int(raw) * 1024 * 1024
+                self._max_memory = None
 
     def _rebuild_namespaces(self) -> None:
         self.by_namespace = {}
@@ -212,7 +216,10 @@ class UsageTracker:
         return total
 
     def max_device_memory(self) -> int | None:
-        return max(self.device_memory.values(), default=None)
+        # Cached: asked twice per admission, changed only by node events.
+        if self._max_memory is None:
+            self._max_memory = (max(self.device_memory.values(), default=None),)
+        return self._max_memory[0]
 
     def has_pod(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self.pod_names
