@@ -70,6 +70,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = rest + e2e
 
 
+# Lines the reliability tests (test_faults.py, test_replicas.py) record about the faults
+# they injected and survived; printed in the terminal summary of the run.
+FAULT_SUMMARY: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if FAULT_SUMMARY:
+        terminalreporter.section("faults injected and survived")
+        for line in FAULT_SUMMARY:
+            terminalreporter.write_line(f"- {line}")
+
+
 # --------------------------------------------------------------------------------------------
 # The cluster
 

@@ -1265,6 +1265,41 @@ def do_restart_scheduler(paths: Paths, scheduler_config: Path | None) -> int:
     return 0
 
 
+def restart_component(paths: Paths, name: str) -> float:
+    """Stop one component of the local control plane and start it again with the same argv
+    (same flags, same ports); returns the seconds until it was healthy again. For fault
+    tests (e.g. a kube-apiserver restart while clients watch)."""
+    state = load_state(paths)
+    if state is None or state.get("external_kubeconfig"):
+        raise ClusterError("no local cluster is up")
+    comp = state["components"].get(name)
+    if comp is None:
+        raise ClusterError(f"{name} is not part of this cluster")
+    t0 = time.monotonic()
+    stop_process(name, comp["pid"], comp["argv"][0])
+    home = paths.run / "kwok-home" if name == "kwok" else None
+    comp["pid"] = start_process(name, list(comp["argv"]), paths.log(name), child_env(home))
+    save_state(paths, state)
+    pki = Path(state["pki_dir"]) if state.get("pki_dir") else None
+    wait_healthy(name, comp["pid"], comp["port"], pki, paths.log(name))
+    took = time.monotonic() - t0
+    log(f"{name} restarted (pid {comp['pid']}, {took:.1f}s)")
+    return took
+
+
+def signal_component(paths: Paths, name: str, sig: int) -> int:
+    """Send `sig` (e.g. SIGSTOP/SIGCONT to make etcd unreachable for a while) to one
+    component; returns its pid."""
+    state = load_state(paths)
+    if state is None:
+        raise ClusterError("no cluster is up")
+    comp = state["components"].get(name)
+    if comp is None or not pid_alive(comp["pid"], comp["argv"][0]):
+        raise ClusterError(f"{name} is not running")
+    os.kill(comp["pid"], sig)
+    return int(comp["pid"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cluster.py", description="Local Kubernetes control plane for the e2e tests."

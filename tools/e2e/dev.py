@@ -670,6 +670,92 @@ def restart_extender(state_dir: Path = DEFAULT_STATE_DIR) -> Handles:
         return h
 
 
+def start_extra_webhook(
+    state_dir: Path,
+    port: int,
+    *,
+    certs_dir: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    name: str = "webhook-extra",
+) -> int:
+    """Start one more `fairshare webhook` (e.g. a second replica, or one whose certificate
+    a test rotates) on `port`, with the certificate in `certs_dir` (default: the dev
+    webhook's) and `extra_args` (e.g. `--shared-reservations fairshare-system`). Not
+    registered anywhere and not recorded in dev.json: the caller stops it with
+    `stop_extra_webhook`. Returns its pid once its /readyz answers 200."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    state = cluster_state(state_dir)
+    certs = Path(certs_dir) if certs_dir is not None else layout.certs("webhook")
+    argv = server_argv(layout, state, "webhook", port)
+    argv = [a for a in argv if not a.startswith(("--tls-cert=", "--tls-key="))]
+    argv += [f"--tls-cert={certs / 'tls.crt'}", f"--tls-key={certs / 'tls.key'}", *extra_args]
+    path = layout.logs / f"fairshare-{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = cluster_module().child_env()
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(path, "ab") as out:
+        out.write(f"\n=== {time.strftime('%F %T')} {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _children[proc.pid] = proc
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    deadline = time.monotonic() + READY_TIMEOUT
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevError(f"{name} exited; last lines of {path}:\n{cluster_module().tail(path)}")
+        try:
+            status, last = cluster_module().http_get(f"https://127.0.0.1:{port}/readyz", ctx)
+            if status == 200:
+                return proc.pid
+        except (OSError, ssl.SSLError) as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    stop_server(name, proc.pid)
+    raise DevError(f"{name} not ready after {READY_TIMEOUT:.0f}s ({last})")
+
+
+def stop_extra_webhook(pid: int) -> None:
+    """Stop a webhook started by `start_extra_webhook` (SIGTERM, then SIGKILL)."""
+    stop_server("webhook-extra", pid)
+
+
+def set_pod_webhook_url(state_dir: Path, url: str | None) -> None:
+    """Point the validating webhook `pods.fairshare.io` of `fairshare-dev` at `url`
+    (None: back at the dev webhook's /validate). The other webhooks are left alone."""
+    state_dir = Path(state_dir).resolve()
+    h = load_handles(Layout(state_dir))
+    if h is None:
+        raise DevError("fairshare is not up: run `make dev-up` first")
+    state = cluster_state(state_dir)
+    target = url or h.url("webhook", "/validate")
+    patch = [
+        {"op": "test", "path": "/webhooks/0/name", "value": "pods.fairshare.io"},
+        {"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": target},
+    ]
+    kubectl(
+        state,
+        "patch",
+        "validatingwebhookconfiguration",
+        WEBHOOK_NAME,
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+    )
+
+
 def ensure_scheduler(state_dir: Path = DEFAULT_STATE_DIR) -> bool:
     """Restart kube-scheduler with the extender if something (e.g. `cluster.py up` without
     --scheduler-config, from another run on the same state dir) gave it another config.
