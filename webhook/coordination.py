@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fairshare.config.schema import FairShareConfig
@@ -59,8 +59,10 @@ class ReservationStore(Protocol):
         """The data and its version (None when the object does not exist yet)."""
         ...
 
-    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
-        """Write ``data`` if the object is still at ``version``; raise ``Conflict`` if not."""
+    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> str | None:
+        """Write ``data`` if the object is still at ``version``; raise ``Conflict`` if not.
+
+        Returns the new version (None when the store cannot tell)."""
         ...
 
 
@@ -101,7 +103,7 @@ class LeaseStore:
             data = {}
         return (data if isinstance(data, dict) else {}), meta.get("resourceVersion")
 
-    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
+    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> str | None:
         from kubernetes_asyncio.client.rest import ApiException
 
         meta: dict[str, Any] = {
@@ -131,11 +133,16 @@ class LeaseStore:
                 raise Conflict(str(exc.reason)) from None
             raise
         status = resp.status
-        resp.release()
+        reply = await resp.read()
         if status == 409:
             raise Conflict("resourceVersion changed")
         if status >= 300:
             raise StoreError(f"writing Lease {object_name(tenant)}: HTTP {status}")
+        try:
+            new_version = (json.loads(reply).get("metadata") or {}).get("resourceVersion")
+        except (ValueError, AttributeError):
+            return None
+        return str(new_version) if new_version else None
 
 
 @dataclass
@@ -146,6 +153,7 @@ class SharedReservations:
     ttl: float = 30.0
     attempts: int = 10
     clock: Callable[[], float] = time.time
+    _cache: dict[str, tuple[dict[str, Any], str | None]] = field(default_factory=dict)
 
     async def admit(
         self,
@@ -162,8 +170,16 @@ class SharedReservations:
         claim = probe.claim
         if not probe.response.allowed or claim is None:
             return probe.response
-        for _ in range(self.attempts):
-            data, version = await self.store.read(claim.tenant)
+        tenant = config.tenant(claim.tenant)
+        if tenant is None or not tenant.limit:
+            return probe.response  # nothing to over-admit: no API round trip
+        cached = self._cache.get(claim.tenant)
+        for attempt in range(self.attempts):
+            # Optimistic: start from the last version this replica saw; read only when
+            # there is none or a write lost a race.
+            if cached is None or attempt > 0:
+                cached = await self.store.read(claim.tenant)
+            data, version = cached
             ledger = ledger_from_data(data, ttl=self.ttl)
             for key in [k for k in data if _watched(view, k)]:
                 ledger.release(key)  # type: ignore[arg-type]
@@ -179,10 +195,17 @@ class SharedReservations:
                 return resp
             after = ledger_to_data(ledger)
             try:
-                await self.store.write(claim.tenant, after, version)
-                return resp
+                new_version = await self.store.write(claim.tenant, after, version)
             except Conflict:
+                self._cache.pop(claim.tenant, None)
                 continue
+            # The next admission starts from what we just wrote (one API call, not two);
+            # if another replica writes meanwhile, that write conflicts and re-reads.
+            if new_version is not None:
+                self._cache[claim.tenant] = (after, new_version)
+            else:
+                self._cache.pop(claim.tenant, None)
+            return resp
         log.warning(
             "gave up reserving for tenant %s after %d conflicts", claim.tenant, self.attempts
         )

@@ -27,13 +27,16 @@ class MemoryStore:
     def __init__(self) -> None:
         self.objects: dict[str, tuple[dict[str, Any], int]] = {}
         self.conflicts = 0
+        self.reads = 0
+        self.writes = 0
 
     async def read(self, tenant: str) -> tuple[dict[str, Any], str | None]:
         await asyncio.sleep(0)  # a network round trip: other requests run meanwhile
+        self.reads += 1
         data, version = self.objects.get(tenant, ({}, 0))
         return dict(data), (str(version) if tenant in self.objects else None)
 
-    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> None:
+    async def write(self, tenant: str, data: dict[str, Any], version: str | None) -> str:
         await asyncio.sleep(0)
         current = self.objects.get(tenant)
         if (current is None) != (version is None) or (
@@ -42,6 +45,8 @@ class MemoryStore:
             self.conflicts += 1
             raise coordination.Conflict("resourceVersion changed")
         self.objects[tenant] = (dict(data), (current[1] if current else 0) + 1)
+        self.writes += 1
+        return str(self.objects[tenant][1])
 
 
 def replica(store: MemoryStore) -> webhook_app.WebhookDeps:
@@ -98,3 +103,17 @@ def test_ledger_round_trip_is_exact():
     assert ledger_to_data(again) == data
     # malformed entries are dropped, never fatal
     assert len(ledger_from_data({"x": {"tenant": "t"}, "y": 3}, ttl=30)) == 0
+
+
+async def test_one_replica_needs_one_api_call_per_admission():
+    # Unlimited tenants never touch the store; a limited one costs one write per
+    # admission once the replica has the object cached (no read before each write).
+    store = MemoryStore()
+    a = replica(store)
+    for i in range(5):
+        assert await _validate(a, review_body(f"u{i}", f"p{i}", 1))
+    assert store.writes == 5
+    assert store.reads == 1
+    open_body = review_body("o1", "o1", 1, namespace="open")
+    assert await _validate(a, open_body)  # namespace in no tenant with a limit
+    assert store.writes == 5
