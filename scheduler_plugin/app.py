@@ -102,7 +102,9 @@ async def _verb(
         out = await run(deps, body)
     except WireFormatError as exc:
         deps.metrics.observe_extender(verb, "malformed", time.perf_counter() - start)
-        return web.Response(status=400, text=f"malformed {verb} request: {exc}\n")
+        return web.Response(
+            status=400, text=serving.plain_text(f"malformed {verb} request: {exc}\n")
+        )
     except Exception:
         log.exception("unexpected error in %s", verb)
         deps.metrics.count_unexpected_error("extender")

@@ -267,7 +267,14 @@ class ExtenderTracker:
         """Take in a pod seen in a scheduler call before its watch event (bind needs it)."""
         uid = objects.pod_uid(pod)
         if uid and uid not in self.pods and uid not in self._gone and not objects.is_bound(pod):
-            self._pod(pod)
+            try:
+                self._pod(pod)
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:
+                # A pod body we cannot read is the scheduler's problem to report, not
+                # ours to crash on; it simply does not join the pending queue.
+                self.pods.pop(uid, None)
+                self.pending.pop(uid, None)
+                self.unreadable[uid] = f"{type(exc).__name__}: {exc}"
 
     def fair_shares(self, config: FairShareConfig) -> dict[str, fairness.FairShare]:
         """The fair allocation over bound + pending demand, cached until either changes."""

@@ -32,6 +32,15 @@ PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
 
 
+def plain_text(text: str) -> str:
+    """``text`` safe to send as UTF-8: lone surrogates and the like become escapes.
+
+    Error messages quote parts of hostile bodies; they must never make the error itself
+    fail to encode (which aiohttp would answer with a bare 500).
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def add_ops_routes(
     app: web.Application, *, ready: Callable[[], bool], registry: CollectorRegistry
 ) -> None:

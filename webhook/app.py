@@ -126,7 +126,9 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
         # ValueError: json.loads refuses an integer of more than 4300 digits with a plain
         # ValueError, which decode_review does not translate; still a malformed body.
         deps.metrics.observe_admission("?", "malformed", "400", time.perf_counter() - start)
-        return web.Response(status=400, text=f"malformed AdmissionReview: {exc}\n")
+        return web.Response(
+            status=400, text=serving.plain_text(f"malformed AdmissionReview: {exc}\n")
+        )
     try:
         if phase == "validate" and deps.shared is not None:
             resp = await deps.shared.admit(

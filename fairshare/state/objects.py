@@ -98,13 +98,15 @@ def pod_uid(pod: Mapping[str, Any]) -> str:
 def is_terminal(pod: Mapping[str, Any]) -> bool:
     """Phase Succeeded or Failed: the pod holds nothing any more."""
     status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    return isinstance(phase, str) and phase in TERMINAL_PHASES
 
 
 def is_bound(pod: Mapping[str, Any]) -> bool:
     """``spec.nodeName`` is set."""
     spec = pod.get("spec")
-    return isinstance(spec, Mapping) and bool(spec.get("nodeName"))
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return isinstance(node, str) and bool(node)
 
 
 # -- nodes ----------------------------------------------------------------------------

@@ -191,3 +191,22 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
         )
         assert (await r.json())["Error"] == ""
         assert "b0" in deps.tracker.state.pods  # assumed before its Binding returned
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # found by the fuzzer: a lone surrogate in a resource name made the 400 text
+        # itself fail to encode (aiohttp then answered a bare 500)
+        b'{"Pod": {"metadata": {"name": "p", "namespace": "a", "uid": "x"}, "spec": '
+        b'{"containers": [{"name": "c", "resources": {"limits": {"\\ud800gpu": null}}}]}}, '
+        b'"NodeNames": ["n1"]}',
+        # found by the fuzzer: a phase that is an object crashed the pending queue
+        b'{"Pod": {"metadata": {"name": "p", "namespace": "a", "uid": "y"}, "spec": '
+        b'{"containers": []}, "status": {"phase": {}}}, "NodeNames": ["n1"]}',
+    ],
+    ids=["lone-surrogate", "phase-object"],
+)
+async def test_fuzzer_findings_are_not_500s(client, body):
+    r = await client.post("/filter", data=body)
+    assert r.status in (200, 400)
