@@ -110,7 +110,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
 
 def render_text(report: dict[str, Any]) -> str:
     """A readable per-tenant table and the cluster line."""
-    rows = [("tenant", "running", "pending", "rejected", "share", "fair", "allocated")]
+    rows = [("tenant", "running", "pending", "done", "rejected", "share", "fair", "allocated")]
     for name, t in report["tenants"].items():
         alloc = ", ".join(f"{k}={v}" for k, v in sorted(t["allocated"].items()))
         rows.append(
@@ -118,6 +118,7 @@ def render_text(report: dict[str, Any]) -> str:
                 name,
                 str(t["running"]),
                 str(t["pending"]),
+                str(t.get("completed", 0)),
                 str(t["rejected"]),
                 f"{t['dominantShare']:.3f}",
                 f"{t['fairShare']:.3f}",
