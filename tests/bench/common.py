@@ -237,6 +237,13 @@ def result_paths() -> tuple[Path, Path]:
     return RESULTS / f"{stem}.json", RESULTS / f"{stem}.md"
 
 
+def _portable(text: str) -> str:
+    """Results name paths relative to the checkout and the home directory, so a result
+    file says nothing about the machine it was measured on beyond its ``machine``."""
+    root = str(Path(__file__).resolve().parents[2]) + "/"
+    return text.replace(root, "").replace(str(Path.home()), "~")
+
+
 def write_results(section: str, data: dict[str, Any], markdown: str) -> tuple[Path, Path]:
     """Merge ``data`` under ``section`` into ``bench/results/<date>.json`` and the
     markdown into ``<date>.md`` (sections kept in a fixed order)."""
@@ -253,7 +260,7 @@ def write_results(section: str, data: dict[str, Any], markdown: str) -> tuple[Pa
     doc.setdefault("sections", {})
     doc["sections"][section] = {"data": data, "markdown": markdown}
     doc["machine"] = machine()
-    jpath.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    jpath.write_text(_portable(json.dumps(doc, indent=2, default=str)) + "\n")
     order = ["kernels", "quality", "servers", "cluster"]
     names = sorted(doc["sections"], key=lambda n: (order.index(n) if n in order else 99, n))
     m = doc["machine"]
