@@ -271,7 +271,7 @@ def write_results(section: str, data: dict[str, Any], markdown: str) -> tuple[Pa
         f"{' --quick: a smoke run, not figures to quote' if doc['quick'] else ''}).\n"
     )
     body = "\n\n".join(doc["sections"][n]["markdown"] for n in names)
-    mpath.write_text(head + "\n" + body + "\n")
+    mpath.write_text(_portable(head + "\n" + body) + "\n")
     return jpath, mpath
 
 
