@@ -222,13 +222,26 @@ def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
-def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: Any) -> int:
+def _run_async(args: argparse.Namespace, main: Callable[[], Any]) -> int:
+    """Log at ``--log-level`` and run the coroutine ``main()`` until it ends or Ctrl-C;
+    a config error at startup prints its field paths and exits 1."""
     import asyncio
     import logging
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:
+        asyncio.run(main())
+    except ConfigError as exc:
+        _print_config_error("config", exc, sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: Any) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print("error: give both --tls-cert and --tls-key, or neither", file=sys.stderr)
         return 1
@@ -237,26 +250,20 @@ def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: An
         return 1
     if args.client_ca:
         extra["client_ca"] = args.client_ca
-    try:
-        asyncio.run(
-            serve(
-                config_file=args.config_file,
-                configmap=args.configmap,
-                kubeconfig=args.kubeconfig,
-                state_file=args.state_file,
-                host=args.host,
-                port=args.port,
-                tls_cert=args.tls_cert,
-                tls_key=args.tls_key,
-                **extra,
-            )
-        )
-    except ConfigError as exc:
-        _print_config_error("config", exc, sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_async(
+        args,
+        lambda: serve(
+            config_file=args.config_file,
+            configmap=args.configmap,
+            kubeconfig=args.kubeconfig,
+            state_file=args.state_file,
+            host=args.host,
+            port=args.port,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            **extra,
+        ),
+    )
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
@@ -277,38 +284,27 @@ def cmd_extender(args: argparse.Namespace) -> int:
 
 
 def cmd_reclaimer(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
     import socket
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     from scheduler_plugin.reclaimer import serve
 
-    try:
-        asyncio.run(
-            serve(
-                config_file=args.config_file,
-                configmap=args.configmap,
-                kubeconfig=args.kubeconfig,
-                host=args.host,
-                port=args.port,
-                interval=args.interval,
-                cooldown=args.cooldown,
-                max_per_minute=args.max_evictions_per_minute,
-                grace_period=args.grace_period,
-                lease=args.lease,
-                identity=args.identity or socket.gethostname(),
-                lease_duration=args.lease_duration,
-            )
-        )
-    except ConfigError as exc:
-        _print_config_error("config", exc, sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return _run_async(
+        args,
+        lambda: serve(
+            config_file=args.config_file,
+            configmap=args.configmap,
+            kubeconfig=args.kubeconfig,
+            host=args.host,
+            port=args.port,
+            interval=args.interval,
+            cooldown=args.cooldown,
+            max_per_minute=args.max_evictions_per_minute,
+            grace_period=args.grace_period,
+            lease=args.lease,
+            identity=args.identity or socket.gethostname(),
+            lease_duration=args.lease_duration,
+        ),
+    )
 
 
 def _reclaimer_args(p: argparse.ArgumentParser) -> None:

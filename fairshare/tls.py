@@ -408,17 +408,10 @@ async def patch_webhook_ca_bundle(
         return await _patch_all(api, ca_bundle_pem, mutating=mutating, validating=validating)
     # Imported here so that only `fairshare certs --patch-webhooks` pays for it.
     from kubernetes_asyncio import client
-    from kubernetes_asyncio import config as k8s_config
 
-    # The package is only partly annotated; go through Any rather than scatter ignores.
-    config: Any = k8s_config
+    from fairshare.state import informers
 
-    if kubeconfig is not None:
-        api_client = await config.new_client_from_config(config_file=kubeconfig)
-    else:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        api_client = client.ApiClient(configuration=configuration)
+    api_client = await informers.make_api_client(kubeconfig)
     async with api_client:
         v1 = client.AdmissionregistrationV1Api(api_client)
         return await _patch_all(v1, ca_bundle_pem, mutating=mutating, validating=validating)
@@ -439,16 +432,11 @@ async def write_tls_secret(
     import base64
 
     from kubernetes_asyncio import client
-    from kubernetes_asyncio import config as k8s_config
     from kubernetes_asyncio.client.rest import ApiException
 
-    config: Any = k8s_config
-    if kubeconfig is not None:
-        api_client = await config.new_client_from_config(config_file=kubeconfig)
-    else:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        api_client = client.ApiClient(configuration=configuration)
+    from fairshare.state import informers
+
+    api_client = await informers.make_api_client(kubeconfig)
     data = {
         key: base64.b64encode(path.read_bytes()).decode()
         for key, path in (

@@ -378,9 +378,8 @@ def server_argv(layout: Layout, state: dict[str, Any], server: str, port: int) -
     ]
 
 
-def start_server(layout: Layout, state: dict[str, Any], server: str, port: int) -> int:
-    argv = server_argv(layout, state, server, port)
-    path = layout.log(server)
+def _spawn(argv: list[str], path: Path) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session, appending its output to the log `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     env = cluster_module().child_env()
     env["PYTHONUNBUFFERED"] = "1"
@@ -398,7 +397,11 @@ def start_server(layout: Layout, state: dict[str, Any], server: str, port: int) 
             close_fds=True,
         )
     _children[proc.pid] = proc
-    return proc.pid
+    return proc
+
+
+def start_server(layout: Layout, state: dict[str, Any], server: str, port: int) -> int:
+    return _spawn(server_argv(layout, state, server, port), layout.log(server)).pid
 
 
 def _alive(pid: int) -> bool:
@@ -691,23 +694,7 @@ def start_extra_webhook(
     argv = [a for a in argv if not a.startswith(("--tls-cert=", "--tls-key="))]
     argv += [f"--tls-cert={certs / 'tls.crt'}", f"--tls-key={certs / 'tls.key'}", *extra_args]
     path = layout.logs / f"fairshare-{name}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    env = cluster_module().child_env()
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(path, "ab") as out:
-        out.write(f"\n=== {time.strftime('%F %T')} {' '.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    _children[proc.pid] = proc
+    proc = _spawn(argv, path)
     import ssl
 
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
