@@ -305,6 +305,17 @@ class ResourceIndex:
         return {n: from_kernel_units(n, v) for n, v in zip(self.names, row, strict=True)}
 
 
+def add_amounts(into: dict[str, Fraction], amounts: Mapping[str, Fraction], sign: int = 1) -> None:
+    """``into += sign * amounts`` per resource; a resource that reaches zero is dropped,
+    so running totals never keep empty entries."""
+    for name, amount in amounts.items():
+        total = into.get(name, Fraction(0)) + sign * amount
+        if total:
+            into[name] = total
+        else:
+            into.pop(name, None)
+
+
 def sum_amounts(items: Iterable[Mapping[str, Fraction]]) -> dict[str, Fraction]:
     """Resource-wise sum of exact amounts."""
     total: dict[str, Fraction] = {}

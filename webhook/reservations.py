@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NewType
 
+from fairshare.resources import add_amounts
 from webhook.view import TenantUsageView
 
 __all__ = ["PodKey", "Reservation", "ReservationLedger", "ReservingView", "pod_key"]
@@ -122,12 +123,7 @@ class ReservationLedger:
 
     def _apply(self, tenant: str, amounts: Mapping[str, Fraction], sign: int) -> None:
         totals = self._totals.setdefault(tenant, {})
-        for name, amount in amounts.items():
-            value = totals.get(name, Fraction(0)) + sign * amount
-            if value:
-                totals[name] = value
-            else:
-                totals.pop(name, None)
+        add_amounts(totals, amounts, sign)
         if not totals:
             del self._totals[tenant]
 

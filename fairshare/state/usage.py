@@ -32,7 +32,8 @@ from typing import Any
 
 from fairshare import dra, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
-from fairshare.resources import GPU, STORAGE, DemandError
+from fairshare.resources import GPU, STORAGE, DemandError, add_amounts
+from fairshare.state import objects
 from fairshare.state.cluster import LABEL_GPU_MEMORY
 
 Amounts = dict[str, Fraction]
@@ -46,20 +47,6 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _key(obj: Mapping[str, Any]) -> str:
     meta = _meta(obj)
     return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
-
-
-def _is_terminal(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed")
-
-
-def _add(into: Amounts, amounts: Mapping[str, Fraction], sign: int) -> None:
-    for k, v in amounts.items():
-        total = into.get(k, Fraction(0)) + sign * v
-        if total:
-            into[k] = total
-        else:
-            into.pop(k, None)
 
 
 @dataclass
@@ -134,12 +121,12 @@ class UsageTracker:
         self.by_namespace = {}
         tables = (self.pods, self.claims, self.resource_claims)
         for ns, amounts in [entry for table in tables for entry in table.values()]:
-            _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+            add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
     def _forget(self, table: dict[str, tuple[str, Amounts]], key: str) -> None:
         old = table.pop(key, None)
         if old is not None:
-            _add(self.by_namespace.setdefault(old[0], {}), old[1], -1)
+            add_amounts(self.by_namespace.setdefault(old[0], {}), old[1], -1)
 
     def _pod(self, pod: dict[str, Any], *, deleted: bool) -> None:
         key = _key(pod)
@@ -148,7 +135,7 @@ class UsageTracker:
         name = f"{ns}/{meta.get('name', '')}"
         self._forget(self.pods, key)
         self.unreadable.pop(key, None)
-        if deleted or _is_terminal(pod):
+        if deleted or objects.is_terminal(pod):
             self.pod_names.pop(name, None)
             return
         try:
@@ -158,7 +145,7 @@ class UsageTracker:
             amounts = {}
         self.pods[key] = (ns, amounts)
         self.pod_names[name] = key
-        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
         for listener in self.listeners:
             listener(name, "seen")
 
@@ -176,7 +163,7 @@ class UsageTracker:
             size = Fraction(0)
         amounts = {STORAGE: size} if size else {}
         self.claims[key] = (ns, amounts)
-        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
     def _resource_claim(self, claim: dict[str, Any], *, deleted: bool) -> None:
         key = _key(claim)
@@ -192,7 +179,7 @@ class UsageTracker:
         )
         amounts = {GPU: Fraction(n)} if n else {}
         self.resource_claims[key] = (ns, amounts)
-        _add(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
     # -- TenantUsageView -------------------------------------------------------
 
@@ -212,7 +199,7 @@ class UsageTracker:
     def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
         total: Amounts = {}
         for ns in self.tenant_namespaces(tenant):
-            _add(total, self.by_namespace.get(ns, {}), +1)
+            add_amounts(total, self.by_namespace.get(ns, {}), +1)
         return total
 
     def max_device_memory(self) -> int | None:
