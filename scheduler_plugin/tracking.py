@@ -72,6 +72,7 @@ class ExtenderTracker:
     state: ClusterState = field(init=False)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
     pending: dict[str, PodRequest] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
@@ -223,7 +224,9 @@ class ExtenderTracker:
             return
         if uid not in self.pods:
             self._mix_changes += 1
-        self.pods[uid] = pod
+        # Only what a later re-read needs is kept: at 100,000 pods the whole objects
+        # would be most of the process' memory.
+        self.pods[uid] = objects.slim_pod(pod)
         self.unreadable.pop(uid, None)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         try:

@@ -62,6 +62,7 @@ __all__ = [
     "pod_request",
     "pod_tenant",
     "pod_uid",
+    "slim_pod",
 ]
 
 ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
@@ -70,6 +71,9 @@ ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 Devices = tuple[tuple[int, float], ...]
+
+_NO_MODELS: Final[frozenset[str]] = frozenset()
+"""Shared by every pod without a GPU-model annotation (one empty set, not one per pod)."""
 
 
 # -- small readers ------------------------------------------------------------------
@@ -107,6 +111,55 @@ def is_bound(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     return isinstance(node, str) and bool(node)
+
+
+_KEPT_META: Final = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+_KEPT_SPEC: Final = ("nodeName", "nodeSelector", "overhead", "resourceClaims")
+_KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
+_KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
+_ANN_PREFIX: Final = "fairshare.io/"
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a Pod the extender reads again later, as a smaller dict.
+
+    Kept: identity and timestamps, ``fairshare.io/*`` annotations, ``spec.nodeName``,
+    ``nodeSelector``, ``overhead``, ``resourceClaims``, each container's and init
+    container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
+    ``resourceClaimStatuses``. Every reader of a stored pod (``pod_uid``, ``is_bound``,
+    ``is_terminal``, ``pod_tenant``, ``pod_request``, ``apply_pod``, the DRA claim names,
+    the reclaimer) gives the same answer on the slim dict as on the whole one; the
+    images, env, volumes, probes, status conditions and other annotations (often most of
+    a pod's size) are dropped. A pod of an unexpected shape is returned unchanged, so
+    its errors stay what they were.
+    """
+    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return pod
+    if status is not None and not isinstance(status, dict):
+        return pod
+    annotations = meta.get("annotations")
+    if annotations is not None and not isinstance(annotations, dict):
+        return pod
+    out_spec: dict[str, Any] = {k: spec[k] for k in _KEPT_SPEC if k in spec}
+    for key in ("containers", "initContainers"):
+        if key not in spec:
+            continue
+        items = spec[key]
+        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+            return pod
+        out_spec[key] = [{k: c[k] for k in _KEPT_CONTAINER if k in c} for c in items]
+    out_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
+    if annotations is not None:
+        out_meta["annotations"] = {
+            k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_ANN_PREFIX)
+        }
+    out: dict[str, Any] = {k: pod[k] for k in ("apiVersion", "kind") if k in pod}
+    out["metadata"] = out_meta
+    out["spec"] = out_spec
+    if status is not None:
+        out["status"] = {k: status[k] for k in _KEPT_STATUS if k in status}
+    return out
 
 
 # -- nodes ----------------------------------------------------------------------------
@@ -233,7 +286,7 @@ def pod_request(
         tenant=tenant,
         demand=demand,
         row=row,
-        gpu_models=frozenset(m for m in models.split("|") if m),
+        gpu_models=frozenset(m for m in models.split("|") if m) if models else _NO_MODELS,
     )
 
 

@@ -1,10 +1,11 @@
 """``make bench``: every benchmark in one run, figures printed and written, never asserted.
 
-    python -m tests.bench [--quick] [--only kernels|servers|cluster ...] [--keep-cluster]
+    python -m tests.bench [--quick] [--only kernels|servers|memory|cluster ...] [--keep-cluster]
 
 Runs, in order: the kernel micro-benchmark (``bench_kernels``: C against the pure twin
-and NumPy), the extender and webhook servers alone on loopback (``bench_servers``), and
-the real control plane (``bench_cluster``: scheduler throughput with and without the
+and NumPy), the extender and webhook servers alone on loopback (``bench_servers``), the
+extender's peak memory holding a large cluster (``bench_memory``), and the real control
+plane (``bench_cluster``: scheduler throughput with and without the
 extender, admission overhead). Each part merges its section into
 ``bench/results/<date>.json`` and ``bench/results/<date>.md`` (the quality results of
 ``make bench-quality``, when present for the date, are merged in as well); the combined
@@ -28,7 +29,7 @@ from typing import Any
 from tests.bench import common
 from tests.bench.common import progress
 
-PARTS = ("kernels", "servers", "cluster")
+PARTS = ("kernels", "servers", "memory", "cluster")
 
 
 def run_kernels(quick: bool) -> None:
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                 from tests.bench import bench_servers
 
                 bench_servers.run(args.quick)
+            elif part == "memory":
+                from tests.bench import bench_memory
+
+                bench_memory.run(args.quick)
             elif part == "cluster":
                 from tests.bench import bench_cluster
 
