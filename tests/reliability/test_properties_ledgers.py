@@ -196,6 +196,7 @@ class DeviceMachine(RuleBasedStateMachine):
         super().__init__()
         self.state = ClusterState(INDEX)
         self.serial = 0
+        self.names = 0
         self.gpus: dict[str, int] = {}
 
     @initialize(count=st.integers(1, 3), gpus=st.lists(st.integers(0, 8), min_size=3, max_size=3))
@@ -210,7 +211,10 @@ class DeviceMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.gpus) < 4)
     @rule(gpus=st.integers(0, 8))
     def new_node(self, gpus: int) -> None:
-        self.add_node(f"n{len(self.gpus) + self.serial}", gpus)
+        # A fresh name each time: len(gpus) + serial could repeat a live node's name,
+        # which re-adds (resizes) that node instead of adding one.
+        self.names += 1
+        self.add_node(f"new{self.names}", gpus)
 
     @rule(
         target=pods,
