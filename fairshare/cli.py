@@ -201,6 +201,72 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+CLIENT_SECRETS = {
+    "apiserver-client": "fairshare-apiserver-client",
+    "scheduler-client": "fairshare-scheduler-client",
+}
+CLIENT_CA_SECRET = "fairshare-client-ca"
+
+
+def cmd_client_certs(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import yaml
+
+    from fairshare import tls
+
+    if args.keep_existing and not args.secrets:
+        print("error: --keep-existing needs --secrets NAMESPACE", file=sys.stderr)
+        return 1
+    if args.keep_existing and asyncio.run(
+        tls.secret_exists(args.secrets, CLIENT_CA_SECRET, kubeconfig=args.kubeconfig)
+    ):
+        print(
+            f"secret {args.secrets}/{CLIENT_CA_SECRET} exists; keeping the client CA "
+            "(delete that Secret to rotate)"
+        )
+        return 0
+    if args.reuse:
+        try:
+            paths = tls.read_client_certs(args.out)
+        except tls.TLSError as exc:
+            print(f"error: --reuse: {exc}", file=sys.stderr)
+            return 1
+    else:
+        paths = tls.write_client_certs(args.out, days=args.days)
+    node_dir = args.node_dir.rstrip("/")
+    cert, key = paths.clients["apiserver-client"]
+    kubeconfig = tls.admission_kubeconfig(
+        args.webhook_user, f"{node_dir}/{cert.name}", f"{node_dir}/{key.name}"
+    )
+    (args.out / "admission-kubeconfig.yaml").write_text(yaml.safe_dump(kubeconfig))
+    admission = tls.admission_configuration(f"{node_dir}/admission-kubeconfig.yaml")
+    (args.out / "admission-config.yaml").write_text(yaml.safe_dump(admission, sort_keys=False))
+    print(
+        f"wrote {paths.ca_cert}, "
+        + ", ".join(f"{c.name}/{k.name}" for c, k in paths.clients.values())
+        + ", admission-kubeconfig.yaml, admission-config.yaml"
+    )
+    if args.secrets:
+        ca = paths.ca_cert.read_bytes()
+        writes = [(CLIENT_CA_SECRET, "Opaque", {"ca.crt": ca})]
+        for stem, (c, k) in paths.clients.items():
+            data = {"tls.crt": c.read_bytes(), "tls.key": k.read_bytes(), "ca.crt": ca}
+            writes.append((CLIENT_SECRETS[stem], "kubernetes.io/tls", data))
+        for name, kind, data in writes:
+            asyncio.run(
+                tls.write_secret(
+                    data,
+                    namespace=args.secrets,
+                    name=name,
+                    secret_type=kind,
+                    kubeconfig=args.kubeconfig,
+                )
+            )
+            print(f"secret {args.secrets}/{name} written")
+    return 0
+
+
 def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", dest="config_file", help="FairShareConfig YAML file (polled)")
@@ -218,6 +284,13 @@ def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
         "--client-ca",
         help="CA file: require a client certificate signed by it on every path except "
         "/healthz, /readyz and /metrics (needs --tls-cert/--tls-key)",
+    )
+    p.add_argument(
+        "--not-ready-after",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="/readyz fails once the API has been unreachable this long (default 10)",
     )
     p.add_argument("--log-level", default="INFO")
 
@@ -250,6 +323,10 @@ def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: An
         return 1
     if args.client_ca:
         extra["client_ca"] = args.client_ca
+    if not args.not_ready_after > 0:
+        print("error: --not-ready-after must be > 0 seconds", file=sys.stderr)
+        return 1
+    extra["stale_after"] = args.not_ready_after
     return _run_async(
         args,
         lambda: serve(
@@ -380,6 +457,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certs.add_argument("--kubeconfig", default=None, help="default: in-cluster config")
     certs.set_defaults(func=cmd_certs)
+
+    cc = sub.add_parser(
+        "client-certs",
+        help="make the client CA and certificates kube-apiserver and kube-scheduler present "
+        "to --client-ca servers",
+    )
+    cc.add_argument("--out", type=Path, required=True, help="directory for the files")
+    cc.add_argument("--days", type=int, default=365)
+    cc.add_argument(
+        "--node-dir",
+        default="/etc/kubernetes/fairshare",
+        help="where the files will be on the control-plane node (paths in the admission "
+        "kubeconfig and config)",
+    )
+    cc.add_argument(
+        "--webhook-user",
+        default="fairshare-webhook.fairshare-system.svc",
+        help="kubeconfig user name kube-apiserver matches against the webhook it dials "
+        "('*' = every webhook)",
+    )
+    cc.add_argument(
+        "--secrets",
+        metavar="NAMESPACE",
+        default=None,
+        help=f"also write the Secrets {CLIENT_CA_SECRET}, "
+        + ", ".join(CLIENT_SECRETS.values())
+        + " in NAMESPACE",
+    )
+    cc.add_argument(
+        "--keep-existing",
+        action="store_true",
+        help=f"do nothing if Secret {CLIENT_CA_SECRET} already exists (re-runnable Job)",
+    )
+    cc.add_argument(
+        "--reuse",
+        action="store_true",
+        help="use the CA and certificates already in --out instead of minting new ones "
+        "(e.g. to store them as Secrets after the control plane was given them)",
+    )
+    cc.add_argument("--kubeconfig", default=None, help="default: in-cluster config")
+    cc.set_defaults(func=cmd_client_certs)
 
     wh = sub.add_parser("webhook", help="run the admission webhook (HTTPS)")
     _serve_args(wh, port=8443)

@@ -103,8 +103,12 @@ async def build_runtime(
     kinds: Sequence[str],
     on_reload: Callable[[], None] | None = None,
     on_error: Callable[[], None] | None = None,
+    stale_after: float = 10.0,
 ) -> Runtime:
-    """Load the initial config and build the state source (not started yet)."""
+    """Load the initial config and build the state source (not started yet).
+
+    ``stale_after``: seconds of failing to reach the API after which the source reports
+    not ready (``ApiSource.is_ready``)."""
     if (config_file is None) == (configmap is None):
         raise FairshareError("give exactly one of --config FILE or --configmap NAMESPACE/NAME")
     if state_file is not None and configmap is not None:
@@ -126,7 +130,9 @@ async def build_runtime(
 
             return await informers.make_api_client(kubeconfig)
 
-        source = sources.ApiSource(factory, kinds=tuple(kinds), configmap=ref)
+        source = sources.ApiSource(
+            factory, kinds=tuple(kinds), configmap=ref, stale_after=stale_after
+        )
     rt = Runtime(holder, source)
     if ref is not None:
         rt.configmap_sink = ConfigMapSink(

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -54,17 +55,26 @@ from fairshare.errors import FairshareError
 
 __all__ = [
     "CIPHERS_TLS12",
+    "CLIENTS",
     "CLOCK_SKEW",
     "CertPaths",
     "CertReloader",
+    "ClientCertPaths",
     "TLSError",
+    "admission_configuration",
+    "admission_kubeconfig",
     "build_ca_bundle_patch",
     "make_ca",
+    "make_client_cert",
     "make_serving_cert",
     "patch_webhook_ca_bundle",
+    "read_client_certs",
+    "secret_exists",
     "server_ssl_context",
     "service_dns_names",
     "write_certs",
+    "write_client_certs",
+    "write_secret",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,6 +151,57 @@ def make_serving_cert(
         raise TLSError(str(error)) from None
     if not dns_names and not ips:
         raise TLSError("a serving certificate needs at least one DNS name or IP address")
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    sans += [x509.IPAddress(ip) for ip in ips]
+    return _issue_leaf(
+        ca_cert_pem,
+        ca_key_pem,
+        common_name=dns_names[0] if dns_names else str(ips[0]),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=sans,
+        days=days,
+        now=now,
+    )
+
+
+def make_client_cert(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    *,
+    common_name: str,
+    days: int,
+    now: dt.datetime,
+) -> tuple[bytes, bytes]:
+    """Make a TLS client certificate signed by the CA; return ``(cert_pem, key_pem)``.
+
+    ExtendedKeyUsage ``clientAuth`` only (a server refuses it as a serving certificate),
+    no SubjectAltName; the CN names the client for the servers' logs. Raises ``TLSError``
+    like ``make_serving_cert``.
+    """
+    _check_validity(days, now)
+    if not common_name:
+        raise TLSError("a client certificate needs a common name")
+    return _issue_leaf(
+        ca_cert_pem,
+        ca_key_pem,
+        common_name=common_name,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        sans=[],
+        days=days,
+        now=now,
+    )
+
+
+def _issue_leaf(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    *,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName],
+    days: int,
+    now: dt.datetime,
+) -> tuple[bytes, bytes]:
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -148,27 +209,24 @@ def make_serving_cert(
     if _public_der(ca_key.public_key()) != _public_der(ca_cert.public_key()):
         raise TLSError("the CA key does not match the CA certificate")
     key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
-    sans += [x509.IPAddress(ip) for ip in ips]
-    common_name = dns_names[0] if dns_names else str(ips[0])
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     try:
         ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
         authority = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski)
     except x509.ExtensionNotFound:  # a CA made elsewhere, without a key identifier
         authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
-    cert = (
+    builder = (
         _builder(
             subject=subject, issuer=ca_cert.subject, public_key=key.public_key(), days=days, now=now
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(authority, critical=False)
-        .sign(ca_key, hashes.SHA256())
     )
-    return _cert_pem(cert), _key_pem(key)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return _cert_pem(builder.sign(ca_key, hashes.SHA256())), _key_pem(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +270,115 @@ def write_certs(
     _write_atomic(paths.cert, cert_pem, mode=0o644)
     _write_atomic(paths.key, key_pem, mode=0o600)
     return paths
+
+
+#: Who presents a client certificate to whom (``--client-ca`` on both servers): file stem
+#: → common name. kube-apiserver calls the webhook, kube-scheduler calls the extender.
+CLIENTS: dict[str, str] = {
+    "apiserver-client": "kube-apiserver (fairshare webhook client)",
+    "scheduler-client": "kube-scheduler (fairshare extender client)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCertPaths:
+    """Where ``write_client_certs`` put its files: the CA and one (cert, key) per client."""
+
+    ca_cert: Path
+    clients: dict[str, tuple[Path, Path]]
+
+
+def write_client_certs(
+    out_dir: str | os.PathLike[str],
+    *,
+    clients: dict[str, str] | None = None,
+    days: int = 365,
+    now: dt.datetime | None = None,
+) -> ClientCertPaths:
+    """Mint a client CA and one client certificate per entry of ``clients`` (stem → CN).
+
+    Files: ``client-ca.crt`` (what the servers' ``--client-ca`` points at) and
+    ``<stem>.crt`` / ``<stem>.key`` (0600). The CA key is not kept: re-run to rotate, and
+    hand the new files to both sides.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    wanted = CLIENTS if clients is None else clients
+    if not wanted:
+        raise TLSError("no clients to make certificates for")
+    ca_pem, ca_key_pem = make_ca("fairshare-client-ca", days=days, now=now)
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = ClientCertPaths(directory / "client-ca.crt", {})
+    _write_atomic(paths.ca_cert, ca_pem, mode=0o644)
+    for stem, common_name in wanted.items():
+        cert_pem, key_pem = make_client_cert(
+            ca_pem, ca_key_pem, common_name=common_name, days=days, now=now
+        )
+        cert, key = directory / f"{stem}.crt", directory / f"{stem}.key"
+        _write_atomic(cert, cert_pem, mode=0o644)
+        _write_atomic(key, key_pem, mode=0o600)
+        paths.clients[stem] = (cert, key)
+    return paths
+
+
+def read_client_certs(
+    out_dir: str | os.PathLike[str], *, clients: dict[str, str] | None = None
+) -> ClientCertPaths:
+    """The files ``write_client_certs`` wrote to ``out_dir``; ``TLSError`` if one is missing
+    or a certificate was not issued by ``client-ca.crt``."""
+    directory = Path(out_dir)
+    wanted = CLIENTS if clients is None else clients
+    paths = ClientCertPaths(directory / "client-ca.crt", {})
+    needed = [paths.ca_cert]
+    for stem in wanted:
+        paths.clients[stem] = (directory / f"{stem}.crt", directory / f"{stem}.key")
+        needed += paths.clients[stem]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        raise TLSError(f"missing {', '.join(missing)} (run without --reuse to make them)")
+    ca = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
+    for cert, _key in paths.clients.values():
+        leaf = x509.load_pem_x509_certificate(cert.read_bytes())
+        try:  # the signature, not only the name: every client CA has the same CN
+            leaf.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            raise TLSError(f"{cert} was not issued by {paths.ca_cert}") from None
+    return paths
+
+
+def admission_kubeconfig(user: str, cert: str, key: str) -> dict[str, Any]:
+    """The kubeconfig kube-apiserver reads for webhook client credentials.
+
+    kube-apiserver picks the ``users`` entry named after the webhook it dials: the exact
+    ``SERVICE.NAMESPACE.svc`` (or ``host:port`` for a URL webhook), then ``*.`` suffix
+    wildcards, then ``*``. Name it ``fairshare-webhook.fairshare-system.svc`` so no other
+    webhook receives this certificate; ``*`` suits a test cluster with a dynamic port.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [{"name": user, "user": {"client-certificate": cert, "client-key": key}}],
+    }
+
+
+def admission_configuration(kubeconfig_path: str) -> dict[str, Any]:
+    """``--admission-control-config-file`` content pointing both webhook plugins at it."""
+
+    def plugin() -> dict[str, str]:
+        return {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": kubeconfig_path,
+        }
+
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {"name": name, "configuration": plugin()}
+            for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+        ],
+    }
 
 
 # --------------------------------------------------------------------------- server contexts
@@ -429,28 +596,39 @@ async def write_tls_secret(
     The Secret carries ``tls.crt``, ``tls.key`` and ``ca.crt``, as cert-manager writes
     them, so the same Deployment works with either.
     """
-    import base64
+    files = {"tls.crt": paths.cert, "tls.key": paths.key, "ca.crt": paths.ca_cert}
+    await write_secret(
+        {key: path.read_bytes() for key, path in files.items()},
+        namespace=namespace,
+        name=name,
+        secret_type="kubernetes.io/tls",
+        kubeconfig=kubeconfig,
+    )
 
+
+async def write_secret(
+    data: dict[str, bytes],
+    *,
+    namespace: str,
+    name: str,
+    secret_type: str = "Opaque",
+    kubeconfig: str | None = None,
+    replace: bool = True,
+) -> bool:
+    """Create the Secret ``namespace/name``; if it exists, replace it (or leave it when
+    ``replace`` is False). Returns True if this call wrote it."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.rest import ApiException
 
     from fairshare.state import informers
 
     api_client = await informers.make_api_client(kubeconfig)
-    data = {
-        key: base64.b64encode(path.read_bytes()).decode()
-        for key, path in (
-            ("tls.crt", paths.cert),
-            ("tls.key", paths.key),
-            ("ca.crt", paths.ca_cert),
-        )
-    }
     body: Any = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "type": "kubernetes.io/tls",
+        "type": secret_type,
         "metadata": {"name": name, "namespace": namespace},
-        "data": data,
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
     }
     async with api_client:
         v1 = client.CoreV1Api(api_client)
@@ -459,7 +637,28 @@ async def write_tls_secret(
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            if not replace:
+                return False
             await v1.replace_namespaced_secret(name, namespace, body)
+    return True
+
+
+async def secret_exists(namespace: str, name: str, *, kubeconfig: str | None = None) -> bool:
+    """True if the Secret exists (other API errors propagate)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from fairshare.state import informers
+
+    api_client = await informers.make_api_client(kubeconfig)
+    async with api_client:
+        try:
+            await client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+    return True
 
 
 async def _patch_all(

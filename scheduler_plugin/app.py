@@ -286,6 +286,7 @@ async def serve(
     tls_key: str | None,
     period: float = 15.0,
     client_ca: str | None = None,
+    stale_after: float = 10.0,
 ) -> None:
     """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command).
 
@@ -308,6 +309,7 @@ async def serve(
         kinds=("Namespace", "Node", "Pod", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
+        stale_after=stale_after,
     )
     api_client = None
     binder: Binder = bind_locally
@@ -317,7 +319,7 @@ async def serve(
 
         api_client = await informers.make_api_client(kubeconfig)
         binder = binding.api_binder(api_client)
-    deps = build_deps(config=rt.holder.get, ready=rt.source.ready.is_set, binder=binder)
+    deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
     box["m"] = deps.metrics
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)

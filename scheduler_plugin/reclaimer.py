@@ -534,7 +534,7 @@ async def serve(
     log.info("fairshare reclaimer on %s:%s as %s (lease %s)", host, port, identity, lease)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(
-        run_loop(reclaimer, elector, interval=interval, ready=rt.source.ready.is_set, stop=stop)
+        run_loop(reclaimer, elector, interval=interval, ready=rt.source.is_ready, stop=stop)
     )
     try:
         await runtime.wait_for_signal()

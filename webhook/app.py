@@ -220,6 +220,7 @@ async def serve(
     reservation_ttl: float = 30.0,
     shared_reservations: str | None = None,
     client_ca: str | None = None,
+    stale_after: float = 10.0,
 ) -> None:
     """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command).
 
@@ -244,11 +245,12 @@ async def serve(
         kinds=("Namespace", "Pod", "PersistentVolumeClaim", "Node", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
+        stale_after=stale_after,
     )
     ref = ConfigMapRef(*runtime.parse_ref(configmap)) if configmap else None
     deps = build_deps(
         config=rt.holder.get,
-        ready=rt.source.ready.is_set,
+        ready=rt.source.is_ready,
         config_map=ref,
         reservation_ttl=reservation_ttl,
     )

@@ -132,7 +132,9 @@ class Reflector:
 
     ``synced`` is set (and ``on_synced(kind)`` called) after the first successful list.
     ``resource_version`` is the latest seen. ``lists`` and ``failures`` count lists and
-    failed attempts, for metrics.
+    failed attempts, for metrics. ``failing_since`` is the ``now()`` of the first failure
+    since the API last answered (a list, a watch event, a watch that ran its course), or
+    None while it answers: what readiness checks for staleness.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class Reflector:
         self._now = now
         self._sleep = sleep
         self._gone_streak = 0
+        self.failing_since: float | None = None
 
     async def run(self) -> None:
         """List, then watch forever; relist on 410, back off on other errors."""
@@ -177,8 +180,11 @@ class Reflector:
                     need_list = False
                 step = "watch"
                 await self._watch()
+                self.failing_since = None  # the watch ran its course
             except Exception as exc:
                 self.failures += 1
+                if self.failing_since is None:
+                    self.failing_since = self._now()
                 if is_gone(exc):
                     need_list = True
                     self._gone_streak += 1
@@ -203,6 +209,7 @@ class Reflector:
         self._call_sink(self._sink.on_resync, self.kind, items)
         self.resource_version = str(rv)
         self.lists += 1
+        self.failing_since = None
         self._backoff.reset()
         log.debug("%s listed: %d objects at resourceVersion %s", self.kind, len(items), rv)
         if not self.synced.is_set():
@@ -218,6 +225,7 @@ class Reflector:
             async for event in stream:
                 self._handle(event)
                 received = True
+                self.failing_since = None
                 self._gone_streak = 0
                 self._backoff.reset()
         finally:

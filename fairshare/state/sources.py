@@ -91,6 +91,9 @@ class Source(Protocol):
 
     ready: asyncio.Event
 
+    def is_ready(self) -> bool:
+        """Synced and current: what ``/readyz`` answers."""
+
     async def start(self, sink: Sink) -> None:
         """Begin delivering to ``sink``; returns once the deliveries are under way."""
 
@@ -224,6 +227,10 @@ class FileSource:
             sink.on_resync(kind, objects)
         self.ready.set()
 
+    def is_ready(self) -> bool:
+        """A file does not go stale: ready once read."""
+        return self.ready.is_set()
+
     async def stop(self) -> None:
         """Nothing runs in the background; present so both sources stop the same way."""
 
@@ -255,9 +262,13 @@ class ApiSource:
     ``api_client_factory`` is awaited once in ``start`` and must return a
     kubernetes_asyncio ``ApiClient`` (``informers.make_api_client``); ``stop`` closes it.
     ``configmap=(namespace, name)`` also watches that one ConfigMap (kind ``ConfigMap``).
-    ``ready`` is set after the first successful list of every kind. ``now``, ``sleep``
-    and ``rng`` are injectable so backoff is testable without waiting; ``api_calls``
-    replaces the kubernetes_asyncio list/watch calls in tests.
+    ``ready`` is set after the first successful list of every kind. ``is_ready()`` (what
+    ``/readyz`` answers) also turns False while any kind has failed to reach the API for
+    ``stale_after`` seconds (apiserver down, partition): a replica whose cache is going
+    stale leaves the Service's endpoints, and returns as soon as a list or watch
+    answers again. Short blips (a watch reconnect, a 410 relist) stay under the bar.
+    ``now``, ``sleep`` and ``rng`` are injectable so backoff is testable without waiting;
+    ``api_calls`` replaces the kubernetes_asyncio list/watch calls in tests.
     """
 
     def __init__(
@@ -268,11 +279,14 @@ class ApiSource:
         configmap: tuple[str, str] | None = None,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         watch_timeout_seconds: int = 300,
+        stale_after: float = 10.0,
         now: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         api_calls: ApiCallsFactory | None = None,
     ) -> None:
+        if not stale_after > 0:
+            raise ValueError(f"stale_after must be > 0 seconds, got {stale_after}")
         known = (*ALL_KINDS, *OPTIONAL_KINDS)
         unknown = sorted(set(kinds) - set(known))
         if unknown:
@@ -283,6 +297,7 @@ class ApiSource:
         self.configmap = configmap
         self.backoff = backoff
         self.watch_timeout_seconds = watch_timeout_seconds
+        self.stale_after = stale_after
         self.ready = asyncio.Event()
         self._factory = api_client_factory
         self._now = now
@@ -340,6 +355,16 @@ class ApiSource:
             )
             self.reflectors.append(reflector)
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"reflector-{kind}"))
+
+    def is_ready(self) -> bool:
+        """Every kind listed, and none failing to reach the API for ``stale_after``."""
+        if not self.ready.is_set():
+            return False
+        now = self._now()
+        for r in self.reflectors:
+            if r.failing_since is not None and now - r.failing_since >= self.stale_after:
+                return False
+        return True
 
     def _synced(self, kind: str) -> None:
         self._pending.discard(kind)

@@ -1,8 +1,9 @@
 """Faults on the real control plane while the webhook and the extender run (issue 8, item 1).
 
-* kube-apiserver restarted (same flags, same ports): the servers' /readyz may drop and must
-  recover; their watches resume (a deletion made after the restart frees quota in the
-  webhook and a device in the extender), nothing is lost or counted twice.
+* kube-apiserver down for 4 s, then restarted (same flags, same ports): the servers'
+  /readyz drops (no API for longer than --not-ready-after) and recovers; their watches
+  resume (a deletion made after the restart frees quota in the webhook and a device in
+  the extender), nothing is lost or counted twice.
 * etcd unreachable for ~3 s (SIGSTOP/SIGCONT): both servers keep answering from their
   caches (AdmissionReview and ExtenderArgs posted to them directly), and converge after.
 * a node deleted with pods on it: the extender releases their devices; a re-created node
@@ -328,16 +329,26 @@ async def test_apiserver_restart(
     scene = await set_scene(api, fairshare, tenant_namespace, make_gpu_node)
     mod = cluster_module()
     t0 = time.monotonic()
+    # Down for longer than the dev servers' --not-ready-after (2 s): /readyz must drop
+    # (a replica whose cache goes stale leaves the Service) and come back by itself.
+    down = 2 * dev_module().NOT_READY_AFTER
     with ReadyProbe(fairshare) as probe:
-        took = await asyncio.to_thread(mod.restart_component, cluster_paths(), "kube-apiserver")
+        took = await asyncio.to_thread(
+            mod.restart_component, cluster_paths(), "kube-apiserver", down
+        )
         await wait_apiserver(api)
         await wait_servers_ready(fairshare)
     recovered = time.monotonic() - t0
+    assert probe.failed["webhook"] > 0 and probe.failed["extender"] > 0, (
+        f"/readyz never dropped during a {took:.1f}s outage: {probe.failed}"
+    )
     await check_converged(api, scene)
     FAULT_SUMMARY.append(
-        f"kube-apiserver restarted ({took:.1f}s down+up); /readyz failures during it: "
-        f"{probe.failed} of {probe.samples} samples; servers ready {recovered:.1f}s after "
-        "the restart began; quota and device ledger correct, watches resumed"
+        f"kube-apiserver down {down:.0f}s and restarted ({took:.1f}s down+up); /readyz "
+        f"failed in {probe.failed} of {probe.samples} samples (dropped, as it must after "
+        f"{dev_module().NOT_READY_AFTER:.0f}s without the API); servers ready "
+        f"{recovered:.1f}s after the outage began; quota and device ledger correct, "
+        "watches resumed"
     )
 
 
@@ -362,8 +373,7 @@ def review(namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def post(url: str, cafile: str, body: dict[str, Any], timeout: float = 3) -> dict[str, Any]:
-    ctx = ssl.create_default_context(cafile=cafile)
+def post(url: str, ctx: ssl.SSLContext, body: dict[str, Any], timeout: float = 3) -> dict[str, Any]:
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
     )
@@ -398,22 +408,22 @@ async def test_etcd_briefly_unreachable(
         await asyncio.sleep(0.5)
         # The webhook judges from its cache: 1 of 2 used.
         one = await asyncio.to_thread(
-            post, webhook, h.webhook_ca, review(scene.quota_ns, pod("w1", gpus=1))
+            post, webhook, h.client_context("webhook"), review(scene.quota_ns, pod("w1", gpus=1))
         )
         two = await asyncio.to_thread(
-            post, webhook, h.webhook_ca, review(scene.quota_ns, pod("w2", gpus=2))
+            post, webhook, h.client_context("webhook"), review(scene.quota_ns, pod("w2", gpus=2))
         )
         # The extender filters from its cache: half a GPU is free on the node, a whole is not.
         half = await asyncio.to_thread(
             post,
             extender,
-            h.extender_ca,
+            h.client_context("extender"),
             {"Pod": frac_pod("x1", annotations=HALF), "NodeNames": [scene.node]},
         )
         whole = await asyncio.to_thread(
             post,
             extender,
-            h.extender_ca,
+            h.client_context("extender"),
             {"Pod": frac_pod("x2", gpus=1), "NodeNames": [scene.node]},
         )
         answers = {"one": one, "two": two, "half": half, "whole": whole}

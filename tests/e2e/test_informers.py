@@ -7,18 +7,29 @@ waits, bounded, for the change to reach the sink.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.rest import ApiException
 
 from fairshare.config.loading import parse_config
 from fairshare.config.reloading import ConfigHolder, ConfigMapSink
 from fairshare.state.informers import make_api_client
 from fairshare.state.sources import ApiSource, Sink, Store
 
-from .conftest import GPU, Cluster, gpu_pod_manifest, unique, wait_for
+from .conftest import (
+    GPU,
+    STATE_DIR,
+    Cluster,
+    cluster_module,
+    gpu_pod_manifest,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -122,3 +133,135 @@ async def test_configmap_watch_reloads_and_keeps_the_last_good_config(
 
     await wait_for(reloaded, timeout=30, what="the valid update to be swapped in")
     assert holder.version == 3
+
+
+async def test_an_expired_watch_gets_410_from_the_apiserver_and_relists_exactly(
+    api: client.ApiClient, cluster: Cluster, namespace: str
+):
+    """A client whose resourceVersion expired while it was away (older than the
+    apiserver's watch cache) gets 410 Gone from the real apiserver; the Reflector relists
+    and the store then holds exactly the API's pods: the one deleted while it was away is
+    gone, the one created is there, nothing twice. A later change arrives by watch."""
+    import asyncio
+
+    from fairshare.state import informers
+
+    if not cluster.managed:
+        pytest.skip("restarts kube-apiserver: needs the local control plane, not a kind cluster")
+    core = client.CoreV1Api(api)
+    names = [unique("rv") for _ in range(3)]
+    for name in names:
+        await core.create_namespaced_pod(namespace, gpu_pod_manifest(name, 0))
+
+    class Counting(Store):
+        def __init__(self) -> None:
+            super().__init__()
+            self.resyncs = 0
+
+        def on_resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
+            self.resyncs += 1
+            super().on_resync(kind, objects)
+
+    store = Counting()
+    api_client = await make_api_client(str(cluster.kubeconfig))
+    list_fn, real_watch = informers.api_calls(api_client, "Pod", namespace=namespace)
+    away = asyncio.Event()  # a network outage between the client and the apiserver
+    seen_errors: list[Any] = []  # exceptions, and ERROR events (how a cached watch says 410)
+
+    async def watch_fn(rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+        if away.is_set():
+            raise ConnectionResetError("partitioned from the apiserver")
+        try:
+            async for event in real_watch(rv, timeout):
+                if away.is_set():
+                    raise ConnectionResetError("partitioned from the apiserver")
+                if event.get("type") == "ERROR":
+                    seen_errors.append(event["object"])
+                yield event
+        except Exception as exc:
+            seen_errors.append(exc)
+            raise
+
+    async def no_backoff(_delay: float) -> None:
+        await asyncio.sleep(0.05)
+
+    reflector = informers.Reflector(
+        "Pod",
+        list_fn=list_fn,
+        watch_fn=watch_fn,
+        sink=store,
+        watch_timeout_seconds=1,  # the watch comes back often, so the outage is noticed
+        sleep=no_backoff,
+    )
+    task = asyncio.create_task(reflector.run())
+    try:
+        await wait_for(lambda: _true(reflector.synced.is_set()), timeout=30, what="the first list")
+        assert sorted(k.split("/")[1] for k in store.keys("Pod")) == sorted(names)
+        away.set()
+        await wait_for(
+            lambda: _true(reflector.failing_since is not None), timeout=10, what="the outage"
+        )
+        # While away: one pod deleted, then kube-apiserver restarts, so its new watch
+        # cache begins after the client's resourceVersion (what a long partition or an
+        # etcd compaction leaves a client with), then one pod created.
+        await core.delete_namespaced_pod(names[0], namespace, grace_period_seconds=0)
+        stale_rv = reflector.resource_version
+        await asyncio.to_thread(
+            cluster_module().restart_component,
+            cluster_module().Paths(STATE_DIR),
+            "kube-apiserver",
+        )
+        late = unique("rv-late")
+        await wait_for(
+            lambda: _created(core, namespace, late), timeout=60, what="the apiserver back"
+        )
+        assert reflector.resource_version == stale_rv
+        away.clear()
+
+        await wait_for(lambda: _true(store.resyncs >= 2), timeout=30, what="a relist")
+        gone = [
+            e
+            for e in seen_errors
+            if (isinstance(e, dict) and e.get("code") == 410)
+            or (isinstance(e, BaseException) and informers.is_gone(e))
+        ]
+        assert gone, f"the apiserver did not answer 410 Gone: {seen_errors!r}"
+        assert reflector.lists == 2
+        listed = (await core.list_namespaced_pod(namespace)).items
+        want = {f"{namespace}/{p.metadata.name}" for p in listed}
+        assert set(store.keys("Pod")) == want
+        assert len(store.keys("Pod")) == len(want)  # nothing twice
+        assert f"{namespace}/{names[0]}" not in want and f"{namespace}/{late}" in want
+
+        # The watch resumed from the relist's resourceVersion.
+        after = unique("rv-after")
+        await core.create_namespaced_pod(namespace, gpu_pod_manifest(after, 0))
+        await wait_for(
+            lambda: _true(store.get("Pod", f"{namespace}/{after}") is not None),
+            timeout=30,
+            what="a pod created after the relist",
+        )
+        assert reflector.lists == 2, "the watch should not have needed another relist"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api_client.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _created(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        await core.create_namespaced_pod(namespace, gpu_pod_manifest(name, 0))
+    except (OSError, aiohttp.ClientError, TimeoutError):
+        return False
+    except ApiException as exc:
+        if exc.status == 409:
+            return True
+        if exc.status >= 500:
+            return False
+        raise
+    return True

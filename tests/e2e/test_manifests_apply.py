@@ -249,6 +249,8 @@ CAN = [
     ("fairshare-extender", "watch", "configmaps", SYS),
     ("fairshare-certs", "create", "secrets", SYS),
     ("fairshare-certs", "update", "secrets/fairshare-webhook-tls", SYS),
+    ("fairshare-certs", "get", "secrets/fairshare-client-ca", SYS),
+    ("fairshare-certs", "update", "secrets/fairshare-scheduler-client", SYS),
     ("fairshare-certs", "patch", "validatingwebhookconfigurations/fairshare", ()),
     ("fairshare-certs", "patch", "mutatingwebhookconfigurations/fairshare", ()),
     ("fairshare-scheduler", "create", "pods", BINDING),
@@ -331,14 +333,26 @@ def free_port() -> int:
 
 
 def rewrite_for_test(
-    config: dict[str, Any], *, kubeconfig: Path, ca_file: Path, lease: str, lease_ns: str
+    config: dict[str, Any],
+    *,
+    kubeconfig: Path,
+    ca_file: Path,
+    client_pair: tuple[Path, Path],
+    lease: str,
+    lease_ns: str,
 ) -> dict[str, Any]:
     """Only the cluster-specific fields change; everything else is the shipped config."""
     out = json.loads(json.dumps(config))
     out["clientConnection"] = {**(out.get("clientConnection") or {}), "kubeconfig": str(kubeconfig)}
     (extender,) = out["extenders"]
     extender["urlPrefix"] = f"https://127.0.0.1:{free_port()}"  # nothing listens there
-    extender["tlsConfig"] = {**extender["tlsConfig"], "caFile": str(ca_file)}
+    cert, key = client_pair
+    extender["tlsConfig"] = {
+        **extender["tlsConfig"],
+        "caFile": str(ca_file),
+        "certFile": str(cert),
+        "keyFile": str(key),
+    }
     election = out["leaderElection"]
     assert election["leaderElect"] is True
     election.update(resourceName=lease, resourceNamespace=lease_ns)
@@ -397,11 +411,14 @@ def test_kube_scheduler_accepts_the_shipped_configuration(
     ca_pem, _key = tls.make_ca("fairshare-e2e-extender-ca", days=1, now=dt.datetime.now(dt.UTC))
     ca_file = tmp_path / "extender-ca.crt"
     ca_file.write_bytes(ca_pem)
+    client = tls.write_client_certs(tmp_path / "client")
+    client_pair = client.clients["scheduler-client"]
     lease, lease_ns = unique("fairshare-scheduler-e2e"), "kube-system"
     config = rewrite_for_test(
         shipped_scheduler_config(rendered),
         kubeconfig=cluster.kubeconfig,
         ca_file=ca_file,
+        client_pair=client_pair,
         lease=lease,
         lease_ns=lease_ns,
     )

@@ -91,3 +91,39 @@ def test_shipped_configmap_config_is_valid():
 
     path = Path(__file__).resolve().parents[2] / "manifests" / "base" / "config.yaml"
     assert cli.main(["config", "validate", str(path)]) == 0
+
+
+def test_client_certs_writes_the_control_plane_files(tmp_path, capsys):
+    import yaml
+
+    out = tmp_path / "cc"
+    assert cli.main(["client-certs", "--out", str(out), "--node-dir", "/etc/k8s/fs/"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "admission-config.yaml",
+        "admission-kubeconfig.yaml",
+        "apiserver-client.crt",
+        "apiserver-client.key",
+        "client-ca.crt",
+        "scheduler-client.crt",
+        "scheduler-client.key",
+    ]
+    config = yaml.safe_load((out / "admission-config.yaml").read_text())
+    for plugin in config["plugins"]:
+        assert plugin["configuration"]["kubeConfigFile"] == "/etc/k8s/fs/admission-kubeconfig.yaml"
+    (user,) = yaml.safe_load((out / "admission-kubeconfig.yaml").read_text())["users"]
+    assert user["name"] == "fairshare-webhook.fairshare-system.svc"
+    assert user["user"]["client-certificate"] == "/etc/k8s/fs/apiserver-client.crt"
+    # --reuse keeps the CA; without it a new one is minted.
+    ca = (out / "client-ca.crt").read_bytes()
+    assert cli.main(["client-certs", "--out", str(out), "--reuse"]) == 0
+    assert (out / "client-ca.crt").read_bytes() == ca
+    assert cli.main(["client-certs", "--out", str(out)]) == 0
+    assert (out / "client-ca.crt").read_bytes() != ca
+
+
+def test_client_certs_bad_usage(tmp_path, capsys):
+    assert cli.main(["client-certs", "--out", str(tmp_path / "x"), "--keep-existing"]) == 1
+    assert "--keep-existing needs --secrets" in capsys.readouterr().err
+    assert cli.main(["client-certs", "--out", str(tmp_path / "none"), "--reuse"]) == 1
+    assert "missing" in capsys.readouterr().err

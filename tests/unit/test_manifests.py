@@ -427,6 +427,12 @@ def test_fairshare_servers_command_lines(name: str, port: int) -> None:
     volumes = {v["name"]: v for v in pod_spec(dep)["volumes"]}
     mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tls")
     assert volumes[mount["name"]]["secret"]["secretName"] == secret
+    # --client-ca on by default, from the client CA Secret's certificate only.
+    assert "--client-ca=/client-ca/ca.crt" in c["args"]
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/client-ca")
+    ca_secret = volumes[mount["name"]]["secret"]
+    assert ca_secret["secretName"] == "fairshare-client-ca"
+    assert ca_secret["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     svc = one("Service", name)
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
     assert svc["spec"]["ports"][0]["targetPort"] in ("https", port)
@@ -438,8 +444,12 @@ def test_cert_job_writes_the_secrets_the_servers_mount() -> None:
     assert pod["serviceAccountName"] == "fairshare-certs"
     assert pod["restartPolicy"] in ("OnFailure", "Never")
     runs = {}
+    client_runs = []
     for c in containers(job):
-        assert c["command"] == ["fairshare"] and c["args"][0] == "certs"
+        assert c["command"] == ["fairshare"] and c["args"][0] in ("certs", "client-certs")
+        if c["args"][0] == "client-certs":
+            client_runs.append(c["args"][1:])
+            continue
         opts = dict(a.removeprefix("--").split("=", 1) for a in c["args"][1:])
         assert opts["namespace"] == NAMESPACE
         runs[opts["service"]] = opts
@@ -455,6 +465,9 @@ def test_cert_job_writes_the_secrets_the_servers_mount() -> None:
     patched = runs["fairshare-webhook"]["patch-webhooks"].split(",")
     assert len(patched) == 2 and set(patched) == webhook_configs
     assert "patch-webhooks" not in runs["fairshare-extender"]
+    # One run makes the client CA and certificates, and never replaces a CA in use.
+    (client_args,) = client_runs
+    assert f"--secrets={NAMESPACE}" in client_args and "--keep-existing" in client_args
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,7 +601,13 @@ def test_cert_job_rbac_is_scoped_to_named_objects() -> None:
     for rule in role["rules"]:
         assert rule["resources"] == ["secrets"]
         if rule["verbs"] != ["create"]:
-            assert set(rule["resourceNames"]) == {"fairshare-webhook-tls", "fairshare-extender-tls"}
+            assert set(rule["resourceNames"]) == {
+                "fairshare-webhook-tls",
+                "fairshare-extender-tls",
+                "fairshare-client-ca",
+                "fairshare-apiserver-client",
+                "fairshare-scheduler-client",
+            }
     cluster = one("ClusterRole", "fairshare-certs")
     (rule,) = cluster["rules"]
     assert rule["apiGroups"] == ["admissionregistration.k8s.io"]
@@ -675,6 +694,11 @@ def test_default_scheduler_patch() -> None:
     assert {"name": "nvidia.com/gpu", "ignoredByScheduler": False} in ext["managedResources"]
     assert ext["tlsConfig"]["serverName"] == EXTENDER_URL.removeprefix("https://").split(":")[0]
     assert "REPLACE" in ext["tlsConfig"]["caData"]  # a placeholder, documented in the file
+    for field in ("certData", "keyData"):  # the extender's --client-ca needs these
+        assert (
+            "REPLACE" in ext["tlsConfig"][field]
+            and "fairshare-scheduler-client" in (ext["tlsConfig"][field])
+        )
     text = DEFAULT_SCHEDULER_PATCH.read_text()
     assert "jsonpath='{.data.ca\\.crt}'" in text
     assert "profiles" not in doc  # the default profile stays as it is
@@ -702,6 +726,12 @@ def test_second_scheduler_deployment_matches_its_configuration() -> None:
     ca_volume = volumes[mounts[str(ca.parent)]]
     assert ca_volume["secret"]["secretName"] == "fairshare-extender-tls"
     assert ca_volume["secret"]["items"] == [{"key": "ca.crt", "path": ca.name}]
+    # The client certificate for the extender's --client-ca, from its own Secret.
+    cert, key = Path(ext["tlsConfig"]["certFile"]), Path(ext["tlsConfig"]["keyFile"])
+    assert cert.parent == key.parent
+    client_volume = volumes[mounts[str(cert.parent)]]["secret"]
+    assert client_volume["secretName"] == "fairshare-scheduler-client"
+    assert {i["path"] for i in client_volume["items"]} == {cert.name, key.name}
     # The extender Service answers on the port of urlPrefix.
     svc = one("Service", "fairshare-extender")
     assert int(EXTENDER_URL.rsplit(":", 1)[1]) in {p["port"] for p in svc["spec"]["ports"]}
@@ -755,6 +785,13 @@ def test_cert_manager_overlay() -> None:
         ns, name = ref.split("/")
         assert ns == NAMESPACE and name in certificates
         assert "fairshare.svc" not in ref
+    # Client certificates from a CA of their own (what the servers' --client-ca trusts).
+    assert certificates["fairshare-client-ca"]["spec"]["isCA"] is True
+    for name in ("fairshare-apiserver-client", "fairshare-scheduler-client"):
+        spec = certificates[name]["spec"]
+        assert spec["secretName"] == name
+        assert "client auth" in spec["usages"] and "server auth" not in spec["usages"]
+        assert spec["issuerRef"]["name"] == "fairshare-client-ca"
     for name in ("fairshare-webhook", "fairshare-extender"):
         cert = certificates[name]["spec"]
         assert cert["secretName"] == f"{name}-tls"
@@ -771,6 +808,13 @@ def test_kind_cluster() -> None:
     roles = [n["role"] for n in doc["nodes"]]
     assert roles.count("control-plane") == 1 and roles.count("worker") == 2
     assert "kind load docker-image" in path.read_text()
+    # kube-apiserver gets its webhook client certificate from the mounted directory.
+    (plane,) = [n for n in doc["nodes"] if n["role"] == "control-plane"]
+    patch = yaml.safe_load(plane["kubeadmConfigPatches"][0])
+    config_file = patch["apiServer"]["extraArgs"]["admission-control-config-file"]
+    (mount,) = plane["extraMounts"]
+    assert config_file.startswith(mount["containerPath"] + "/")
+    assert any(v["hostPath"] == mount["containerPath"] for v in patch["apiServer"]["extraVolumes"])
 
 
 def test_images_are_pinned() -> None:
@@ -848,5 +892,5 @@ def test_rendered_cert_manager_overlay() -> None:
             annotations = d["metadata"]["annotations"]
             assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/fairshare-webhook"
             assert len(d["webhooks"]) >= 1  # the patch merged, it did not replace
-    assert sum(d["kind"] == "Certificate" for d in docs) == 3
+    assert sum(d["kind"] == "Certificate" for d in docs) == 6
     assert any(d["metadata"]["name"] == "fairshare-scheduler" for d in docs)

@@ -418,6 +418,82 @@ async def test_api_source_is_ready_once_every_kind_is_listed_and_stop_cleans_up(
     await source.stop()  # idempotent
 
 
+async def test_api_source_is_not_ready_while_the_api_stays_unreachable_and_recovers():
+    """apiserver down: a blip (shorter than stale_after) keeps /readyz up, a longer outage
+    drops it, and the first answer from the API brings it back."""
+    now = [0.0]
+    api_up = asyncio.Event()
+    api_up.set()
+    failures = 0
+    client = FakeClient()
+
+    def api_calls(api_client: Any, kind: str, **scope: str) -> tuple[Any, Any]:
+        async def list_fn() -> Mapping[str, Any]:
+            nonlocal failures
+            if not api_up.is_set():
+                failures += 1
+                raise ConnectionRefusedError("connection refused")
+            return listing(1)
+
+        async def watch_fn(rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+            nonlocal failures
+            if not api_up.is_set():
+                failures += 1
+                raise ConnectionRefusedError("connection refused")
+            yield event("ADDED", pod("a", int(rv) + 1))
+            while api_up.is_set():  # an open, quiet watch until the apiserver goes away
+                await asyncio.sleep(0.001)
+            raise ConnectionResetError("connection reset")
+
+        return list_fn, watch_fn
+
+    async def factory() -> Any:
+        return client
+
+    async def no_wait(_delay: float) -> None:
+        await asyncio.sleep(0.001)
+
+    source = ApiSource(
+        factory,
+        kinds=("Pod",),
+        stale_after=10.0,
+        now=lambda: now[0],
+        sleep=no_wait,
+        api_calls=api_calls,
+    )
+    assert not source.is_ready()
+    await source.start(Store())
+    await asyncio.wait_for(source.ready.wait(), timeout=2)
+    await asyncio.sleep(0.01)
+    assert source.is_ready()
+
+    api_up.clear()
+    for _ in range(200):
+        if failures >= 2:
+            break
+        await asyncio.sleep(0.005)
+    assert failures >= 2, "the reflector did not retry"
+    now[0] = 9.0
+    assert source.is_ready(), "a 9 s outage is under stale_after"
+    now[0] = 10.5
+    assert not source.is_ready(), "unreachable for 10.5 s: /readyz must fail"
+    api_up.set()
+    for _ in range(400):
+        if source.is_ready():
+            break
+        await asyncio.sleep(0.005)
+    assert source.is_ready(), "the API answered again: ready again"
+    await source.stop()
+
+
+def test_api_source_rejects_a_non_positive_stale_after():
+    async def factory() -> Any:
+        raise AssertionError("not called")
+
+    with pytest.raises(ValueError, match="stale_after"):
+        ApiSource(factory, kinds=("Pod",), stale_after=0)
+
+
 @pytest.mark.parametrize(
     ("kinds", "message"),
     [(("Node", "Deployment"), "unknown kinds"), (("ConfigMap",), "configmap=")],

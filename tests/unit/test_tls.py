@@ -314,6 +314,64 @@ def test_write_certs(tmp_path: Path) -> None:
     ]
 
 
+def test_write_client_certs(tmp_path: Path) -> None:
+    paths = tls.write_client_certs(tmp_path / "c", days=2)
+    ca = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
+    assert set(paths.clients) == set(tls.CLIENTS)
+    for stem, (cert_path, key_path) in paths.clients.items():
+        assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        cert.verify_directly_issued_by(ca)
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]  # never a serving cert
+        cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+        assert cn == tls.CLIENTS[stem]
+    # --reuse reads back the same files; a pair from another CA is refused.
+    again = tls.read_client_certs(tmp_path / "c")
+    assert again == paths
+    other = tls.write_client_certs(tmp_path / "other")
+    cert, _key = other.clients["scheduler-client"]
+    (tmp_path / "c" / "scheduler-client.crt").write_bytes(cert.read_bytes())
+    with pytest.raises(tls.TLSError, match="was not issued by"):
+        tls.read_client_certs(tmp_path / "c")
+    with pytest.raises(tls.TLSError, match="missing"):
+        tls.read_client_certs(tmp_path / "empty")
+    with pytest.raises(tls.TLSError, match="no clients"):
+        tls.write_client_certs(tmp_path / "none", clients={})
+
+
+def test_make_client_cert_rejects_bad_input() -> None:
+    now = dt.datetime.now(dt.UTC)
+    ca_pem, ca_key = tls.make_ca("c", days=1, now=now)
+    with pytest.raises(tls.TLSError, match="common name"):
+        tls.make_client_cert(ca_pem, ca_key, common_name="", days=1, now=now)
+    with pytest.raises(tls.TLSError, match="days"):
+        tls.make_client_cert(ca_pem, ca_key, common_name="x", days=0, now=now)
+    _, other_key = tls.make_ca("other", days=1, now=now)
+    with pytest.raises(tls.TLSError, match="does not match"):
+        tls.make_client_cert(ca_pem, other_key, common_name="x", days=1, now=now)
+
+
+def test_admission_configuration_points_both_plugins_at_the_kubeconfig() -> None:
+    config = tls.admission_configuration("/etc/k/adm.yaml")
+    assert config["kind"] == "AdmissionConfiguration"
+    assert config["apiVersion"] == "apiserver.config.k8s.io/v1"
+    names = [p["name"] for p in config["plugins"]]
+    assert names == ["ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"]
+    for plugin in config["plugins"]:
+        conf = plugin["configuration"]
+        # The kind kube-apiserver v1 registers for this file (WebhookAdmissionConfiguration).
+        assert conf["kind"] == "WebhookAdmissionConfiguration"
+        assert conf["kubeConfigFile"] == "/etc/k/adm.yaml"
+    assert config["plugins"][0]["configuration"] is not config["plugins"][1]["configuration"]
+    kubeconfig = tls.admission_kubeconfig("svc.ns.svc", "/c.crt", "/c.key")
+    (user,) = kubeconfig["users"]
+    assert user == {
+        "name": "svc.ns.svc",
+        "user": {"client-certificate": "/c.crt", "client-key": "/c.key"},
+    }
+
+
 # --------------------------------------------------------------------------- handshakes
 
 

@@ -219,6 +219,11 @@ CERTS = (
     # The apiserver's identity towards aggregated API servers; its CA is what the
     # controller-manager and scheduler read from kube-system/extension-apiserver-authentication.
     CertSpec("front-proxy-client", "front-proxy-client", client=True, ca="front-proxy-ca"),
+    # What kube-apiserver presents to the fairshare webhook and kube-scheduler to the
+    # extender; both servers run with --client-ca=client-ca.crt (a CA of its own, so no
+    # cluster user certificate opens them).
+    CertSpec("apiserver-client", "kube-apiserver-webhook-client", client=True, ca="client-ca"),
+    CertSpec("scheduler-client", "kube-scheduler-extender-client", client=True, ca="client-ca"),
 )
 
 
@@ -247,7 +252,11 @@ def generate_pki(pki: Path) -> None:
     pem = serialization.Encoding.PEM
 
     cas: dict[str, tuple[Any, Any, Any]] = {}
-    for ca, cn in (("ca", "fairshare-e2e-ca"), ("front-proxy-ca", "fairshare-e2e-front-proxy-ca")):
+    for ca, cn in (
+        ("ca", "fairshare-e2e-ca"),
+        ("front-proxy-ca", "fairshare-e2e-front-proxy-ca"),
+        ("client-ca", "fairshare-e2e-client-ca"),
+    ):
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = x509.Name([x509.NameAttribute(name_oid.COMMON_NAME, cn)])
         ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
@@ -300,12 +309,27 @@ def generate_pki(pki: Path) -> None:
         (pki / f"{spec.name}.crt").write_bytes(cert.public_bytes(pem))
         _write_private(pki / f"{spec.name}.key", key.private_bytes(pem, pkcs8, no_enc))
 
+    write_admission_config(pki)
+
     # Service-account token signing key (RSA; the same PEM serves KCM and the apiserver).
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     trad = serialization.PrivateFormat.TraditionalOpenSSL
     _write_private(pki / "sa.key", sa.private_bytes(pem, trad, no_enc))
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(pem, spki))
+
+
+def write_admission_config(pki: Path) -> None:
+    """kube-apiserver's --admission-control-config-file: admission webhooks get the
+    apiserver-client certificate (user "*": the dev webhook's port is only known later)."""
+    from fairshare import tls  # the project venv runs this script
+
+    kubeconfig = tls.admission_kubeconfig(
+        "*", str(pki / "apiserver-client.crt"), str(pki / "apiserver-client.key")
+    )
+    (pki / "admission-kubeconfig.json").write_text(json.dumps(kubeconfig, indent=2))
+    config = tls.admission_configuration(str(pki / "admission-kubeconfig.json"))
+    (pki / "admission-config.json").write_text(json.dumps(config, indent=2))
 
 
 def _b64(path: Path) -> str:
@@ -947,6 +971,7 @@ def argv_for(
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            f"--admission-control-config-file={pki / 'admission-config.json'}",
             f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
             "--requestheader-allowed-names=front-proxy-client",
             "--requestheader-username-headers=X-Remote-User",
@@ -1265,10 +1290,10 @@ def do_restart_scheduler(paths: Paths, scheduler_config: Path | None) -> int:
     return 0
 
 
-def restart_component(paths: Paths, name: str) -> float:
+def restart_component(paths: Paths, name: str, down_seconds: float = 0.0) -> float:
     """Stop one component of the local control plane and start it again with the same argv
-    (same flags, same ports); returns the seconds until it was healthy again. For fault
-    tests (e.g. a kube-apiserver restart while clients watch)."""
+    (same flags, same ports) after `down_seconds`; returns the seconds until it was healthy
+    again. For fault tests (e.g. a kube-apiserver outage while clients watch)."""
     state = load_state(paths)
     if state is None or state.get("external_kubeconfig"):
         raise ClusterError("no local cluster is up")
@@ -1277,6 +1302,7 @@ def restart_component(paths: Paths, name: str) -> float:
         raise ClusterError(f"{name} is not part of this cluster")
     t0 = time.monotonic()
     stop_process(name, comp["pid"], comp["argv"][0])
+    time.sleep(down_seconds)
     home = paths.run / "kwok-home" if name == "kwok" else None
     comp["pid"] = start_process(name, list(comp["argv"]), paths.log(name), child_env(home))
     save_state(paths, state)

@@ -109,6 +109,11 @@ class Handles:
     extender_ca: str
     scheduler_config: str
     config_file: str
+    # The client certificate kube-scheduler presents to the extender (the servers run with
+    # --client-ca when the cluster has one; "" on a cluster without, e.g. kind).
+    client_ca: str = ""
+    scheduler_client_cert: str = ""
+    scheduler_client_key: str = ""
 
     def url(self, server: str, path: str = "") -> str:
         port = self.webhook_port if server == "webhook" else self.extender_port
@@ -119,6 +124,16 @@ class Handles:
 
     def pid(self, server: str) -> int:
         return self.webhook_pid if server == "webhook" else self.extender_pid
+
+    def client_context(self, server: str) -> Any:
+        """An SSLContext trusting `server`'s CA and presenting a client certificate the
+        servers accept (what a caller of /validate or /filter needs under --client-ca)."""
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=self.ca(server))
+        if self.scheduler_client_cert:
+            ctx.load_cert_chain(self.scheduler_client_cert, self.scheduler_client_key)
+        return ctx
 
 
 class Layout:
@@ -337,7 +352,17 @@ def scheduler_configuration(h: Handles) -> dict[str, Any]:
                 "bindVerb": "bind",
                 "weight": 5,
                 "enableHTTPS": True,
-                "tlsConfig": {"caData": _b64(h.extender_ca)},
+                "tlsConfig": {
+                    "caData": _b64(h.extender_ca),
+                    **(
+                        {
+                            "certData": _b64(h.scheduler_client_cert),
+                            "keyData": _b64(h.scheduler_client_key),
+                        }
+                        if h.scheduler_client_cert
+                        else {}
+                    ),
+                },
                 "nodeCacheCapable": True,
                 "ignorable": False,
                 "httpTimeout": "5s",
@@ -375,7 +400,22 @@ def server_argv(layout: Layout, state: dict[str, Any], server: str, port: int) -
         f"--port={port}",
         f"--tls-cert={certs / 'tls.crt'}",
         f"--tls-key={certs / 'tls.key'}",
+        f"--not-ready-after={NOT_READY_AFTER}",
+        *([f"--client-ca={client_ca}"] if (client_ca := client_ca_file(state)) else []),
     ]
+
+
+# /readyz of the dev servers fails after this many seconds without the API (the default
+# is 10 s; shorter here so the apiserver-outage test sees it drop and recover quickly).
+NOT_READY_AFTER = 2.0
+
+
+def client_ca_file(state: dict[str, Any]) -> str:
+    """The cluster's client CA (cluster.py writes one), or "" (an external cluster)."""
+    pki = state.get("pki_dir")
+    if pki and (Path(pki) / "client-ca.crt").is_file():
+        return str(Path(pki) / "client-ca.crt")
+    return ""
 
 
 def _spawn(argv: list[str], path: Path) -> subprocess.Popen[bytes]:
@@ -594,6 +634,11 @@ def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Ha
         scheduler_config=str(layout.scheduler_config),
         config_file=str(layout.config),
     )
+    if client_ca_file(state):
+        pki = Path(state["pki_dir"])
+        h.client_ca = client_ca_file(state)
+        h.scheduler_client_cert = str(pki / "scheduler-client.crt")
+        h.scheduler_client_key = str(pki / "scheduler-client.key")
     try:
         h.webhook_pid = start_server(layout, state, "webhook", h.webhook_port)
         h.extender_pid = start_server(layout, state, "extender", h.extender_port)

@@ -39,7 +39,7 @@ image: ## build the container image (IMAGE=...) from the multi-stage Dockerfile
 		exit 1; }
 	$(DOCKER) build -t $(IMAGE) .
 
-kind-up: ## create the kind cluster (KIND_CLUSTER=fairshare, context kind-fairshare) and load IMAGE
+kind-up: install ## create the kind cluster (KIND_CLUSTER=fairshare, context kind-fairshare) and load IMAGE
 	@command -v $(KIND) >/dev/null 2>&1 || { \
 		echo "make kind-up: '$(KIND)' not found; install it from https://kind.sigs.k8s.io" >&2; \
 		exit 1; }
@@ -47,6 +47,9 @@ kind-up: ## create the kind cluster (KIND_CLUSTER=fairshare, context kind-fairsh
 		echo "make kind-up: '$(DOCKER)' not found; kind runs its nodes in Docker" >&2; \
 		exit 1; }
 	mkdir -p $(KIND_SHARED_DIR) $(dir $(KIND_KUBECONFIG))
+	@# The apiserver's client certificate for the webhook's --client-ca, read at creation.
+	test -f $(KIND_SHARED_DIR)/client-ca.crt || \
+		$(VENV)/bin/fairshare client-certs --out $(KIND_SHARED_DIR)
 	@if $(KIND) get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)'; then \
 		echo "kind cluster $(KIND_CLUSTER) already exists; reusing it"; \
 	else \
@@ -59,7 +62,13 @@ kind-down: ## delete the kind cluster and its kubeconfig file
 	$(KIND) delete cluster --name $(KIND_CLUSTER)
 	rm -f $(KIND_KUBECONFIG)
 
-deploy: ## kubectl apply -k OVERLAY (default second-scheduler; current kubectl context) and wait for the rollout
+deploy: install ## kubectl apply -k OVERLAY (default second-scheduler; current kubectl context) and wait for the rollout
+	@# Client certificates made by kind-up: store them as the Secrets the Job then keeps.
+	if test -f $(KIND_SHARED_DIR)/client-ca.crt; then \
+		$(KUBECTL) $(KUBECTL_FLAGS) apply -f manifests/base/namespace.yaml && \
+		$(VENV)/bin/fairshare client-certs --out $(KIND_SHARED_DIR) --reuse \
+			--secrets fairshare-system --kubeconfig "$${KUBECONFIG:-$$HOME/.kube/config}"; \
+	fi
 	$(KUBECTL) $(KUBECTL_FLAGS) apply -k $(OVERLAY)
 	@# The certificate Job exists unless the overlay uses cert-manager.
 	if $(KUBECTL) $(KUBECTL_FLAGS) -n fairshare-system get job/fairshare-certs >/dev/null 2>&1; then \

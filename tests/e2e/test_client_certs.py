@@ -1,0 +1,158 @@
+"""Client-certificate authentication on the real control plane (``--client-ca``).
+
+`cluster.py` gives kube-apiserver an AdmissionConfiguration whose kubeconfig holds a
+client certificate from a CA of its own (`client-ca`), and `dev.py` starts both servers
+with ``--client-ca`` on that CA and gives kube-scheduler the matching `tlsConfig`
+certificate. So every admission in this suite already goes through mutual TLS; this file
+checks it explicitly: the control plane gets in, anyone else does not, and the probe and
+scrape paths stay open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from .conftest import CONFIG_HEAD, FairshareDev, gpu_pod_manifest, unique, wait_pod
+
+pytestmark = pytest.mark.e2e
+
+MakeNode = Callable[..., Awaitable[client.V1Node]]
+TenantNamespace = Callable[[str], Awaitable[str]]
+POOL = "fairshare-e2e/pool"
+
+
+def call(url: str, ctx: ssl.SSLContext, body: dict[str, Any] | None = None) -> tuple[int, str]:
+    """(status, body) of a GET (no body) or a JSON POST; HTTP errors are returned, not raised."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
+    )
+    try:
+        with opener.open(req, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def review(namespace: str) -> dict[str, Any]:
+    obj = gpu_pod_manifest("probe", gpus=0)
+    obj["metadata"]["namespace"] = namespace
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "4f7d1c1e-0000-4000-8000-000000000001",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "name": "probe",
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": obj,
+            "dryRun": True,
+        },
+    }
+
+
+def foreign_client_context(cafile: str, tmp: Path) -> ssl.SSLContext:
+    """Trusts the server, presents a clientAuth certificate from a CA nobody trusts."""
+    from fairshare import tls
+
+    now = dt.datetime.now(dt.UTC)
+    ca, ca_key = tls.make_ca("not-the-client-ca", days=1, now=now)
+    cert, key = tls.make_client_cert(ca, ca_key, common_name="intruder", days=1, now=now)
+    (tmp / "c.crt").write_bytes(cert)
+    (tmp / "c.key").write_bytes(key)
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.load_cert_chain(tmp / "c.crt", tmp / "c.key")
+    return ctx
+
+
+async def test_only_the_control_plane_reaches_the_admission_paths_and_verbs(
+    fairshare: FairshareDev,
+    api: client.ApiClient,
+    tenant_namespace: TenantNamespace,
+    make_gpu_node: MakeNode,
+    tmp_path: Path,
+):
+    h = fairshare.handles
+    assert h.client_ca, "the local control plane should run the servers with --client-ca"
+    await fairshare.set_config(api, CONFIG_HEAD + "tenants:\n- name: team-mtls\n")
+    # The fixture's namespace came back with the tenant label the mutating webhook adds:
+    # kube-apiserver got through with its client certificate.
+    ns = await tenant_namespace("team-mtls")
+
+    # The real kube-scheduler: a GPU pod is filtered and bound through the extender.
+    node = unique("mtls-node")
+    await make_gpu_node(node, gpus=2, labels={POOL: node})
+    binds_before = await asyncio.to_thread(
+        fairshare.metric, "extender", "fairshare_extender_requests_total"
+    )
+    pod = gpu_pod_manifest(unique("mtls"), gpus=1)
+    pod["spec"]["nodeSelector"] = {POOL: node}
+    await client.CoreV1Api(api).create_namespaced_pod(ns, pod)
+    bound = await wait_pod(
+        api,
+        ns,
+        pod["metadata"]["name"],
+        lambda p: bool(p.spec.node_name),
+        timeout=30,
+        what="the pod to be bound through the extender",
+    )
+    assert bound.spec.node_name == node
+    calls = await asyncio.to_thread(
+        fairshare.metric, "extender", "fairshare_extender_requests_total"
+    )
+    assert calls > binds_before, "kube-scheduler never reached the extender"
+
+    anonymous = {s: ssl.create_default_context(cafile=h.ca(s)) for s in ("webhook", "extender")}
+    body = review(ns)
+    filter_body = {"Pod": pod, "NodeNames": [node]}
+    # No client certificate: 403 on the admission paths and the verbs ...
+    for server, path, payload in (
+        ("webhook", "/validate", body),
+        ("webhook", "/mutate", body),
+        ("extender", "/filter", filter_body),
+        ("extender", "/prioritize", filter_body),
+        ("extender", "/bind", {"PodName": "x", "PodNamespace": ns, "PodUID": "u", "Node": node}),
+    ):
+        status, text = await asyncio.to_thread(
+            call, h.url(server, path), anonymous[server], payload
+        )
+        assert status == 403, (server, path, status, text)
+        assert "client certificate required" in text
+    # ... while probes and scrapes need none.
+    for server in ("webhook", "extender"):
+        for path in ("/healthz", "/readyz", "/metrics"):
+            status, _ = await asyncio.to_thread(call, h.url(server, path), anonymous[server])
+            assert status == 200, (server, path, status)
+
+    # A client certificate from another CA fails the handshake itself.
+    for server in ("webhook", "extender"):
+        ctx = foreign_client_context(h.ca(server), tmp_path)
+        with pytest.raises(OSError):
+            await asyncio.to_thread(call, h.url(server, "/healthz"), ctx)
+
+    # The control plane's own certificate (what kube-scheduler presents) is accepted.
+    status, text = await asyncio.to_thread(
+        call, h.url("webhook", "/validate"), h.client_context("webhook"), body
+    )
+    assert status == 200, text
+    assert json.loads(text)["response"]["uid"] == body["request"]["uid"]
+    status, text = await asyncio.to_thread(
+        call, h.url("extender", "/filter"), h.client_context("extender"), filter_body
+    )
+    assert status == 200, text
+    assert node in (json.loads(text).get("NodeNames") or [])
