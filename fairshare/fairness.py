@@ -115,6 +115,10 @@ def _level(amounts: Mapping[int, float], demand: Sequence[float]) -> float:
     return x
 
 
+MIN_LEVEL = 1e-12
+"""Guarantee levels (fractions of a tenant's demand) below this count as no guarantee."""
+
+
 def fair_allocation(
     tenants: Sequence[TenantDemand],
     *,
@@ -136,6 +140,10 @@ def fair_allocation(
         d = _dom(t.demand, capacity, res_weights)
         xmax[t.name] = _level(t.limit, t.demand) if t.limit else 1.0
         x[t.name] = min(_level(t.guaranteed, t.demand) if t.guaranteed else 0.0, xmax[t.name])
+        if x[t.name] < MIN_LEVEL:
+            # A level this small (a subnormal guarantee) underflows in x / rate and left
+            # the tenant neither growing nor frozen; it guarantees nothing measurable.
+            x[t.name] = 0.0
         rate[t.name] = t.weight / d if 0 < d < math.inf and t.weight > 0 else 0.0
     by_name = {t.name: t for t in order}
 
