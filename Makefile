@@ -57,7 +57,10 @@ bench-kernels: install build
 soak: install build
 	SOAK_SECONDS=600 $(PY) -m pytest tests/reliability/test_soak.py -q -s
 
+# openb: 11 pod lists x 3 policies x 10 seeds, plus the fairness-at-saturation runs.
+# matplotlib (the [bench] extra) draws the PNG; without it only the tables are written.
 bench-quality: install build
+	-$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)"
 
 cluster-bins:

@@ -79,7 +79,7 @@ class Simulation:
     scorer: Scorer = field(init=False)
     pods: dict[str, PodRequest] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
-    pending: dict[str, None] = field(default_factory=dict)  # insertion-ordered set
+    pending: dict[str, PodRequest] = field(default_factory=dict)  # uid → request, in order
     counters: dict[str, TenantCounters] = field(default_factory=dict)
     admitted: dict[str, list[float]] = field(default_factory=dict)  # running + pending rows
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -149,7 +149,7 @@ class Simulation:
                 row[k] += v
             self.counters[t].pending += 1
         self.pods[req.uid] = req
-        self.pending[req.uid] = None
+        self.pending[req.uid] = req
         self._fair = None
         out = Outcome(req.uid, "pending")
         self.outcomes[req.uid] = out
@@ -191,7 +191,7 @@ class Simulation:
             self.state,
             config=self.config,
             req=req,
-            pending=[self.pods[uid] for uid in self.pending],
+            pending=list(self.pending.values()),
             fair=self.fair_shares(),
         )
 

@@ -20,19 +20,60 @@ is ``tenant-<h mod K>`` with ``h`` the first 8 bytes of BLAKE2b(pod name, key
 "fairshare-openb"). It depends on the name only, so every policy and every seed sees
 the same assignment, and an inflated copy belongs to its original's tenant.
 Pods that a policy gates are queued and retried after each later placement.
+
+Saturation fairness protocol (``run_saturation``; ours, not the paper's). It asks
+where each tenant ends up when every tenant wants more than the cluster can give:
+
+1. the same nodes, and the same seeded arrival order as above, inflated and cut so
+   the pods' GPU requests add up to ``load`` × the cluster's GPU capacity (default
+   2.0, so each of the default 4 tenants asks for about half the cluster: more
+   than the 1/8 a weight-1 tenant is entitled to);
+2. K = ``len(weights)`` tenants ``tenant-0`` … ``tenant-<K-1>`` with those weights
+   (default 1:1:2:4); a pod's tenant is ``tenant_of(name, K)`` as above;
+3. every pod is submitted (admitted; the tenants have no limits) before any is
+   placed, so the fair allocation sees the whole demand from the start;
+4. scheduling passes over the pending pods in arrival order, until a pass places
+   nothing. Nothing completes and nothing fails: a pod that fits no node stays
+   pending (it still counts in its tenant's demand);
+5. within one pass free capacity only shrinks, so once a request shape (kernel row,
+   GPU demand, allowed GPU models) has fitted no node, later pods of that shape in
+   the same pass are skipped: the engine would answer "no node fits" for them too.
+   ``skip_shapes=False`` runs the plain ``Simulation.schedule_pass`` instead; both
+   give the same placements.
+
+Figures at the end, per tenant with demand. The engine's shares
+(``gating.current_shares``, ``fairness.FairShare.share``) are *weighted*: dominant
+share ÷ tenant weight, the quantity weighted DRF equalises. The tables report
+*unweighted* dominant shares instead, the fraction of the dominant resource a tenant
+holds, so a weight-4 tenant's fair figure is 4× a weight-1 tenant's when both are
+saturated:
+
+* ``share``: the dominant share of the resources bound to the tenant's pods (over
+  the config's DRF dimensions; for this trace GPU, CPU and memory count);
+* ``fair``: the dominant share of its allocation in ``fairness.fair_allocation``
+  over its admitted demand (bound + pending), i.e. ``FairShare.share × weight``;
+* deviation: ``share − fair`` in percentage points, and ``|share ÷ fair − 1|``;
+  Jain's index over ``share ÷ fair`` (1 = every tenant at the same fraction of its
+  fair share).
+
+The fair allocation pools the cluster as if it were divisible, so fragmentation and
+GPU-model constraints leave every policy somewhat below it.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from fairshare import fairness
 from fairshare.config import loading
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, build_workload_mix, class_key
@@ -47,6 +88,8 @@ TRACE_HELP = (
 )
 NODE_FILE = "openb_node_list_gpu_node.csv"
 MIB = 1024 * 1024
+DEFAULT_WEIGHTS: tuple[float, ...] = (1.0, 1.0, 2.0, 4.0)
+_POD_LIST_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 class TraceError(FileNotFoundError):
@@ -90,7 +133,23 @@ def load_nodes(trace: Path) -> list[tuple[str, dict[str, Fraction], dict[str, st
     return out
 
 
+def pod_lists(trace: Path) -> list[str]:
+    """Names of the pod lists in a trace folder (``openb_pod_list_<NAME>.csv``)."""
+    return sorted(
+        f.name.removeprefix("openb_pod_list_").removesuffix(".csv")
+        for f in trace.glob("openb_pod_list_*.csv")
+    )
+
+
 def load_pods(trace: Path, pods: str) -> list[TracePod]:
+    if not _POD_LIST_NAME.fullmatch(pods):
+        raise ValueError(f"pod list name {pods!r}: letters, digits and underscores only")
+    if not (trace / f"openb_pod_list_{pods}.csv").is_file():
+        known = ", ".join(pod_lists(trace)) or "none"
+        raise TraceError(
+            f"no pod list {pods!r} in {trace} (openb_pod_list_{pods}.csv); "
+            f"found: {known}. {TRACE_HELP}"
+        )
     out = []
     for row in _open(trace, f"openb_pod_list_{pods}.csv"):
         spec = frozenset(m for m in (row.get("gpu_spec") or "").split("|") if m)
@@ -137,11 +196,48 @@ def arrival_order(pods: Sequence[TracePod], *, seed: int, gpus: int, tune: float
     return order
 
 
-def trace_config(k: int) -> FairShareConfig:
-    tenants = [{"name": f"tenant-{i}", "namespaces": [f"tenant-{i}"]} for i in range(k)]
+def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
+    """The tenant weights as floats; ValueError unless there is at least one and all > 0."""
+    out = tuple(float(w) for w in weights)
+    if not out:
+        raise ValueError("weights: give at least one tenant weight")
+    bad = [w for w in out if not (math.isfinite(w) and w > 0)]
+    if bad:
+        raise ValueError(f"weights: every weight must be a finite number > 0, got {bad[0]}")
+    return out
+
+
+def trace_config(k: int, weights: Sequence[float] | None = None) -> FairShareConfig:
+    """K synthetic tenants ``tenant-<i>`` (namespace of the same name), weight 1 each
+    unless ``weights`` (one per tenant) says otherwise."""
+    if k < 1:
+        raise ValueError(f"tenants: need at least one, got {k}")
+    ws = check_weights(weights) if weights is not None else (1.0,) * k
+    if len(ws) != k:
+        raise ValueError(f"weights: {len(ws)} given for {k} tenants")
+    tenants = [
+        {"name": f"tenant-{i}", "namespaces": [f"tenant-{i}"], "weight": ws[i]} for i in range(k)
+    ]
     return loading.config_from_mapping(
         {"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig", "tenants": tenants}
     )
+
+
+def _cluster(
+    trace: Path, pods: str, config: FairShareConfig, *, policy: Policy, seed: int
+) -> tuple[Simulation, list[TracePod]]:
+    """A simulation holding the trace's GPU nodes, its workload mix set from the pod list."""
+    nodes = load_nodes(trace)
+    originals = load_pods(trace, pods)
+    sim = Simulation(config, policy=policy, seed=seed)
+    for name, alloc, labels in nodes:
+        sim.add_node(name, alloc, labels)
+    cpu_col = sim.index.column(CPU)
+    originals_req = [_request(sim, p, None) for p in originals]
+    sim.mix = build_workload_mix(
+        (class_key(r, cpu_col=cpu_col) for r in originals_req), model_ids=sim.state.model_ids
+    )
+    return sim, originals
 
 
 def _request(sim: Simulation, p: TracePod, tenant: str | None) -> PodRequest:
@@ -196,18 +292,9 @@ def run_trace(
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Simulation, TraceResult]:
     """Run the protocol; stops once arrived passes ``arrival`` (1.0 = 100 %) × capacity."""
-    nodes = load_nodes(trace)
-    originals = load_pods(trace, pods)
     config = trace_config(tenants) if tenants else trace_config(1)
-    sim = Simulation(config, policy=policy, seed=seed)
-    for name, alloc, labels in nodes:
-        sim.add_node(name, alloc, labels)
+    sim, originals = _cluster(trace, pods, config, policy=policy, seed=seed)
     gpus = int(sim.gpus())
-    cpu_col = sim.index.column(CPU)
-    originals_req = [_request(sim, p, None) for p in originals]
-    sim.mix = build_workload_mix(
-        (class_key(r, cpu_col=cpu_col) for r in originals_req), model_ids=sim.state.model_ids
-    )
     order = arrival_order(originals, seed=seed, gpus=gpus, tune=max(tune, arrival))
     cap = gpus * 1000.0
     arrived = 0.0
@@ -236,4 +323,193 @@ def run_trace(
             progress(n + 1, len(order))
     curve = {x: sum(v) / len(v) for x, v in sorted(buckets.items())}
     result = TraceResult(policy, seed, len(order), placed, failed, curve)
+    return sim, result
+
+
+@dataclass(frozen=True)
+class TenantFairness:
+    """One tenant at the end of a saturation run (shares unweighted, fractions of 1)."""
+
+    tenant: str
+    weight: float
+    pods: int  # admitted
+    running: int
+    pending: int
+    demand: float  # dominant share of everything it asked for
+    share: float  # dominant share it holds
+    fair: float  # dominant share of its fair allocation
+    gpu_share: float  # fraction of the cluster's GPUs it holds
+
+    @property
+    def deviation(self) -> float:
+        """share − fair, in percentage points."""
+        return 100.0 * (self.share - self.fair)
+
+    @property
+    def ratio(self) -> float:
+        """share ÷ fair (1 = exactly its fair share)."""
+        return self.share / self.fair if self.fair > 0 else math.inf
+
+
+@dataclass
+class SaturationResult:
+    policy: str
+    seed: int
+    pods: int
+    placed: int
+    pending: int
+    passes: int
+    attempts: int  # scheduling attempts made (pods skipped by shape are not counted)
+    skipped: int  # attempts saved by the shape skip
+    allocation: float  # GPU allocation %, end of run
+    tenants: list[TenantFairness] = field(default_factory=list)
+
+    @property
+    def max_abs_deviation(self) -> float:
+        """Largest |share − fair| over the tenants, percentage points."""
+        return max((abs(t.deviation) for t in self.tenants), default=0.0)
+
+    @property
+    def max_rel_deviation(self) -> float:
+        """Largest |share ÷ fair − 1| over the tenants."""
+        return max((abs(t.ratio - 1.0) for t in self.tenants), default=0.0)
+
+    @property
+    def jain(self) -> float:
+        """Jain's index over share ÷ fair."""
+        return fairness.jain_index([t.ratio for t in self.tenants])
+
+
+def saturation_order(
+    originals: Sequence[TracePod], *, seed: int, gpus: int, load: float
+) -> list[TracePod]:
+    """The seeded arrival order, inflated or cut to ``load`` × the GPU capacity."""
+    order = arrival_order(originals, seed=seed, gpus=gpus, tune=load)
+    target = load * gpus * 1000
+    total = 0
+    out = []
+    for p in order:
+        if total + p.gpu_total_milli > target:
+            break
+        out.append(p)
+        total += p.gpu_total_milli
+    return out
+
+
+def _shape(req: PodRequest) -> tuple[object, ...]:
+    """What ``filter_nodes`` looks at: the kernel row, the GPU demand, the allowed models."""
+    return (req.row, req.demand.gpu, req.gpu_models)
+
+
+def saturation_pass(sim: Simulation, *, skip_shapes: bool = True) -> tuple[list[str], int, int]:
+    """One pass over the pending pods in creation order: (placed uids, attempts, skipped).
+
+    With ``skip_shapes`` a pod whose shape already fitted no node in this pass is not
+    tried again: nothing is freed during the pass, so the answer cannot change. Its
+    ``last_reason`` is set as the attempt would have set it.
+    """
+    if not skip_shapes:
+        n = len(sim.pending)
+        return sim.schedule_pass(), n, 0
+    placed: list[str] = []
+    nofit: set[tuple[object, ...]] = set()
+    attempts = skipped = 0
+    for uid in list(sim.pending):
+        req = sim.pods[uid]
+        key = _shape(req)
+        if key in nofit:
+            sim.last_reason[uid] = "no node fits"
+            skipped += 1
+            continue
+        attempts += 1
+        if sim.try_place(uid).status == "running":
+            placed.append(uid)
+        elif sim.last_reason.get(uid) == "no node fits":
+            nofit.add(key)
+    return placed, attempts, skipped
+
+
+def fairness_at_end(sim: Simulation) -> list[TenantFairness]:
+    """Per tenant with demand: unweighted held, fair and demanded dominant shares."""
+    weights = {t.name: float(t.weight) for t in sim.config.tenants}
+    cap = sim.capacity()
+    res_w = sim.config.resource_weights()
+    unweighted = {n: 1.0 for n in sim.admitted}
+    held = fairness.dominant_shares(
+        used={n: sim.state.usage_of(n) for n in sim.admitted},
+        capacity=cap,
+        res_weights=res_w,
+        tenant_weights=unweighted,
+    )
+    demand = fairness.dominant_shares(
+        used=sim.admitted, capacity=cap, res_weights=res_w, tenant_weights=unweighted
+    )
+    fair = sim.fair_shares()
+    g = sim.state.gpu_col
+    out = []
+    for name in sorted(sim.admitted):
+        if demand[name] <= 0 or name not in fair:
+            continue
+        w = weights.get(name, 1.0)
+        c = sim.counters[name]
+        out.append(
+            TenantFairness(
+                tenant=name,
+                weight=w,
+                pods=c.running + c.pending,
+                running=c.running,
+                pending=c.pending,
+                demand=demand[name],
+                share=held[name],
+                fair=fair[name].share * w,
+                gpu_share=sim.state.usage_of(name)[g] / cap[g] if cap[g] > 0 else 0.0,
+            )
+        )
+    return out
+
+
+def run_saturation(
+    trace: Path,
+    *,
+    pods: str = "default",
+    seed: int = 42,
+    policy: Policy = "ours",
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+    load: float = 2.0,
+    skip_shapes: bool = True,
+    max_passes: int = 1000,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Simulation, SaturationResult]:
+    """The saturation fairness protocol (module docstring); ``progress(pass, placed)``."""
+    ws = check_weights(weights)
+    if not (math.isfinite(load) and load > 0):
+        raise ValueError(f"load must be a finite number > 0 (× GPU capacity), got {load}")
+    config = trace_config(len(ws), ws)
+    sim, originals = _cluster(trace, pods, config, policy=policy, seed=seed)
+    order = saturation_order(originals, seed=seed, gpus=int(sim.gpus()), load=load)
+    for p in order:
+        sim.submit(_request(sim, p, tenant_of(p.name, len(ws))))
+    passes = attempts = skipped = placed = 0
+    while passes < max_passes:
+        passes += 1
+        done, tried, saved = saturation_pass(sim, skip_shapes=skip_shapes)
+        attempts += tried
+        skipped += saved
+        placed += len(done)
+        if progress is not None:
+            progress(passes, placed)
+        if not done:
+            break
+    result = SaturationResult(
+        policy=policy,
+        seed=seed,
+        pods=len(order),
+        placed=placed,
+        pending=len(sim.pending),
+        passes=passes,
+        attempts=attempts,
+        skipped=skipped,
+        allocation=100.0 * sim.gpu_allocation_ratio(),
+        tenants=fairness_at_end(sim),
+    )
     return sim, result
