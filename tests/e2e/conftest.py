@@ -60,13 +60,16 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark everything under tests/e2e `e2e` and move it after all other tests."""
+    """Mark everything under tests/e2e `e2e` and move it after all other tests (the
+    burst test last of all)."""
     e2e: list[pytest.Item] = []
     rest: list[pytest.Item] = []
     for item in items:
         (e2e if E2E_DIR in Path(item.path).parents else rest).append(item)
     for item in e2e:
         item.add_marker(pytest.mark.e2e)
+    # The burst loads the cluster with thousands of pods: last, after every other e2e test.
+    e2e.sort(key=lambda item: Path(item.path).name == "test_burst.py")
     items[:] = rest + e2e
 
 
