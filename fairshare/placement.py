@@ -21,11 +21,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import TypeAlias
+from operator import itemgetter
+from typing import TypeAlias, TypeVar
 
 from _native import fit, scoring
 from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
 from fairshare.state.cluster import ClusterState
+
+_T = TypeVar("_T")
 
 MAX_SCORE = 10
 """Extender score range is 0..MAX_SCORE (kube-scheduler MaxExtenderPriority)."""
@@ -149,6 +152,19 @@ def filter_nodes(
     gpu_milli: dict[int, float] = {}
     gcol = state.gpu_col
     healthy, models = state.healthy, req.gpu_models
+    if (
+        explain
+        and fixed is not None
+        and not (wants_gpu and models)
+        and (not wants_gpu or all(map(healthy.__getitem__, candidates)))
+    ):
+        # Hot path (extender filter): one per-device milli for every node and no health
+        # or model failure possible, so the kernel's code alone decides each node.
+        fits = [i for i in candidates if out[i] < 0]
+        if len(fits) < len(candidates):
+            bad = [i for i in candidates if out[i] >= 0]
+            failed = [_failure(state, req, i, out[i], fixed, gcol) for i in bad]
+        return FilterResult(tuple(fits), tuple(failed), dict.fromkeys(fits, fixed))
     if not explain and fixed is not None:
         # Hot path (simulator): no texts, one per-device milli for every node.
         for i in candidates:
@@ -306,6 +322,13 @@ TermOut: TypeAlias = "tuple[array[float], array[int] | None]"
 TermFn: TypeAlias = "Callable[[ClusterState, PodRequest, Candidates, ScoreContext], TermOut]"
 
 
+def _at(values: Sequence[_T], rows: Sequence[int]) -> list[_T]:
+    """``[values[i] for i in rows]`` at C speed."""
+    if len(rows) > 1:
+        return list(itemgetter(*rows)(values))
+    return [values[i] for i in rows]
+
+
 def candidates(state: ClusterState, fits: Sequence[int]) -> Candidates:
     """The ``Candidates`` for rows ``fits``."""
     return Candidates(_mask(state, fits), tuple(fits))
@@ -381,10 +404,10 @@ def score_fragmentation(
     """FGD term: ``sigmoid(Δ / 1000)`` with Δ the fragmentation decrease in milli-GPU."""
     delta, device = fgd_raw(state, req, mask, ctx)
     out = _out(state)
-    for i in mask.rows:
-        dv = delta[i]
-        if dv > -math.inf:
-            out[i] = 1.0 / (1.0 + math.exp(-dv / MILLI_GPU))
+    exp, inf = math.exp, -math.inf
+    for i, dv in zip(mask.rows, _at(delta, mask.rows), strict=True):
+        if dv > inf:
+            out[i] = 1.0 / (1.0 + exp(-dv / MILLI_GPU))
     return out, device
 
 
@@ -411,8 +434,8 @@ def score_spread(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreCon
 def score_health(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Prefer GPU-healthy nodes even for CPU-only pods (1 healthy, 0 not)."""
     out = _out(state)
-    for i in mask.rows:
-        out[i] = float(state.healthy[i])
+    for i, h in zip(mask.rows, _at(state.healthy, mask.rows), strict=True):
+        out[i] = float(h)
     return out, None
 
 
@@ -472,6 +495,35 @@ class Scorer:
         """``Σ w_k s_k / Σ w_k`` per node; all-zero weights give every node 0."""
         mask = candidates(state, fits)
         total = sum(w for _, w in self.weights)
+        rows = mask.rows
+        if len(set(rows)) != len(rows):
+            return self._summed_per_row(state, req, mask, ctx, total)
+        # One list per term, aligned with ``rows``, summed in the same order as the
+        # per-row loop (bit-identical floats), without a dict update per node and term.
+        acc = [0.0] * len(rows)
+        devices: dict[int, int] = {}
+        for name, w in self.weights:
+            if w <= 0:
+                continue
+            out, dev = SCORERS[name](state, req, mask, ctx)
+            vals = _at(out, rows)
+            acc = [a + w * (v if v > 0.0 else 0.0) for a, v in zip(acc, vals, strict=True)]
+            if dev is not None and name == "fragmentation":
+                devices.update(zip(rows, _at(dev, rows), strict=True))
+        if total <= 0:
+            return Scored(dict.fromkeys(fits, 0.0), devices)
+        return Scored(dict(zip(rows, [v / total for v in acc], strict=True)), devices)
+
+    def _summed_per_row(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        mask: Candidates,
+        ctx: ScoreContext,
+        total: float,
+    ) -> Scored:
+        """The sum row by row: a row listed twice is counted twice, as it always was."""
+        fits = mask.rows
         acc = dict.fromkeys(fits, 0.0)
         devices: dict[int, int] = {}
         for name, w in self.weights:

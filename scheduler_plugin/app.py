@@ -23,6 +23,8 @@ second port to expose. Default-deny: a new route is protected unless listed as p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -111,7 +113,7 @@ async def _verb(
         deps.metrics.observe_extender(verb, "error", time.perf_counter() - start)
         return web.Response(status=500, text=f"fairshare: internal error in {verb}\n")
     deps.metrics.observe_extender(verb, "ok", time.perf_counter() - start)
-    return web.json_response(out)
+    return web.json_response(out, dumps=wire.dumps)
 
 
 _D = TypeVar("_D")
@@ -242,6 +244,32 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
     return app
 
 
+def freeze_after_sync(synced: asyncio.Event) -> CleanupCtx:
+    """Once the first full sync is in, collect and ``gc.freeze()`` what is alive.
+
+    The state holds hundreds of thousands of long-lived objects; frozen, they are no
+    longer traversed by the full collections that allocations in a verb trigger, which
+    otherwise make a prioritize over thousands of nodes take ten times its median.
+    """
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        async def freeze() -> None:
+            await synced.wait()
+            gc.collect()
+            gc.freeze()
+            log.debug("gc: %d objects frozen after the initial sync", gc.get_freeze_count())
+
+        task = asyncio.create_task(freeze(), name="gc-freeze")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return ctx
+
+
 def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     """Per-tenant shares, gated pods, cluster figures and chargeback (called periodically)."""
     from fairshare import gating
@@ -340,6 +368,7 @@ async def serve(
             period=period,
         )
     )
+    deps.background.append(freeze_after_sync(rt.source.ready))
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -67,10 +67,14 @@ def filter_pod(
     fair: Mapping[str, fairness.FairShare] | None = None,
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate."""
-    rows = [state.node_index[n] for n in names if n in state.node_index]
+    found = list(map(state.node_index.get, names))
+    rows = [i for i in found if i is not None]
     fr = filter_nodes(state, req, rows=rows, explain=True)
-    fits = {state.nodes[i].name: fr.gpu_milli.get(i, 0.0) for i in fr.fits}
-    failed = {n: UNKNOWN_NODE for n in names if n not in state.node_index}
+    nodes, milli = state.nodes, fr.gpu_milli
+    fits = {nodes[i].name: milli.get(i, 0.0) for i in fr.fits}
+    failed: dict[str, str] = {}
+    if len(rows) < len(found):
+        failed = {n: UNKNOWN_NODE for n, i in zip(names, found, strict=True) if i is None}
     unresolvable: dict[str, str] = {}
     for f in fr.failed:
         (unresolvable if f.unresolvable else failed)[f.node] = f.reason
@@ -80,5 +84,5 @@ def filter_pod(
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(fits, gate.reason))
             fits = {}
-    passing = tuple(n for n in names if n in fits)
+    passing = tuple(filter(fits.__contains__, names))
     return FilterOutcome(passing, failed, unresolvable, gate, fits)

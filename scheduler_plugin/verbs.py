@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from fairshare import fairness, resources
@@ -98,7 +99,9 @@ def _filter_result(
         pairs = zip(args.nodes.items, args.nodes.names(), strict=True)
         items = tuple(n for n, name in pairs if name in keep)
         nodes = wire.NodeList(items, args.nodes.raw)
-    names = tuple(n for n in args.node_names if n in keep) if args.node_names is not None else None
+    names = None
+    if args.node_names is not None:
+        names = tuple(filter(keep.__contains__, args.node_names))
     # Unresolvable wins over failed (kube-scheduler reads it first).
     failed = {n: r for n, r in failed.items() if n not in unresolvable}
     return wire.ExtenderFilterResult(nodes, names, failed, dict(unresolvable))
@@ -127,20 +130,19 @@ def prioritize_verb(
             args.pod, state=state, config=config, namespace_labels=namespace_labels or {}
         )
     except resources.DemandError:
-        return wire.encode_host_priority_list([wire.HostPriority(n, 0) for n in names])
-    rows = [state.node_index[n] for n in names if n in state.node_index]
+        return wire.encode_scores(names, [0] * len(names))
+    found = list(map(state.node_index.get, names))
+    rows = [i for i in found if i is not None]
     fits = filter_nodes(state, req, rows=rows, explain=False).fits
     scored = build_scorer(config.scoring.weights())(
         state, req, fits, context or score_context(state, mix)
     )
-    ints = scored.extender_scores()
     lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
-    out = []
-    for n in names:
-        i = state.node_index.get(n)
-        score = ints.get(i, 0) if i is not None else 0
-        out.append(wire.HostPriority(n, min(hi, max(lo, int(score)))))
-    return wire.encode_host_priority_list(out)
+    by_row: dict[int | None, int] = {
+        i: min(hi, max(lo, int(s))) for i, s in scored.extender_scores().items()
+    }
+    # Unknown nodes (None) and nodes that do not fit score 0.
+    return wire.encode_scores(names, list(map(by_row.get, found, repeat(0))))
 
 
 # -- preempt -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The extender and the webhook alone on loopback, driven by a separate load generator.
 
     python -m tests.bench.bench_servers [--quick] [--sizes 1000 5000 10000] [--reps 3]
+                                        [--no-webhook] [--no-write]
 
 Each server runs as its own process from the real command line (``fairshare extender``
 / ``fairshare webhook --state FILE``) over a synthetic Kubernetes ``List``: N GPU nodes
@@ -474,7 +475,14 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool, sizes: tuple[int, ...] | None = None, reps: int | None = None) -> str:
+def run(
+    quick: bool,
+    sizes: tuple[int, ...] | None = None,
+    reps: int | None = None,
+    *,
+    webhook: bool = True,
+    write: bool = True,
+) -> str:
     sizes = sizes or ((1_000,) if quick else SIZES)
     reps = reps or (1 if quick else 3)
     seconds = 1.0 if quick else 3.0
@@ -490,13 +498,15 @@ def run(quick: bool, sizes: tuple[int, ...] | None = None, reps: int | None = No
     work = Path(tempfile.mkdtemp(prefix="fairshare-bench-"))
     try:
         data["extender"] = bench_extender(sizes, reps, seconds, work)
-        data["webhook"] = bench_webhook(sizes[0], reps, 2.0 if quick else 4.0, 1000.0, work)
+        if webhook:
+            data["webhook"] = bench_webhook(sizes[0], reps, 2.0 if quick else 4.0, 1000.0, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     md = markdown(data)
-    jpath, mpath = common.write_results("servers", data, md)
     print(md)
-    print(f"\nwrote {jpath} and {mpath}")
+    if write:
+        jpath, mpath = common.write_results("servers", data, md)
+        print(f"\nwrote {jpath} and {mpath}")
     return md
 
 
@@ -505,8 +515,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--sizes", type=int, nargs="+", default=None)
     p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--no-webhook", action="store_true", help="the extender only")
+    p.add_argument("--no-write", action="store_true", help="print only, write no results")
     args = p.parse_args(argv)
-    run(args.quick, tuple(args.sizes) if args.sizes else None, args.reps)
+    run(
+        args.quick,
+        tuple(args.sizes) if args.sizes else None,
+        args.reps,
+        webhook=not args.no_webhook,
+        write=not args.no_write,
+    )
     return 0
 
 

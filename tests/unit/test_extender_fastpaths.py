@@ -1,0 +1,220 @@
+"""The extender's fast paths answer exactly what the plain code answered.
+
+``wire.dumps`` writes a ``HostPriorityList`` by hand: the text must be ``json.dumps``'s.
+``Scorer`` sums its terms list-wise: the floats must be the per-row loop's, bit for bit.
+``filter_nodes`` with explanations has a fast path for pods whose per-device share does
+not depend on the node: same fits, same failures, same order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from array import array
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from _native import fit
+from fairshare import placement
+from fairshare.placement import (
+    NodeFailure,
+    PodRequest,
+    WorkloadMix,
+    build_scorer,
+    filter_nodes,
+    score_context,
+)
+from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
+from fairshare.state.cluster import ClusterState
+from scheduler_plugin import wire
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_dumps_of_a_host_priority_list_is_json_dumps(seed: int) -> None:
+    rng = random.Random(seed)
+    alphabet = 'ab-.0"\\\u00e9\u2603\n\t/'
+    hosts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(50)]
+    scores = [rng.choice([0, 3, 10, 11, -1, 2**70]) for _ in hosts]
+    encoded = wire.encode_scores(hosts, scores)
+    plain = [{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)]
+    assert encoded == plain
+    assert wire.dumps(encoded) == json.dumps(plain)
+    assert wire.dumps(wire.HostPriorityList()) == "[]"
+    assert wire.dumps(plain) == json.dumps(plain)
+    other: dict[str, Any] = {"NodeNames": hosts, "FailedNodes": {"x": "y"}, "Error": ""}
+    assert wire.dumps(other) == json.dumps(other)
+
+
+def test_encode_scores_matches_host_priority_encoding() -> None:
+    hosts, scores = ["a", "b"], [0, 10]
+    items = [wire.HostPriority(h, s) for h, s in zip(hosts, scores, strict=True)]
+    assert wire.encode_scores(hosts, scores) == wire.encode_host_priority_list(items)
+
+
+@pytest.mark.parametrize("score", [True, 1.0, "1", None])
+def test_encode_scores_refuses_non_int_scores(score: Any) -> None:
+    with pytest.raises(TypeError, match="Score must be an int"):
+        wire.encode_scores(["n"], [score])
+
+
+def test_encode_scores_refuses_bad_hosts_and_lengths() -> None:
+    with pytest.raises(TypeError, match="Host must be a string"):
+        wire.encode_scores([1], [1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="one score per host"):
+        wire.encode_scores(["a"], [])
+
+
+# -- scorer and filter -----------------------------------------------------------------------
+
+INDEX = ResourceIndex(("nvidia.com/gpu", "cpu", "memory"))
+
+
+def _state(rng: random.Random, n: int, sick: float = 0.1) -> ClusterState:
+    st = ClusterState(INDEX)
+    for i in range(n):
+        gpus = rng.choice([0, 2, 4, 8])
+        labels = {"nvidia.com/gpu.product": rng.choice(["A100", "L4"])}
+        st.add_node(
+            f"n{i:03d}",
+            {"nvidia.com/gpu": Fraction(gpus), "cpu": Fraction(64), "memory": Fraction(2**38)},
+            labels=labels,
+            gpu_healthy=rng.random() >= sick,
+        )
+        for k in range(rng.randrange(0, 4)):
+            if gpus == 0:
+                break
+            dev = rng.randrange(gpus)
+            milli = float(rng.choice([250, 500, 1000]))
+            if st.dev_free[i * st.max_dev + dev] >= milli:
+                row = (milli, float(rng.choice([1000, 8000])), float(2**30))
+                st.bind(uid=f"p{i}-{k}", node=f"n{i:03d}", row=row, devices=[(dev, milli)])
+    return st
+
+
+def _req(gpu: GpuDemand, cpu: float, *, models: frozenset[str] = frozenset()) -> PodRequest:
+    amounts = {"cpu": Fraction(int(cpu), 1000)}
+    if gpu.count:
+        amounts["nvidia.com/gpu"] = gpu.total
+    demand = PodDemand(amounts=amounts, gpu=gpu)
+    row = tuple(INDEX.kernel_vector(amounts))
+    return PodRequest("u", "p", "ns", "t", demand, row, models)
+
+
+L4 = frozenset({"L4"})
+REQS = [
+    _req(GpuDemand(count=1, per_device=Fraction(1, 4), source="fraction"), 2000.0),
+    _req(GpuDemand(count=2, per_device=Fraction(1), source="device"), 8000.0),
+    _req(GpuDemand(), 500.0),
+    _req(
+        GpuDemand(count=1, per_device=Fraction(1), source="device"),
+        1000.0,
+        models=frozenset({"L4"}),
+    ),
+]
+WEIGHTS = [
+    {"fragmentation": 1.0, "packing": 0.02, "health": 1.0},
+    {name: 0.3 + k / 7 for k, name in enumerate(placement.SCORERS)},
+    dict.fromkeys(placement.SCORERS, 0.0),
+]
+MIX = WorkloadMix(
+    cpu=array("d", [1000.0, 4000.0]),
+    gpu_milli=array("d", [250.0, 1000.0]),
+    gpu_count=array("q", [1, 1]),
+    models=array("q", [0, 0]),
+    popularity=array("d", [0.5, 0.5]),
+)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_scorer_sums_bit_for_bit_as_the_row_loop(seed: int, weights: dict[str, float]) -> None:
+    rng = random.Random(seed)
+    st = _state(rng, 60)
+    scorer = build_scorer(weights)
+    ctx = score_context(st, MIX)
+    total = sum(w for _, w in scorer.weights)
+    for req in REQS:
+        fits = filter_nodes(st, req, explain=False).fits
+        fast = scorer(st, req, fits, ctx)
+        slow = scorer._summed_per_row(st, req, placement.candidates(st, fits), ctx, total)
+        assert list(fast.scores.items()) == list(slow.scores.items())
+        assert fast.devices == slow.devices
+
+
+def test_scorer_counts_a_repeated_row_twice_as_before() -> None:
+    st = _state(random.Random(1), 10)
+    req = REQS[2]
+    scorer = build_scorer({"health": 1.0, "packing": 1.0})
+    ctx = score_context(st, None)
+    once = scorer(st, req, [3], ctx)
+    twice = scorer(st, req, [3, 3], ctx)
+    assert twice.scores[3] == pytest.approx(2 * once.scores[3])
+
+
+def _filter_by_row_loop(st: ClusterState, req: PodRequest, rows: list[int]) -> tuple[Any, ...]:
+    """The general loop of ``filter_nodes(explain=True)``, written out: health, then
+    model, then the kernel's code, node by node."""
+    wants = req.demand.wants_gpu
+    milli = req.gpu_milli_for(0) if wants else 0.0
+    out = array("i", bytes(4 * st.n_nodes))
+    count = req.gpu_count if wants else 0
+    demand = array("d", req.row)
+    n, r, d = st.n_nodes, st.n_res, st.max_dev
+    fit.fit_nodes(st.free, st.dev_free, demand, n, r, d, milli, count, out)
+    fits, failed = [], []
+    for i in rows:
+        info = st.nodes[i]
+        if wants and not st.healthy[i]:
+            failed.append(NodeFailure(info.name, f"GPU unhealthy: {info.health_reason}", True))
+        elif wants and req.gpu_models and info.gpu_model not in req.gpu_models:
+            allowed = ", ".join(sorted(req.gpu_models))
+            text = f"GPU model {info.gpu_model or 'none'} not in {allowed}"
+            failed.append(NodeFailure(info.name, text, True))
+        elif out[i] < 0:
+            fits.append(i)
+        else:
+            failed.append(placement._failure(st, req, i, out[i], milli, st.gpu_col))
+    return tuple(fits), tuple(failed)
+
+
+@pytest.mark.parametrize("sick", [0.0, 0.1])
+@pytest.mark.parametrize("seed", range(4))
+def test_filter_fast_path_answers_as_node_by_node(seed: int, sick: float) -> None:
+    rng = random.Random(seed)
+    st = _state(rng, 40, sick)
+    for req in REQS:
+        rows = rng.sample(range(st.n_nodes), 25)
+        got = filter_nodes(st, req, rows=rows, explain=True)
+        fits, failed = _filter_by_row_loop(st, req, rows)
+        assert fits == filter_nodes(st, req, rows=rows, explain=False).fits
+        assert got.fits == fits
+        assert got.failed == failed
+        assert dict(got.gpu_milli) == {i: req.gpu_milli_for(0) for i in fits}
+
+
+# -- gc --------------------------------------------------------------------------------------
+
+
+async def test_the_state_is_frozen_once_synced() -> None:
+    import asyncio
+    import gc
+
+    from scheduler_plugin import app
+
+    synced = asyncio.Event()
+    before = gc.get_freeze_count()
+    ctx = app.freeze_after_sync(synced)(None)  # type: ignore[arg-type]
+    await ctx.__anext__()
+    try:
+        await asyncio.sleep(0)
+        assert gc.get_freeze_count() == before
+        synced.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+        with pytest.raises(StopAsyncIteration):
+            await ctx.__anext__()
