@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,11 +104,13 @@ async def build_runtime(
     on_reload: Callable[[], None] | None = None,
     on_error: Callable[[], None] | None = None,
     stale_after: float = 10.0,
+    transform: Mapping[str, sources.ItemTransform] | None = None,
 ) -> Runtime:
     """Load the initial config and build the state source (not started yet).
 
     ``stale_after``: seconds of failing to reach the API after which the source reports
-    not ready (``ApiSource.is_ready``)."""
+    not ready (``ApiSource.is_ready``). ``transform``: per kind, applied to listed
+    objects as they are parsed (the extender slims pods this way)."""
     if (config_file is None) == (configmap is None):
         raise FairshareError("give exactly one of --config FILE or --configmap NAMESPACE/NAME")
     if state_file is not None and configmap is not None:
@@ -122,7 +124,7 @@ async def build_runtime(
     holder = ConfigHolder(config)
     source: sources.Source
     if state_file is not None:
-        source = sources.FileSource(state_file, kinds=tuple(kinds))
+        source = sources.FileSource(state_file, kinds=tuple(kinds), transform=transform)
     else:
 
         async def factory() -> Any:
@@ -131,7 +133,11 @@ async def build_runtime(
             return await informers.make_api_client(kubeconfig)
 
         source = sources.ApiSource(
-            factory, kinds=tuple(kinds), configmap=ref, stale_after=stale_after
+            factory,
+            kinds=tuple(kinds),
+            configmap=ref,
+            stale_after=stale_after,
+            transform=transform,
         )
     rt = Runtime(holder, source)
     if ref is not None:

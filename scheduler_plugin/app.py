@@ -39,6 +39,7 @@ from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
+from fairshare.state import objects
 from fairshare.state.cluster import StateError
 from scheduler_plugin import verbs, wire
 from scheduler_plugin.tracking import ExtenderTracker
@@ -338,6 +339,9 @@ async def serve(
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
         stale_after=stale_after,
+        # Pods are slimmed as each list page (or the state file) is parsed, not after the
+        # whole list is held: the peak memory of a large cluster's first sync.
+        transform={"Pod": objects.slim_pod},
     )
     api_client = None
     binder: Binder = bind_locally

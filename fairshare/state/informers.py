@@ -308,12 +308,19 @@ _RESOURCE_V1_METHODS: Final = {
 
 
 def api_calls(
-    api_client: Any, kind: str, *, namespace: str | None = None, name: str | None = None
+    api_client: Any,
+    kind: str,
+    *,
+    namespace: str | None = None,
+    name: str | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[ListFn, WatchFn]:
     """The list and watch functions of ``kind`` over a kubernetes_asyncio ``ApiClient``.
 
     ``namespace`` restricts to one namespace, ``name`` to one object (a field selector),
     as for the config ConfigMap. Lists are paged (500 per page); both return raw API JSON.
+    ``transform`` is applied to each listed item page by page, so a large list never
+    holds every whole object at once.
     """
     all_ns: str
     one_ns: str | None
@@ -346,7 +353,10 @@ def api_calls(
                 _request_timeout=_LIST_TIMEOUT_SECONDS,
             )
             body = await _read_json(response, f"{kind} list")
-            items.extend(body.get("items") or [])
+            page_items = body.get("items") or []
+            if transform is not None:
+                page_items = [transform(i) if isinstance(i, dict) else i for i in page_items]
+            items.extend(page_items)
             meta = body.get("metadata") or {}
             if not meta.get("continue"):
                 return {

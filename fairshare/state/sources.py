@@ -86,6 +86,11 @@ class Sink(Protocol):
         """One change: ``event_type`` is ``ADDED``, ``MODIFIED`` or ``DELETED``."""
 
 
+ItemTransform = Callable[[dict[str, Any]], dict[str, Any]]
+"""Applied to each listed object of a kind before anyone keeps it (e.g. ``slim_pod``);
+must be idempotent and keep ``kind``/``metadata``."""
+
+
 class Source(Protocol):
     """What both apps hold: start feeding a sink, stop, and a ready flag for ``/readyz``."""
 
@@ -151,17 +156,116 @@ class Store:
 # -- the List file -----------------------------------------------------------------------
 
 
-def _read_document(path: Path) -> object:
+def _read_document(path: Path, transform: Mapping[str, ItemTransform] | None = None) -> object:
+    """The parsed file. With ``transform`` (kind -> function), a JSON file is read in
+    chunks and its items that name their kind are transformed as the parser builds them,
+    so a large List never holds its whole text and every whole object at once (the peak
+    memory of a 100,000-pod file)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open(encoding="utf-8") as fh:
+            head = fh.read(4096)
+            if transform and head.lstrip().startswith("{"):
+                return _stream_json(fh, head, transform)
+            text = head + fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise StateFileError(f"{path}: cannot read state file: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise StateFileError(f"{path}: not valid JSON: {exc}") from exc
     try:
         if text.lstrip().startswith("{"):
             return json.loads(text)
         return yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise StateFileError(f"{path}: not valid JSON or YAML: {exc}") from exc
+
+
+_WS = " \t\n\r"
+
+
+def _stream_json(
+    fh: Any, head: str, transform: Mapping[str, ItemTransform], chunk: int = 1 << 22
+) -> dict[str, Any]:
+    """One top-level JSON object from ``fh`` (``head`` already read), decoding the
+    elements of its ``items`` array one at a time; other members whole. Raises
+    ``json.JSONDecodeError`` for invalid or truncated JSON."""
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        kind = obj.get("kind")
+        fn = transform.get(kind) if isinstance(kind, str) else None
+        if fn is not None and "metadata" in obj and "spec" in obj:
+            return fn(obj)
+        return obj
+
+    decoder = json.JSONDecoder(object_hook=hook)
+    buf, pos, eof = head, 0, False
+
+    def fill() -> bool:
+        nonlocal buf, pos, eof
+        more = "" if eof else fh.read(chunk)
+        eof = eof or not more
+        buf, pos = buf[pos:] + more, 0
+        return bool(more)
+
+    def skip_ws() -> str:
+        nonlocal pos
+        while True:
+            while pos < len(buf) and buf[pos] in _WS:
+                pos += 1
+            if pos < len(buf) or not fill():
+                return buf[pos] if pos < len(buf) else ""
+
+    def expect(char: str) -> None:
+        nonlocal pos
+        if skip_ws() != char:
+            raise json.JSONDecodeError(f"expected {char!r}", buf, pos)
+        pos += 1
+
+    def value() -> Any:
+        nonlocal pos
+        skip_ws()
+        while True:
+            try:
+                obj, end = decoder.raw_decode(buf, pos)
+            except json.JSONDecodeError:
+                if fill():  # perhaps only cut off by the chunk: read on and retry
+                    continue
+                raise
+            if end == len(buf) and not eof and isinstance(obj, int | float):
+                fill()  # a number at the chunk's end may go on in the next chunk
+                continue
+            pos = end
+            return obj
+
+    out: dict[str, Any] = {}
+    expect("{")
+    if skip_ws() == "}":
+        pos += 1
+    else:
+        while True:
+            key = value()
+            expect(":")
+            if key == "items" and skip_ws() == "[":
+                pos += 1
+                items: list[Any] = []
+                if skip_ws() == "]":
+                    pos += 1
+                else:
+                    while True:
+                        items.append(value())
+                        if skip_ws() == "]":
+                            pos += 1
+                            break
+                        expect(",")
+                out[key] = items
+            else:
+                out[key] = value()
+            if skip_ws() == "}":
+                pos += 1
+                break
+            expect(",")
+    if skip_ws():
+        raise json.JSONDecodeError("extra data after the document", buf, pos)
+    return out
 
 
 def _list_items(path: Path, document: object) -> list[dict[str, Any]]:
@@ -203,18 +307,28 @@ class FileSource:
     item without ``kind``.
     """
 
-    def __init__(self, path: str | Path, *, kinds: Sequence[str] = ALL_KINDS) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        kinds: Sequence[str] = ALL_KINDS,
+        transform: Mapping[str, ItemTransform] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.kinds = tuple(kinds)
+        self.transform = dict(transform or {})
         self.ready = asyncio.Event()
 
     def load(self) -> dict[str, list[dict[str, Any]]]:
         """Read and check the file: the items of each of ``kinds``, in file order."""
         by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in self.kinds}
         skipped: set[str] = set()
-        for item in _list_items(self.path, _read_document(self.path)):
-            if item["kind"] in by_kind:
-                by_kind[item["kind"]].append(item)
+        document = _read_document(self.path, self.transform)
+        for item in _list_items(self.path, document):
+            kind = item["kind"]
+            if kind in by_kind:
+                fn = self.transform.get(kind)
+                by_kind[kind].append(fn(item) if fn is not None else item)
             else:
                 skipped.add(str(item["kind"]))
         if skipped:
@@ -280,6 +394,7 @@ class ApiSource:
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         watch_timeout_seconds: int = 300,
         stale_after: float = 10.0,
+        transform: Mapping[str, ItemTransform] | None = None,
         now: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -298,6 +413,7 @@ class ApiSource:
         self.backoff = backoff
         self.watch_timeout_seconds = watch_timeout_seconds
         self.stale_after = stale_after
+        self.transform = dict(transform or {})
         self.ready = asyncio.Event()
         self._factory = api_client_factory
         self._now = now
@@ -340,7 +456,10 @@ class ApiSource:
         reflector_class: type[informers.Reflector],
     ) -> None:
         for kind, scope in plan:
-            list_fn, watch_fn = api_calls(self._client, kind, **scope)
+            extra: dict[str, Any] = {}
+            if kind in self.transform:  # each list page is transformed as it arrives
+                extra["transform"] = self.transform[kind]
+            list_fn, watch_fn = api_calls(self._client, kind, **scope, **extra)
             reflector = reflector_class(
                 kind,
                 list_fn=list_fn,

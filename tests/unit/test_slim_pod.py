@@ -118,3 +118,23 @@ def test_tracker_keeps_slim_pods() -> None:
     uid = objects.pod_uid(pod)
     assert tracker.pods[uid] == objects.slim_pod(pod)
     assert uid in tracker.pending
+
+
+def test_equal_slim_parts_are_one_object_and_unequal_ones_are_not():
+    def pod(name: str, cpu: str, phase: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "a", "uid": name},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "image": name, "resources": {"limits": {"cpu": cpu}}}],
+            },
+            "status": {"phase": phase, "podIP": name},
+        }
+
+    a, b, c = (
+        objects.slim_pod(pod(n, cpu, "Running")) for n, cpu in (("a", "1"), ("b", "1"), ("c", "2"))
+    )
+    assert a["spec"]["containers"] is b["spec"]["containers"]  # images differ, kept parts equal
+    assert a["spec"]["containers"] is not c["spec"]["containers"]
+    assert a["status"] is b["status"] is c["status"] and a["status"] == {"phase": "Running"}
+    assert a["metadata"] is not b["metadata"]  # per-pod identity is never shared

@@ -783,3 +783,98 @@ async def test_make_api_client_without_credentials_is_a_clear_error(
     path = str(tmp_path / "nope") if where == "missing-file" else None
     with pytest.raises(FairshareError, match="cannot load Kubernetes credentials"):
         await informers.make_api_client(path)
+
+
+# -- streaming a large JSON List --------------------------------------------------------------
+
+
+STREAM_DOC = {
+    "apiVersion": "v1",
+    "items": [
+        {
+            "kind": "Pod",
+            "metadata": {"name": "p,1]", "namespace": "a", "annotations": {"x": '}{"['}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {}}]},
+            "status": {"phase": "Running"},
+        },
+        {"kind": "Node", "metadata": {"name": "n\u00e9"}, "spec": {}, "n": 12345678901234},
+        {"kind": "Pod", "metadata": {"name": "p2"}, "spec": {}, "x": [1.5e3, True, None]},
+    ],
+    "kind": "List",
+    "metadata": {"resourceVersion": ""},
+}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+def test_streamed_json_list_equals_json_loads_at_any_chunk_size(chunk: int):
+    import io
+
+    text = json.dumps(STREAM_DOC, indent=1)
+    seen: list[str] = []
+
+    def mark(obj: dict[str, Any]) -> dict[str, Any]:
+        seen.append(obj["metadata"]["name"])
+        return {**obj, "slim": True}
+
+    fh = io.StringIO(text)
+    head = fh.read(5)
+    out = sources._stream_json(fh, head, {"Pod": mark}, chunk=chunk)
+    want = json.loads(text)
+    want["items"][0]["slim"] = want["items"][2]["slim"] = True
+    assert out == want
+    assert seen == ["p,1]", "p2"]  # each pod transformed once, as it was parsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"items": [{"kind": "Pod"', '{"items": [1, 2', '{"a": 1} x', '{"a" 1}', '{"items": [1,]}'],
+)
+def test_streamed_json_list_refuses_broken_documents(text: str, tmp_path: Path):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    source = FileSource(path, kinds=("Pod",), transform={"Pod": lambda o: o})
+    with pytest.raises(StateFileError, match="not valid JSON"):
+        source.load()
+
+
+def test_file_source_transform_applies_to_json_and_yaml(tmp_path: Path):
+    def slim(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": obj.get("kind", "Pod"), "metadata": obj["metadata"], "spec": {}}
+
+    for name, text in (
+        ("s.json", json.dumps(KUBECTL_LIST)),
+        ("s.yaml", yaml.safe_dump(KUBECTL_LIST)),
+    ):
+        path = tmp_path / name
+        path.write_text(text)
+        loaded = FileSource(path, kinds=("Pod", "Node"), transform={"Pod": slim}).load()
+        assert [p["spec"] for p in loaded["Pod"]] == [{}, {}], name
+        assert [p["metadata"]["name"] for p in loaded["Pod"]] == ["p1", "p2"]
+        assert loaded["Node"][0]["metadata"]["name"] == "gpu-1"
+
+
+async def test_api_source_hands_the_transform_to_the_list_of_that_kind_only():
+    got: dict[str, Any] = {}
+
+    def api_calls(api_client: Any, kind: str, **kw: Any) -> tuple[Any, Any]:
+        got[kind] = kw.get("transform")
+
+        async def list_fn() -> Mapping[str, Any]:
+            return listing(1)
+
+        async def watch_fn(rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+            await asyncio.Event().wait()
+            yield {}
+
+        return list_fn, watch_fn
+
+    async def factory() -> Any:
+        return FakeClient()
+
+    def slim(obj: dict[str, Any]) -> dict[str, Any]:
+        return obj
+
+    source = ApiSource(factory, kinds=("Pod", "Node"), transform={"Pod": slim}, api_calls=api_calls)
+    await source.start(Store())
+    await source.stop()
+    assert got == {"Pod": slim, "Node": None}
