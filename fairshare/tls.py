@@ -453,8 +453,10 @@ class CertReloader:
         *,
         on_error: Callable[[Exception], None] | None = None,
         client_ca: str | os.PathLike[str] | None = None,
+        on_reload: Callable[[dt.datetime], None] | None = None,
     ) -> None:
         self._cert_file = Path(cert_file)
+        self._on_reload = on_reload
         self._key_file = Path(key_file)
         self._client_ca = Path(client_ca) if client_ca is not None else None
         self._on_error = on_error
@@ -501,6 +503,8 @@ class CertReloader:
         self.reloads += 1
         self.last_error = None
         log.info("TLS certificate reloaded from %s (expires %s)", self._cert_file, not_after)
+        if self._on_reload is not None:
+            self._on_reload(not_after)
         return True
 
     async def run(self, *, interval: float = 10.0) -> None:

@@ -323,7 +323,7 @@ async def serve(
     (needs ``tls_cert``/``tls_key``).
     """
     import _native
-    from fairshare import __version__, runtime, tls
+    from fairshare import __version__, runtime
     from fairshare.errors import FairshareError
 
     if client_ca is not None and not (tls_cert and tls_key):
@@ -357,11 +357,8 @@ async def serve(
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
     reloader = None
     if tls_cert and tls_key:
-        reloader = tls.CertReloader(
-            tls_cert,
-            tls_key,
-            on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False),
-            client_ca=client_ca,
+        reloader = serving.cert_reloader(
+            tls_cert, tls_key, client_ca=client_ca, metrics=deps.metrics
         )
     deps.background.append(
         runtime.background(

@@ -15,6 +15,7 @@ mistake. Default-deny: a route added later is protected unless listed as public.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import ssl
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from fairshare import metrics as metrics_mod
-from fairshare import runtime
+from fairshare import runtime, tls
 
 log = logging.getLogger("fairshare.serving")
 
@@ -75,6 +76,28 @@ async def require_client_cert(request: web.Request, handler: Handler) -> web.Str
         log.warning("refused %s %s: no verified client certificate", request.method, request.path)
         return web.Response(status=403, text="fairshare: client certificate required\n")
     return await handler(request)
+
+
+def cert_reloader(
+    cert_file: str, key_file: str, *, client_ca: str | None, metrics: metrics_mod.Metrics
+) -> tls.CertReloader:
+    """The serving certificate's reloader, reporting to ``metrics``: the expiry gauge
+    (set now and on every reload, what the certificate-expiry alerts read) and the
+    reload counters."""
+
+    def reloaded(not_after: dt.datetime) -> None:
+        metrics.observe_tls_reload(ok=True)
+        metrics.set_tls_cert_expiry(not_after.timestamp())
+
+    reloader = tls.CertReloader(
+        cert_file,
+        key_file,
+        on_error=lambda _e: metrics.observe_tls_reload(ok=False),
+        on_reload=reloaded,
+        client_ca=client_ca,
+    )
+    metrics.set_tls_cert_expiry(reloader.not_after.timestamp())
+    return reloader
 
 
 async def run_until_signal(

@@ -231,7 +231,7 @@ async def serve(
     that several replicas share (``webhook.coordination``); None keeps them in memory.
     """
     import _native
-    from fairshare import __version__, runtime, tls
+    from fairshare import __version__, runtime
     from fairshare.state import sources
 
     if client_ca is not None and not (tls_cert and tls_key):
@@ -271,11 +271,8 @@ async def serve(
         deps.shared = SharedReservations(store, ttl=reservation_ttl)
     reloader = None
     if tls_cert and tls_key:
-        reloader = tls.CertReloader(
-            tls_cert,
-            tls_key,
-            on_error=lambda _e: deps.metrics.observe_tls_reload(ok=False),
-            client_ca=client_ca,
+        reloader = serving.cert_reloader(
+            tls_cert, tls_key, client_ca=client_ca, metrics=deps.metrics
         )
     else:
         log.warning("serving plain HTTP: kube-apiserver needs HTTPS (--tls-cert/--tls-key)")

@@ -522,6 +522,37 @@ def test_not_after_follows_rotation(volume: SecretVolume, ca: CA) -> None:
     assert reloader.not_after > first  # 2 days instead of 1
 
 
+def test_serving_reloader_reports_expiry_and_reloads_to_metrics(
+    volume: SecretVolume, ca: CA
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    import serving
+    from fairshare.metrics import Metrics
+
+    registry = CollectorRegistry()
+    reloader = serving.cert_reloader(
+        str(volume.cert), str(volume.key), client_ca=None, metrics=Metrics(registry)
+    )
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels or None)
+
+    expiry = "fairshare_tls_cert_expiry_timestamp_seconds"
+    assert sample(expiry) == reloader.not_after.timestamp()  # set at start, not only on reload
+    cert_pem, key_pem = tls.make_serving_cert(
+        ca.cert_pem, ca.key_pem, dns_names=["x"], days=3, now=dt.datetime.now(dt.UTC)
+    )
+    volume.publish(cert_pem, key_pem)
+    assert reloader.maybe_reload()
+    assert sample(expiry) == reloader.not_after.timestamp()
+    assert sample("fairshare_tls_reloads_total") == 1.0
+    volume.publish(b"not a certificate", key_pem)
+    assert not reloader.maybe_reload()
+    assert sample("fairshare_tls_reload_errors_total") == 1.0
+    assert sample(expiry) == reloader.not_after.timestamp()  # the good one still serves
+
+
 async def test_asyncio_server_gets_rotated_cert(volume: SecretVolume, ca: CA) -> None:
     """The same swap works for asyncio's SSLObject, which aiohttp's server uses."""
     reloader = tls.CertReloader(volume.cert, volume.key)
