@@ -500,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bench-quality: {len(jobs)} runs on {workers} worker(s), {os.cpu_count()} cores",
         file=sys.stderr,
     )
+    commit = _commit()  # the checkout the runs start from
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -532,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         "load": args.load,
         "workers": workers,
         "cores": os.cpu_count(),
-        "commit": _commit(),
+        "commit": commit,
         "runs": len(jobs),
         "seconds": round(time.perf_counter() - t0, 1),
     }
