@@ -253,16 +253,8 @@ def cmd_client_certs(args: argparse.Namespace) -> int:
         for stem, (c, k) in paths.clients.items():
             data = {"tls.crt": c.read_bytes(), "tls.key": k.read_bytes(), "ca.crt": ca}
             writes.append((CLIENT_SECRETS[stem], "kubernetes.io/tls", data))
-        for name, kind, data in writes:
-            asyncio.run(
-                tls.write_secret(
-                    data,
-                    namespace=args.secrets,
-                    name=name,
-                    secret_type=kind,
-                    kubeconfig=args.kubeconfig,
-                )
-            )
+        asyncio.run(tls.write_secrets(writes, namespace=args.secrets, kubeconfig=args.kubeconfig))
+        for name, _kind, _data in writes:
             print(f"secret {args.secrets}/{name} written")
     return 0
 

@@ -74,7 +74,7 @@ __all__ = [
     "service_dns_names",
     "write_certs",
     "write_client_certs",
-    "write_secret",
+    "write_secrets",
 ]
 
 log = logging.getLogger(__name__)
@@ -601,50 +601,42 @@ async def write_tls_secret(
     them, so the same Deployment works with either.
     """
     files = {"tls.crt": paths.cert, "tls.key": paths.key, "ca.crt": paths.ca_cert}
-    await write_secret(
-        {key: path.read_bytes() for key, path in files.items()},
-        namespace=namespace,
-        name=name,
-        secret_type="kubernetes.io/tls",
-        kubeconfig=kubeconfig,
+    data = {key: path.read_bytes() for key, path in files.items()}
+    await write_secrets(
+        [(name, "kubernetes.io/tls", data)], namespace=namespace, kubeconfig=kubeconfig
     )
 
 
-async def write_secret(
-    data: dict[str, bytes],
+async def write_secrets(
+    secrets: Sequence[tuple[str, str, dict[str, bytes]]],
     *,
     namespace: str,
-    name: str,
-    secret_type: str = "Opaque",
     kubeconfig: str | None = None,
-    replace: bool = True,
-) -> bool:
-    """Create the Secret ``namespace/name``; if it exists, replace it (or leave it when
-    ``replace`` is False). Returns True if this call wrote it."""
+) -> None:
+    """Create or replace each Secret ``(name, type, data)`` in ``namespace``, over one
+    API client."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.rest import ApiException
 
     from fairshare.state import informers
 
     api_client = await informers.make_api_client(kubeconfig)
-    body: Any = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": secret_type,
-        "metadata": {"name": name, "namespace": namespace},
-        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
-    }
     async with api_client:
         v1 = client.CoreV1Api(api_client)
-        try:
-            await v1.create_namespaced_secret(namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            if not replace:
-                return False
-            await v1.replace_namespaced_secret(name, namespace, body)
-    return True
+        for name, secret_type, data in secrets:
+            body: Any = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": secret_type,
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+            }
+            try:
+                await v1.create_namespaced_secret(namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                await v1.replace_namespaced_secret(name, namespace, body)
 
 
 async def secret_exists(namespace: str, name: str, *, kubeconfig: str | None = None) -> bool:

@@ -156,16 +156,19 @@ class Store:
 # -- the List file -----------------------------------------------------------------------
 
 
-def _read_document(path: Path, transform: Mapping[str, ItemTransform] | None = None) -> object:
-    """The parsed file. With ``transform`` (kind -> function), a JSON file is read in
-    chunks and its items that name their kind are transformed as the parser builds them,
-    so a large List never holds its whole text and every whole object at once (the peak
-    memory of a 100,000-pod file)."""
+def _read_document(
+    path: Path, transform: Mapping[str, ItemTransform] | None = None
+) -> tuple[object, bool]:
+    """The parsed file, and whether its items that name their kind are transformed
+    already. With ``transform`` (kind -> function), a JSON file is read in chunks and
+    those items are transformed one by one as they are parsed, so a large List never
+    holds its whole text and every whole object at once (the peak memory of a
+    100,000-pod file)."""
     try:
         with path.open(encoding="utf-8") as fh:
             head = fh.read(4096)
             if transform and head.lstrip().startswith("{"):
-                return _stream_json(fh, head, transform)
+                return _stream_json(fh, head, transform), True
             text = head + fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise StateFileError(f"{path}: cannot read state file: {exc}") from exc
@@ -173,8 +176,8 @@ def _read_document(path: Path, transform: Mapping[str, ItemTransform] | None = N
         raise StateFileError(f"{path}: not valid JSON: {exc}") from exc
     try:
         if text.lstrip().startswith("{"):
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text), False
+        return yaml.safe_load(text), False
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise StateFileError(f"{path}: not valid JSON or YAML: {exc}") from exc
 
@@ -186,17 +189,16 @@ def _stream_json(
     fh: Any, head: str, transform: Mapping[str, ItemTransform], chunk: int = 1 << 22
 ) -> dict[str, Any]:
     """One top-level JSON object from ``fh`` (``head`` already read), decoding the
-    elements of its ``items`` array one at a time; other members whole. Raises
-    ``json.JSONDecodeError`` for invalid or truncated JSON."""
+    elements of its ``items`` array one at a time and transforming each that names a
+    kind of ``transform``; other members whole. Raises ``json.JSONDecodeError`` for
+    invalid or truncated JSON."""
 
-    def hook(obj: dict[str, Any]) -> dict[str, Any]:
-        kind = obj.get("kind")
+    def item(obj: Any) -> Any:
+        kind = obj.get("kind") if isinstance(obj, dict) else None
         fn = transform.get(kind) if isinstance(kind, str) else None
-        if fn is not None and "metadata" in obj and "spec" in obj:
-            return fn(obj)
-        return obj
+        return fn(obj) if fn is not None else obj
 
-    decoder = json.JSONDecoder(object_hook=hook)
+    decoder = json.JSONDecoder()
     buf, pos, eof = head, 0, False
 
     def fill() -> bool:
@@ -251,7 +253,7 @@ def _stream_json(
                     pos += 1
                 else:
                     while True:
-                        items.append(value())
+                        items.append(item(value()))
                         if skip_ws() == "]":
                             pos += 1
                             break
@@ -323,11 +325,14 @@ class FileSource:
         """Read and check the file: the items of each of ``kinds``, in file order."""
         by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in self.kinds}
         skipped: set[str] = set()
-        document = _read_document(self.path, self.transform)
+        document, streamed = _read_document(self.path, self.transform)
+        # Streamed items that named their kind are transformed; those of a typed list
+        # (kind: PodList, items without kind) and of a YAML file are transformed here.
+        done = streamed and isinstance(document, Mapping) and document.get("kind") == "List"
         for item in _list_items(self.path, document):
             kind = item["kind"]
             if kind in by_kind:
-                fn = self.transform.get(kind)
+                fn = None if done else self.transform.get(kind)
                 by_kind[kind].append(fn(item) if fn is not None else item)
             else:
                 skipped.add(str(item["kind"]))

@@ -156,3 +156,51 @@ async def test_only_the_control_plane_reaches_the_admission_paths_and_verbs(
     )
     assert status == 200, text
     assert node in (json.loads(text).get("NodeNames") or [])
+
+
+async def test_client_certs_command_writes_keeps_and_reuses_the_secrets(
+    api: client.ApiClient, cluster: Any, tmp_path: Path
+):
+    """`fairshare client-certs --secrets` against the real apiserver: the Job's
+    --keep-existing never replaces a client CA in use; --reuse stores files made
+    before (the kind flow) over the existing Secrets."""
+    import subprocess
+    import sys
+
+    core = client.CoreV1Api(api)
+    ns = (
+        await core.create_namespace({"metadata": {"generateName": "client-certs-"}})
+    ).metadata.name
+
+    def run(out: Path, *extra: str) -> str:
+        argv = [sys.executable, "-m", "fairshare", "client-certs", "--out", str(out)]
+        argv += ["--secrets", ns, "--kubeconfig", str(cluster.kubeconfig), *extra]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    async def ca_in_secret() -> bytes:
+        import base64
+
+        secret = await core.read_namespaced_secret("fairshare-client-ca", ns)
+        return base64.b64decode(secret.data["ca.crt"])
+
+    try:
+        first = tmp_path / "first"
+        assert "fairshare-scheduler-client written" in run(first, "--keep-existing")
+        assert await ca_in_secret() == (first / "client-ca.crt").read_bytes()
+        kept = run(tmp_path / "second", "--keep-existing")
+        assert "keeping the client CA" in kept
+        assert not (tmp_path / "second").exists()
+        assert await ca_in_secret() == (first / "client-ca.crt").read_bytes()
+        other = tmp_path / "other"
+        run(other)  # a new CA replaces the Secrets without --keep-existing
+        assert await ca_in_secret() == (other / "client-ca.crt").read_bytes()
+        run(first, "--reuse")
+        assert await ca_in_secret() == (first / "client-ca.crt").read_bytes()
+        for name in ("fairshare-apiserver-client", "fairshare-scheduler-client"):
+            secret = await core.read_namespaced_secret(name, ns)
+            assert secret.type == "kubernetes.io/tls"
+            assert set(secret.data) == {"tls.crt", "tls.key", "ca.crt"}
+    finally:
+        await core.delete_namespace(ns)

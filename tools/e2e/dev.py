@@ -335,6 +335,15 @@ def webhook_configurations(h: Handles) -> list[dict[str, Any]]:
     return [mutating, validating]
 
 
+def extender_tls(h: Handles) -> dict[str, str]:
+    """kube-scheduler's tlsConfig for the extender: its CA, and the client certificate
+    the extender's --client-ca asks for when the cluster has one."""
+    out = {"caData": _b64(h.extender_ca)}
+    if h.scheduler_client_cert:
+        out |= {"certData": _b64(h.scheduler_client_cert), "keyData": _b64(h.scheduler_client_key)}
+    return out
+
+
 def scheduler_configuration(h: Handles) -> dict[str, Any]:
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -352,17 +361,7 @@ def scheduler_configuration(h: Handles) -> dict[str, Any]:
                 "bindVerb": "bind",
                 "weight": 5,
                 "enableHTTPS": True,
-                "tlsConfig": {
-                    "caData": _b64(h.extender_ca),
-                    **(
-                        {
-                            "certData": _b64(h.scheduler_client_cert),
-                            "keyData": _b64(h.scheduler_client_key),
-                        }
-                        if h.scheduler_client_cert
-                        else {}
-                    ),
-                },
+                "tlsConfig": extender_tls(h),
                 "nodeCacheCapable": True,
                 "ignorable": False,
                 "httpTimeout": "5s",
@@ -634,9 +633,9 @@ def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Ha
         scheduler_config=str(layout.scheduler_config),
         config_file=str(layout.config),
     )
-    if client_ca_file(state):
-        pki = Path(state["pki_dir"])
-        h.client_ca = client_ca_file(state)
+    if client_ca := client_ca_file(state):
+        pki = Path(client_ca).parent
+        h.client_ca = client_ca
         h.scheduler_client_cert = str(pki / "scheduler-client.crt")
         h.scheduler_client_key = str(pki / "scheduler-client.key")
     try:
