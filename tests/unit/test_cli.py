@@ -127,3 +127,10 @@ def test_client_certs_bad_usage(tmp_path, capsys):
     assert "--keep-existing needs --secrets" in capsys.readouterr().err
     assert cli.main(["client-certs", "--out", str(tmp_path / "none"), "--reuse"]) == 1
     assert "missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("server", ["webhook", "extender"])
+def test_not_ready_after_must_be_positive(server, tmp_path, capsys):
+    argv = [server, "--config", str(tmp_path / "c.yaml"), "--not-ready-after", "0"]
+    assert cli.main(argv) == 1
+    assert "--not-ready-after must be > 0 seconds" in capsys.readouterr().err
