@@ -147,6 +147,7 @@ class Reflector:
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         watch_timeout_seconds: int = 300,
         on_synced: Callable[[str], None] | None = None,
+        on_recovered: Callable[[str], None] | None = None,
         now: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -164,6 +165,8 @@ class Reflector:
         self._sink = sink
         self._backoff = Backoff(backoff, rng or random.Random())
         self._on_synced = on_synced
+        self._on_recovered = on_recovered
+        self._wake = asyncio.Event()
         self._now = now
         self._sleep = sleep
         self._gone_streak = 0
@@ -180,7 +183,7 @@ class Reflector:
                     need_list = False
                 step = "watch"
                 await self._watch()
-                self.failing_since = None  # the watch ran its course
+                self._answered()  # the watch ran its course
             except Exception as exc:
                 self.failures += 1
                 if self.failing_since is None:
@@ -193,7 +196,28 @@ class Reflector:
                         continue  # the normal case: relist at once
                 delay = self._backoff.next_delay()
                 log.warning("%s %s failed: %r; retrying in %.2fs", self.kind, step, exc, delay)
-                await self._sleep(delay)
+                await self._pause(delay)
+
+    def wake(self) -> None:
+        """Cut a backoff pause short: the API answered another reflector again."""
+        self._wake.set()
+
+    async def _pause(self, delay: float) -> None:
+        self._wake.clear()
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waker):
+                task.cancel()
+
+    def _answered(self) -> None:
+        """The API answered: no longer failing; tell the owner if it was."""
+        if self.failing_since is not None:
+            self.failing_since = None
+            if self._on_recovered is not None:
+                self._on_recovered(self.kind)
 
     async def _list(self) -> None:
         data = await self._list_fn()
@@ -209,7 +233,7 @@ class Reflector:
         self._call_sink(self._sink.on_resync, self.kind, items)
         self.resource_version = str(rv)
         self.lists += 1
-        self.failing_since = None
+        self._answered()
         self._backoff.reset()
         log.debug("%s listed: %d objects at resourceVersion %s", self.kind, len(items), rv)
         if not self.synced.is_set():
@@ -225,7 +249,7 @@ class Reflector:
             async for event in stream:
                 self._handle(event)
                 received = True
-                self.failing_since = None
+                self._answered()
                 self._gone_streak = 0
                 self._backoff.reset()
         finally:

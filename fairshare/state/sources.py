@@ -473,6 +473,7 @@ class ApiSource:
                 backoff=self.backoff,
                 watch_timeout_seconds=self.watch_timeout_seconds,
                 on_synced=self._synced,
+                on_recovered=self._recovered,
                 now=self._now,
                 sleep=self._sleep,
                 rng=self._rng,
@@ -489,6 +490,13 @@ class ApiSource:
             if r.failing_since is not None and now - r.failing_since >= self.stale_after:
                 return False
         return True
+
+    def _recovered(self, kind: str) -> None:
+        # The API answers again: the other kinds retry now rather than at the end of
+        # their backoff (up to its maximum), so readiness returns with the API.
+        for r in self.reflectors:
+            if r.kind != kind and r.failing_since is not None:
+                r.wake()
 
     def _synced(self, kind: str) -> None:
         self._pending.discard(kind)

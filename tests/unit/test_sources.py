@@ -9,6 +9,7 @@ not catch), which ends ``run()`` deterministically.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -878,3 +879,47 @@ async def test_api_source_hands_the_transform_to_the_list_of_that_kind_only():
     await source.start(Store())
     await source.stop()
     assert got == {"Pod": slim, "Node": None}
+
+
+async def test_a_reflector_in_backoff_retries_at_once_when_woken_and_source_wakes_the_others():
+    calls = 0
+
+    async def list_fn() -> Mapping[str, Any]:
+        nonlocal calls
+        calls += 1
+        raise ConnectionRefusedError("apiserver down")
+
+    async def watch_fn(rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+        yield {}
+
+    async def long_sleep(_delay: float) -> None:
+        await asyncio.sleep(3600)  # a backoff that would outlast the test
+
+    r = Reflector("Pod", list_fn=list_fn, watch_fn=watch_fn, sink=Store(), sleep=long_sleep)
+    task = asyncio.create_task(r.run())
+    try:
+        for _ in range(100):
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        assert calls == 1 and r.failing_since is not None
+        await asyncio.sleep(0.05)
+        assert calls == 1  # pausing
+        # ApiSource._recovered: another kind answered, so this one is woken.
+        other = Reflector("Node", list_fn=list_fn, watch_fn=watch_fn, sink=Store())
+
+        async def factory() -> Any:
+            return FakeClient()
+
+        source = ApiSource(factory, kinds=("Pod", "Node"))
+        source.reflectors = [r, other]
+        source._recovered("Node")
+        for _ in range(100):
+            if calls >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert calls == 2, "the woken reflector should have retried at once"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
