@@ -15,6 +15,9 @@ fi
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/fairshare/e2e/k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 bin="$cache/bin"
 mkdir -p "$bin"
+# One build at a time per cache: a second caller waits, then finds the binaries cached.
+exec 9>"$cache/.lock"
+flock 9
 export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 export GOFLAGS="$GOFLAGS -mod=mod"
 minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
