@@ -350,14 +350,19 @@ def cmd_extender(args: argparse.Namespace) -> int:
     from scheduler_plugin.app import Election, serve
 
     if args.lease is None:
+        if args.leader_label_pod is not None:
+            print("error: --leader-label-pod needs --lease", file=sys.stderr)
+            return 1
         return _run_server(args, serve)
     if args.state_file is not None:
         print("error: --lease needs the API; a --state run has a single replica", file=sys.stderr)
         return 1
+    for flag, ref in (("--lease", args.lease), ("--leader-label-pod", args.leader_label_pod)):
+        ns, _, rest = (ref or "x/x").partition("/")
+        if not ns or not rest or "/" in rest:
+            print(f"error: {flag} wants NAMESPACE/NAME, got {ref!r}", file=sys.stderr)
+            return 1
     namespace, _, name = args.lease.partition("/")
-    if not namespace or not name or "/" in name:
-        print(f"error: --lease wants NAMESPACE/NAME, got {args.lease!r}", file=sys.stderr)
-        return 1
     election = Election(
         namespace=namespace,
         name=name,
@@ -365,6 +370,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
+        label_pod=args.leader_label_pod,
     )
     return _run_server(args, serve, election=election)
 
@@ -554,6 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--retry-period", type=float, default=2.0, help="seconds between Lease attempts"
     )
     ext.add_argument("--identity", default=None, help="holder identity (default: hostname_random)")
+    ext.add_argument(
+        "--leader-label-pod",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="this replica's own pod: labelled fairshare.io/extender-leader=true while it "
+        "leads (select it in the Service)",
+    )
     ext.set_defaults(func=cmd_extender)
     rec = sub.add_parser(
         "reclaimer", help="run the reclaim controller (evicts borrowed pods for guarantees)"

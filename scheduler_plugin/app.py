@@ -14,9 +14,12 @@ the Binding's metadata, so it lands on the pod in the same write as ``nodeName``
 refused POST un-assumes the pod.
 
 Several replicas (``--lease``): only the holder of the Lease decides
-(``scheduler_plugin.leader``). ``/readyz`` fails on the others, so the Service sends
-kube-scheduler to the leader; a call that still reaches a follower (endpoints lag) is
-refused, never decided: filter and preempt with 503, bind with ``Error``. With
+(``scheduler_plugin.leader``). The leader labels its own pod (``--leader-label-pod``)
+and the Service selects that label, so kube-scheduler reaches the leader; every replica
+stays ready (``/readyz`` = synced), or a rolling update could never see its new pods
+ready and a drain could never evict the leader under the PodDisruptionBudget. A call
+that still reaches a follower (endpoints lag, a failover) is refused, never decided:
+filter and preempt with 503, bind with ``Error``. With
 ``ignorable: false`` either error fails that scheduling attempt and kube-scheduler
 retries the pod after its backoff. Prioritize is answered (scores only order nodes; a
 prioritize error would just drop the scores). A new leader first re-lists pods, so the
@@ -64,6 +67,8 @@ MAX_BODY = 64 * 1024 * 1024
 NOT_LEADER = "fairshare: this extender replica is not the leader; retry"
 """The answer of a follower to a deciding verb (kube-scheduler retries the pod)."""
 DECIDING = frozenset({"filter", "preempt", "bind"})
+LEADER_LABEL = "fairshare.io/extender-leader"
+"""Set to ``"true"`` on the leader's own pod (``--leader-label-pod``); the Service selects it."""
 
 
 async def bind_locally(plan: verbs.BindPlan) -> None:
@@ -313,6 +318,9 @@ class Election:
     lease_duration: int = 15
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    label_pod: str | None = None
+    """NAMESPACE/NAME of this replica's own pod: labelled ``LEADER_LABEL=true`` while it
+    leads, so a Service selecting that label sends kube-scheduler to the leader only."""
 
     def __post_init__(self) -> None:
         from fairshare.errors import FairshareError
@@ -324,10 +332,13 @@ class Election:
 
 
 def lead(deps: ExtenderDeps, source: Any, api_client: Any, election: Election) -> CleanupCtx:
-    """Run the election for the app's lifetime: the replica decides (``deps.leading``) and
-    is ready only while it leads; a new term first waits for the initial sync and then
-    re-lists pods (a consistent read), so binds the previous leader made are accounted.
-    On shutdown it stops deciding, lets the binds in flight land and releases the Lease."""
+    """Run the election for the app's lifetime: the replica decides (``deps.leading``)
+    only while it leads; a new term first waits for the initial sync and then re-lists
+    pods (a consistent read), so binds the previous leader made are accounted, and then
+    labels its pod (``label_pod``). ``/readyz`` stays "synced" on every replica, so
+    rolling updates and the PodDisruptionBudget see two ready replicas; the Service
+    routes by the leader label. On shutdown it stops deciding, drops the label, lets the
+    binds in flight land and releases the Lease."""
     from scheduler_plugin import leader
 
     elector = leader.LeaseElector(
@@ -342,16 +353,19 @@ def lead(deps: ExtenderDeps, source: Any, api_client: Any, election: Election) -
         await source.ready.wait()
         await source.relist(("Pod",))
 
+    advertise = None
+    if election.label_pod is not None:
+        pod_ns, _, pod_name = election.label_pod.partition("/")
+        advertise = leader.KubePodLabel(api_client, pod_ns, pod_name, LEADER_LABEL)
     leadership = leader.Leadership(
         elector,
         renew_deadline=election.renew_deadline,
         retry_period=election.retry_period,
         catch_up=catch_up,
         on_change=deps.metrics.set_extender_leader,
+        advertise=advertise,
     )
     deps.leading = leadership.leading
-    synced = deps.ready
-    deps.ready = lambda: synced() and leadership.leading()
 
     async def drained() -> None:
         for _ in range(100):

@@ -222,9 +222,13 @@ class Leadership:
     retry_period: float = 2.0
     catch_up: Callable[[], Awaitable[None]] | None = None
     on_change: Callable[[bool], None] | None = None
+    advertise: Callable[[bool], Awaitable[None]] | None = None
+    """Tells the world whether we lead (the extender labels its own pod, which the
+    Service selects); called when ``leading()`` changes, and again until it succeeds."""
     clock: Callable[[], float] = time.monotonic
     term: Term = field(init=False)
     _catching_up: asyncio.Task[None] | None = field(default=None, init=False)
+    _advertised: bool | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.term = Term(self.renew_deadline)
@@ -264,8 +268,20 @@ class Leadership:
             if self.term.mark_caught_up(number):
                 log.info("term %d caught up: leading", number)
                 self._changed(True)
+                await self.reconcile_advert()
 
         self._catching_up = asyncio.create_task(run(), name="leader-catch-up")
+
+    async def reconcile_advert(self) -> None:
+        """Make the advertised state match ``leading()`` (no call when it already does)."""
+        want = self.leading()
+        if self.advertise is None or want == self._advertised:
+            return
+        try:
+            await self.advertise(want)
+            self._advertised = want
+        except Exception as exc:
+            log.warning("advertising leading=%s failed (retried): %r", want, exc)
 
     def _changed(self, leading: bool) -> None:
         if self.on_change is not None:
@@ -277,6 +293,7 @@ class Leadership:
             while not stop.is_set():
                 try:
                     await self.attempt()
+                    await self.reconcile_advert()
                 except Exception:
                     log.exception("leader election attempt failed")
                 with contextlib.suppress(TimeoutError):
@@ -295,6 +312,7 @@ class Leadership:
         if not held:
             return
         self._changed(False)
+        await self.reconcile_advert()
         if drained is not None:
             await drained()
         try:
@@ -344,6 +362,30 @@ class KubeLeaseApi:
         raise FairshareError(f"writing Lease {namespace}/{name}: HTTP {status}: {data}")
 
 
+class KubePodLabel:
+    """Sets or removes one label on one pod (merge patch): a replica's own pod."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str, key: str) -> None:
+        from kubernetes_asyncio import client
+
+        self.core: Any = client.CoreV1Api(api_client)
+        self.namespace, self.name, self.key = namespace, name, key
+
+    async def __call__(self, on: bool) -> None:
+        body = {"metadata": {"labels": {self.key: "true" if on else None}}}
+        status, data = await call_raw(
+            self.core.patch_namespaced_pod(
+                self.name, self.namespace, body,
+                _content_type="application/merge-patch+json", _preload_content=False,
+            )
+        )  # fmt: skip
+        if not 200 <= status < 300:
+            raise FairshareError(
+                f"labelling pod {self.namespace}/{self.name}: HTTP {status}: "
+                f"{data.get('message', '')}"
+            )
+
+
 async def call_raw(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
     """Await a raw (``_preload_content=False``) call: HTTP status and decoded JSON body.
 
@@ -363,6 +405,7 @@ async def call_raw(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
 
 __all__ = [
     "KubeLeaseApi",
+    "KubePodLabel",
     "Leadership",
     "LeaseApi",
     "LeaseElector",

@@ -169,6 +169,35 @@ async def test_step_down_waits_for_the_binds_in_flight_then_releases():
     assert api.lease is not None and "holderIdentity" not in api.lease["spec"]
 
 
+async def test_the_leader_label_follows_leadership_and_is_retried_until_it_lands():
+    api = FakeLeases()
+    labels: list[bool] = []
+    failing = [True]
+
+    async def advertise(on: bool) -> None:
+        if failing[0]:
+            raise OSError("apiserver unreachable")
+        labels.append(on)
+
+    other = leader.LeaseElector(api, "ns", "l", "other")
+    assert await other.try_lead()
+    lead = leader.Leadership(leader.LeaseElector(api, "ns", "l", "me"), advertise=advertise)
+    await lead.attempt()
+    await lead.reconcile_advert()  # fails: retried next round
+    failing[0] = False
+    await lead.reconcile_advert()
+    assert labels == [False]  # a restarted follower clears a stale label of its pod
+    await lead.reconcile_advert()
+    assert labels == [False]  # nothing changed: no call
+    await other.release()
+    assert await lead.attempt() == "acquired"
+    await asyncio.sleep(0)  # the catch-up, then the label
+    assert labels == [False, True]
+    await lead.step_down()
+    assert labels == [False, True, False]
+    assert api.lease is not None and "holderIdentity" not in api.lease["spec"]
+
+
 # -- the extender: followers refuse the deciding verbs ------------------------------------------
 
 
@@ -180,15 +209,16 @@ async def follower():
     deps.tracker.on_resync("Pod", [half_pod(0)])
     is_leader = [False]
     deps.leading = lambda: is_leader[0]
-    deps.ready = lambda: is_leader[0]
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
         c.is_leader = is_leader  # type: ignore[attr-defined]
         c.deps = deps  # type: ignore[attr-defined]
         yield c
 
 
-async def test_a_follower_is_not_ready_and_refuses_filter_preempt_and_bind(follower):
-    assert (await follower.get("/readyz")).status == 503
+async def test_a_follower_refuses_filter_preempt_and_bind(follower):
+    # Still ready (synced): rollouts and the PodDisruptionBudget count it; the Service
+    # routes by the leader label instead.
+    assert (await follower.get("/readyz")).status == 200
     args = {"Pod": half_pod(0), "Nodes": None, "NodeNames": ["n1"]}
     resp = await follower.post("/filter", json=args)
     assert resp.status == 503 and "not the leader" in await resp.text()
@@ -203,7 +233,6 @@ async def test_a_follower_is_not_ready_and_refuses_filter_preempt_and_bind(follo
     assert (await follower.post("/prioritize", json=args)).status == 200
 
     follower.is_leader[0] = True
-    assert (await follower.get("/readyz")).status == 200
     assert (await follower.post("/filter", json=args)).status == 200
     resp = await follower.post("/bind", json=bind)
     assert (await resp.json())["Error"] == ""
@@ -218,6 +247,8 @@ async def test_a_follower_is_not_ready_and_refuses_filter_preempt_and_bind(follo
         (["--lease", "nons"], "--lease wants NAMESPACE/NAME"),
         (["--lease", "ns/l", "--renew-deadline", "20"], "must be longer than the renew"),
         (["--lease", "ns/l", "--state", "x.json"], "--lease needs the API"),
+        (["--leader-label-pod", "ns/p"], "--leader-label-pod needs --lease"),
+        (["--lease", "ns/l", "--leader-label-pod", "p"], "--leader-label-pod wants NAMESPACE/"),
     ],
 )
 def test_cli_extender_lease_flags_are_checked(argv, message, capsys, tmp_path):
@@ -235,9 +266,10 @@ def test_cli_extender_passes_the_election(monkeypatch, tmp_path):
 
     monkeypatch.setattr(ext_app, "serve", fake_serve)
     argv = ["extender", "--config", "c.yaml", "--lease", "fs/ext", "--lease-duration", "4",
-            "--renew-deadline", "3", "--retry-period", "0.5", "--identity", "me"]  # fmt: skip
+            "--renew-deadline", "3", "--retry-period", "0.5", "--identity", "me",
+            "--leader-label-pod", "fs/pod-1"]  # fmt: skip
     assert cli.main(argv) == 0
-    assert seen["election"] == ext_app.Election("fs", "ext", "me", 4, 3.0, 0.5)
+    assert seen["election"] == ext_app.Election("fs", "ext", "me", 4, 3.0, 0.5, "fs/pod-1")
     seen.clear()
     assert cli.main(["extender", "--config", "c.yaml"]) == 0
     assert "election" not in seen  # no --lease: one replica, no election
