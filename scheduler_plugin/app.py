@@ -131,8 +131,13 @@ async def _verb(
         deps.metrics.observe_extender(verb, "not_leader", time.perf_counter() - start)
         if verb == "bind":
             result = wire.ExtenderBindingResult(NOT_LEADER).encode()
-            return web.json_response(result, dumps=wire.dumps)
-        return web.Response(status=503, text=NOT_LEADER + "\n")
+            refusal = web.json_response(result, dumps=wire.dumps)
+        else:
+            refusal = web.Response(status=503, text=NOT_LEADER + "\n")
+        # The caller dials again for its retry, and the Service (which selects the
+        # leader's pod) routes the new connection to the leader.
+        refusal.force_close()
+        return refusal
     try:
         out = await run(deps, body)
     except WireFormatError as exc:

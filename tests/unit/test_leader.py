@@ -222,6 +222,7 @@ async def test_a_follower_refuses_filter_preempt_and_bind(follower):
     args = {"Pod": half_pod(0), "Nodes": None, "NodeNames": ["n1"]}
     resp = await follower.post("/filter", json=args)
     assert resp.status == 503 and "not the leader" in await resp.text()
+    assert resp.headers.get("Connection", "").lower() == "close"  # re-dial: maybe the leader
     preempt = {"Pod": half_pod(0), "NodeNameToVictims": None, "NodeNameToMetaVictims": {}}
     assert (await follower.post("/preempt", json=preempt)).status == 503
     bind = {"PodName": "p0", "PodNamespace": "a", "PodUID": "u0", "Node": "n1"}
