@@ -8,7 +8,8 @@ connections reach the follower, which must refuse (filter 503, bind Error, then 
 connection) so kube-scheduler retries.
 
 40 fractional pods (0.5 and 0.25 GPU) are created at once on 2 nodes of 4 GPUs (15 GPUs
-asked for 8); once some are bound the leader is SIGKILLed. Then:
+asked for 8); once some are bound the leader is SIGKILLed (or, second case, SIGTERMed:
+it stops deciding, lets its binds land and releases the Lease). Then:
 
 * no device above 100 % (the shares per device index from `fairshare.io/gpu-devices`);
 * every pod bound or explained (a FailedScheduling event that is a decision, not a
@@ -136,7 +137,9 @@ def device_loads(pods: list[client.V1Pod]) -> dict[tuple[str, int], float]:
     return load
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 async def test_two_extender_replicas_fail_over_without_double_booking(
+    sig: signal.Signals,
     api: client.ApiClient,
     fairshare: FairshareDev,
     tenant_namespace: TenantNamespace,
@@ -184,7 +187,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
                 return n if n >= 6 else 0
 
             at_kill = await wait_for(some_bound, timeout=90, what="the first binds")
-            os.kill(leader_pid, signal.SIGKILL)
+            os.kill(leader_pid, sig)  # SIGTERM: it stops deciding and releases the Lease
             killed = time.monotonic()
 
             async def took_over() -> float | None:
@@ -240,7 +243,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
     asked = sum(float(f) for f in fractions)
     got = sum(loads.values())
     print(
-        f"\n[extender replicas] {PODS} fractional pods ({asked:g} GPUs asked, "
+        f"\n[extender replicas, leader {sig.name}] {PODS} fractional pods ({asked:g} GPUs asked, "
         f"{NODES * GPUS} GPUs): {len(done)} bound ({got:g} GPUs, {at_kill} before the "
         f"leader was killed, {after_kill} after), {len(pods) - len(done)} pending with a "
         f"FailedScheduling reason; failover {failover:.1f}s with {' '.join(TIMINGS)} "
@@ -249,7 +252,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
     )
     FAULT_SUMMARY.append(
         f"2 extender replicas (Lease election, {' '.join(TIMINGS)}) behind a round-robin "
-        f"proxy, leader SIGKILLed after {at_kill} of {PODS} fractional binds: failover "
+        f"proxy, leader {sig.name} after {at_kill} of {PODS} fractional binds: failover "
         f"{failover:.1f}s; {len(done)} bound, no device above 100 %, the rest explained"
     )
 
