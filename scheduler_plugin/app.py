@@ -51,7 +51,7 @@ from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
-from fairshare.state import objects
+from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
 from scheduler_plugin import verbs, wire
 from scheduler_plugin.tracking import ExtenderTracker
@@ -336,7 +336,9 @@ class Election:
             raise FairshareError(problem)
 
 
-def lead(deps: ExtenderDeps, source: Any, api_client: Any, election: Election) -> CleanupCtx:
+def lead(
+    deps: ExtenderDeps, source: sources.Source, api_client: Any, election: Election
+) -> CleanupCtx:
     """Run the election for the app's lifetime: the replica decides (``deps.leading``)
     only while it leads; a new term first waits for the initial sync and then re-lists
     pods (a consistent read), so binds the previous leader made are accounted, and then

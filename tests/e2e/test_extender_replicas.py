@@ -28,6 +28,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -56,6 +57,7 @@ ELECT = True
 # Short timings keep the test quick; the failover time scales with --lease-duration.
 TIMINGS = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5")
 LEADER_METRIC = "fairshare_extender_leader"
+LEADER_LABEL = "fairshare.io/extender-leader"
 # FailedScheduling messages of a refused or failed call, not a decision: a follower's
 # refusal (kube-scheduler does not read a non-200 body: "failed filter with extender at
 # URL ..., code 503"), or the killed leader's connection.
@@ -77,9 +79,12 @@ def extender_metric(port: int, name: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def extender_replicas(lease: str) -> AsyncIterator[tuple[list[int], list[int], str]]:
+async def extender_replicas(
+    lease: str, label_pods: list[str]
+) -> AsyncIterator[tuple[list[int], list[int], str]]:
     """(ports, pids, proxy URL): two elected extenders behind a round-robin proxy that
-    kube-scheduler calls; everything undone on exit."""
+    kube-scheduler calls, replica i labelling the pod `label_pods[i]` while it leads (as
+    in the manifests, where it is its own pod); everything undone on exit."""
     dev, mod = dev_module(), cluster_module()
     ports: list[int] = []
     while len(ports) < 2:
@@ -91,7 +96,11 @@ async def extender_replicas(lease: str) -> AsyncIterator[tuple[list[int], list[i
     election = ("--lease", f"{dev.SYSTEM_NAMESPACE}/{lease}", *TIMINGS) if ELECT else ()
     try:
         for i, port in enumerate(ports):
-            args = (*election, "--identity", f"replica-{i}") if ELECT else ()
+            args = (
+                (*election, "--identity", f"replica-{i}", "--leader-label-pod", label_pods[i])
+                if ELECT
+                else ()
+            )
             pids.append(
                 await asyncio.to_thread(
                     dev.start_extra_extender,
@@ -122,6 +131,28 @@ async def lease_holder(api: client.ApiClient, lease: str) -> str | None:
             return None
         raise
     return obj.spec.holder_identity
+
+
+def stand_in_pod(name: str) -> dict[str, Any]:
+    """A pod no scheduler places: what a replica labels instead of its own pod here."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "fairshare-e2e-nobody",
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+async def leader_labels(api: client.ApiClient, names: list[str]) -> list[str | None]:
+    core = client.CoreV1Api(api)
+    out = []
+    for name in names:
+        p = await core.read_namespaced_pod(name, dev_module().SYSTEM_NAMESPACE)
+        out.append((p.metadata.labels or {}).get(LEADER_LABEL))
+    return out
 
 
 def device_loads(pods: list[client.V1Pod]) -> dict[tuple[str, int], float]:
@@ -158,8 +189,13 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
     async def bound() -> list[client.V1Pod]:
         return [p for p in (await core.list_namespaced_pod(ns)).items if p.spec.node_name]
 
+    system = dev_module().SYSTEM_NAMESPACE
+    stand_ins = [f"{lease}-{i}" for i in range(2)]
+    for name in stand_ins:
+        await core.create_namespaced_pod(system, stand_in_pod(name))
+    label_pods = [f"{system}/{name}" for name in stand_ins]
     try:
-        async with extender_replicas(lease) as (ports, pids, _url):
+        async with extender_replicas(lease, label_pods) as (ports, pids, _url):
             identity_pid = {f"replica-{i}": (pid, port) for i, (pid, port) in
                             enumerate(zip(pids, ports, strict=True))}  # fmt: skip
             if ELECT:
@@ -171,6 +207,14 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
             leader_pid, _ = identity_pid[holder]
             (other,) = [k for k in identity_pid if k != holder]
             _, other_port = identity_pid[other]
+            lead_i, other_i = int(holder[-1]), int(other[-1])
+            if ELECT:  # the leader labels its pod (the Service selects it), the other not
+
+                async def labelled_leader() -> bool:
+                    labels = await leader_labels(api, stand_ins)
+                    return labels[lead_i] == "true" and labels[other_i] is None
+
+                await wait_for(labelled_leader, timeout=20, what="the leader's pod label")
 
             await asyncio.gather(
                 *(
@@ -197,6 +241,16 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
                 return time.monotonic() - killed if leads == 1 else None
 
             failover = await wait_for(took_over, timeout=60, what=f"{other} to lead")
+            if ELECT:
+
+                async def relabelled() -> bool:
+                    labels = await leader_labels(api, stand_ins)
+                    # A killed leader cannot drop its label (its pod would be gone or
+                    # unready in a cluster); a stopped one drops it before it releases.
+                    old_ok = sig == signal.SIGKILL or labels[lead_i] is None
+                    return labels[other_i] == "true" and old_ok
+
+                await wait_for(relabelled, timeout=20, what="the new leader's pod label")
 
             # Settle: everything that fits is bound, the rest keeps being refused.
             settled: list[int] = []
@@ -214,9 +268,10 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
             )
     finally:
         with contextlib.suppress(ApiException):
-            await client.CoordinationV1Api(api).delete_namespaced_lease(
-                lease, dev_module().SYSTEM_NAMESPACE
-            )
+            await client.CoordinationV1Api(api).delete_namespaced_lease(lease, system)
+        for name in stand_ins:
+            with contextlib.suppress(ApiException):
+                await core.delete_namespaced_pod(name, system, grace_period_seconds=0)
 
     loads = device_loads(done)
     over = {k: v for k, v in loads.items() if v > 1.0 + 1e-9}
