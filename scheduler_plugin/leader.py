@@ -263,8 +263,15 @@ class Leadership:
             self._catching_up.cancel()
 
         async def run() -> None:
-            if self.catch_up is not None:
-                await self.catch_up()
+            while self.catch_up is not None:
+                try:
+                    await self.catch_up()
+                    break
+                except Exception:  # never hold the Lease without ever deciding
+                    log.exception("term %d: catching up failed; retrying", number)
+                    await asyncio.sleep(self.retry_period)
+                if number != self.term.number or self.term.renewed_at is None:
+                    return  # that term is over
             if self.term.mark_caught_up(number):
                 log.info("term %d caught up: leading", number)
                 self._changed(True)

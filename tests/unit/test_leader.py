@@ -274,3 +274,22 @@ def test_cli_extender_passes_the_election(monkeypatch, tmp_path):
     seen.clear()
     assert cli.main(["extender", "--config", "c.yaml"]) == 0
     assert "election" not in seen  # no --lease: one replica, no election
+
+
+async def test_a_failed_catch_up_is_retried_until_the_term_leads():
+    api = FakeLeases()
+    calls: list[int] = []
+
+    async def catch_up() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("list failed")
+
+    el = leader.LeaseElector(api, "ns", "l", "me")
+    lead = leader.Leadership(el, retry_period=0.01, renew_deadline=10, catch_up=catch_up)
+    assert await lead.attempt() == "acquired"
+    for _ in range(100):
+        if lead.leading():
+            break
+        await asyncio.sleep(0.01)
+    assert lead.leading() and len(calls) == 2
