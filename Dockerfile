@@ -16,7 +16,10 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home fairshare
 COPY --from=build /wheels /wheels
+# The servers' modules import from the installed wheel (tests/packaging runs this same
+# wheel without Docker), and the kernels are the compiled ones.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && cd / && python -c "import webhook.app, scheduler_plugin.app, scheduler_plugin.reclaimer" \
     && python -c "import _native; assert _native.IMPLEMENTATION == 'c', _native.IMPLEMENTATION"
 USER 10001
 ENTRYPOINT ["fairshare"]

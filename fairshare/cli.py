@@ -347,9 +347,40 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 
 
 def cmd_extender(args: argparse.Namespace) -> int:
-    from scheduler_plugin.app import serve
+    from scheduler_plugin.app import Election, serve
 
-    return _run_server(args, serve)
+    if args.lease is None:
+        if args.leader_label_pod is not None:
+            print("error: --leader-label-pod needs --lease", file=sys.stderr)
+            return 1
+        return _run_server(args, serve)
+    if args.state_file is not None:
+        print("error: --lease needs the API; a --state run has a single replica", file=sys.stderr)
+        return 1
+    for flag, ref in (("--lease", args.lease), ("--leader-label-pod", args.leader_label_pod)):
+        ns, _, rest = (ref or "x/x").partition("/")
+        if not ns or not rest or "/" in rest:
+            print(f"error: {flag} wants NAMESPACE/NAME, got {ref!r}", file=sys.stderr)
+            return 1
+    namespace, _, name = args.lease.partition("/")
+    election = Election(
+        namespace=namespace,
+        name=name,
+        identity=args.identity or default_identity(),
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        label_pod=args.leader_label_pod,
+    )
+    return _run_server(args, serve, election=election)
+
+
+def default_identity() -> str:
+    """``hostname_random``: unique per process, so a restarted replica is a new holder."""
+    import socket
+    import uuid
+
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def cmd_reclaimer(args: argparse.Namespace) -> int:
@@ -509,6 +540,33 @@ def build_parser() -> argparse.ArgumentParser:
     wh.set_defaults(func=cmd_webhook)
     ext = sub.add_parser("extender", help="run the kube-scheduler extender")
     _serve_args(ext, port=8888)
+    ext.add_argument(
+        "--lease",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="run several replicas safely: only the holder of this Lease decides and is "
+        "ready (default: no election, one replica)",
+    )
+    ext.add_argument(
+        "--lease-duration", type=int, default=15, help="seconds a Lease holds unrenewed"
+    )
+    ext.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=10.0,
+        help="seconds the leader keeps deciding without a successful renewal",
+    )
+    ext.add_argument(
+        "--retry-period", type=float, default=2.0, help="seconds between Lease attempts"
+    )
+    ext.add_argument("--identity", default=None, help="holder identity (default: hostname_random)")
+    ext.add_argument(
+        "--leader-label-pod",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="this replica's own pod: labelled fairshare.io/extender-leader=true while it "
+        "leads (select it in the Service)",
+    )
     ext.set_defaults(func=cmd_extender)
     rec = sub.add_parser(
         "reclaimer", help="run the reclaim controller (evicts borrowed pods for guarantees)"

@@ -236,6 +236,12 @@ class Metrics:
             "1 while this reclaimer holds the leader Lease, else 0.",
             registry=r,
         )
+        self.extender_leader = Gauge(
+            "fairshare_extender_leader",
+            "1 while this extender replica holds the leader Lease and decides, else 0 "
+            "(always 1 without --lease).",
+            registry=r,
+        )
         self.native_info = Info(
             "fairshare_native",
             "Kernel implementation loaded: c (compiled) or py (pure-Python twin).",
@@ -347,6 +353,10 @@ class Metrics:
     def observe_guarantee_restored(self, tenant: str, seconds: float) -> None:
         """Record how long ``tenant`` waited under its guarantee before it was restored."""
         self.reclaim_restore.labels(tenant).observe(seconds)
+
+    def set_extender_leader(self, leader: bool) -> None:
+        """Export whether this extender replica decides (holds the Lease, caught up)."""
+        self.extender_leader.set(1 if leader else 0)
 
     def set_reclaim_leader(self, leader: bool) -> None:
         """Export whether this reclaimer holds the leader Lease."""

@@ -13,6 +13,18 @@ the pod in the state (assume), then POST the Binding (the device annotation ride
 the Binding's metadata, so it lands on the pod in the same write as ``nodeName``); a
 refused POST un-assumes the pod.
 
+Several replicas (``--lease``): only the holder of the Lease decides
+(``scheduler_plugin.leader``). The leader labels its own pod (``--leader-label-pod``)
+and the Service selects that label, so kube-scheduler reaches the leader; every replica
+stays ready (``/readyz`` = synced), or a rolling update could never see its new pods
+ready and a drain could never evict the leader under the PodDisruptionBudget. A call
+that still reaches a follower (endpoints lag, a failover) is refused, never decided:
+filter and preempt with 503, bind with ``Error``. With
+``ignorable: false`` either error fails that scheduling attempt and kube-scheduler
+retries the pod after its backoff. Prioritize is answered (scores only order nodes; a
+prioritize error would just drop the scores). A new leader first re-lists pods, so the
+binds of the one before are in its ledger before it answers.
+
 ``--client-ca``: the TLS port verifies any client certificate offered against that CA
 (``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
 without a verified one, so kube-scheduler must present a certificate while kubelet probes
@@ -39,7 +51,7 @@ from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
-from fairshare.state import objects
+from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
 from scheduler_plugin import verbs, wire
 from scheduler_plugin.tracking import ExtenderTracker
@@ -52,8 +64,19 @@ MAX_BODY = 64 * 1024 * 1024
 """A filter call with ``nodeCacheCapable: false`` carries every candidate Node object."""
 
 
+NOT_LEADER = "fairshare: this extender replica is not the leader; retry"
+"""The answer of a follower to a deciding verb (kube-scheduler retries the pod)."""
+DECIDING = frozenset({"filter", "preempt", "bind"})
+LEADER_LABEL = "fairshare.io/extender-leader"
+"""Set to ``"true"`` on the leader's own pod (``--leader-label-pod``); the Service selects it."""
+
+
 async def bind_locally(plan: verbs.BindPlan) -> None:
     """The binder of ``--state`` runs: nothing to POST, the state is the cluster."""
+
+
+def _always() -> bool:
+    return True
 
 
 @dataclass
@@ -68,6 +91,9 @@ class ExtenderDeps:
     binder: Binder = bind_locally
     bind_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     background: list[CleanupCtx] = field(default_factory=list)
+    leading: Callable[[], bool] = _always
+    """May this replica decide now (it holds the Lease and caught up)? Always, alone."""
+    binds_in_flight: int = 0
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -101,6 +127,17 @@ async def _verb(
     deps = request.app[DEPS]
     start = time.perf_counter()
     body = await request.read()
+    if verb in DECIDING and not deps.leading():
+        deps.metrics.observe_extender(verb, "not_leader", time.perf_counter() - start)
+        if verb == "bind":
+            result = wire.ExtenderBindingResult(NOT_LEADER).encode()
+            refusal = web.json_response(result, dumps=wire.dumps)
+        else:
+            refusal = web.Response(status=503, text=NOT_LEADER + "\n")
+        # The caller dials again for its retry, and the Service (which selects the
+        # leader's pod) routes the new connection to the leader.
+        refusal.force_close()
+        return refusal
     try:
         out = await run(deps, body)
     except WireFormatError as exc:
@@ -176,6 +213,8 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     # assumed (accounted) before its POST, so the next filter and bind already see it.
     # The POST itself runs outside the lock, so binds do not queue behind API latency.
     async with deps.bind_lock:
+        if not deps.leading():  # the term ended while this bind waited for the lock
+            return wire.ExtenderBindingResult(NOT_LEADER).encode()
         config = deps.config()
         plan = verbs.bind_plan(
             args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
@@ -197,6 +236,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         except StateError as exc:
             return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
         deps.tracker.pending.pop(plan.uid, None)
+    deps.binds_in_flight += 1
     try:
         await deps.binder(plan)
     except Exception as exc:
@@ -208,6 +248,8 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
             if req is not None and plan.uid in deps.tracker.pods:
                 deps.tracker.pending.setdefault(plan.uid, req)
         return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
+    finally:
+        deps.binds_in_flight -= 1
     return plan.result()
 
 
@@ -240,7 +282,7 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         app.router.add_post(f"{prefix}/prioritize", prioritize_handler)
         app.router.add_post(f"{prefix}/preempt", preempt_handler)
         app.router.add_post(f"{prefix}/bind", bind_handler)
-    serving.add_ops_routes(app, ready=deps.ready, registry=deps.registry)
+    serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
     app.cleanup_ctx.extend(deps.background)
     return app
 
@@ -267,6 +309,86 @@ def freeze_after_sync(synced: asyncio.Event) -> CleanupCtx:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    return ctx
+
+
+@dataclass(frozen=True)
+class Election:
+    """``--lease NAMESPACE/NAME`` and its timings (seconds; see ``leader.timing_error``)."""
+
+    namespace: str
+    name: str
+    identity: str
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    label_pod: str | None = None
+    """NAMESPACE/NAME of this replica's own pod: labelled ``LEADER_LABEL=true`` while it
+    leads, so a Service selecting that label sends kube-scheduler to the leader only."""
+
+    def __post_init__(self) -> None:
+        from fairshare.errors import FairshareError
+        from scheduler_plugin.leader import timing_error
+
+        problem = timing_error(self.lease_duration, self.renew_deadline, self.retry_period)
+        if problem is not None:
+            raise FairshareError(problem)
+
+
+def lead(
+    deps: ExtenderDeps, source: sources.Source, api_client: Any, election: Election
+) -> CleanupCtx:
+    """Run the election for the app's lifetime: the replica decides (``deps.leading``)
+    only while it leads; a new term first waits for the initial sync and then re-lists
+    pods (a consistent read), so binds the previous leader made are accounted, and then
+    labels its pod (``label_pod``). ``/readyz`` stays "synced" on every replica, so
+    rolling updates and the PodDisruptionBudget see two ready replicas; the Service
+    routes by the leader label. On shutdown it stops deciding, drops the label, lets the
+    binds in flight land and releases the Lease."""
+    from scheduler_plugin import leader
+
+    elector = leader.LeaseElector(
+        leader.KubeLeaseApi(api_client),
+        election.namespace,
+        election.name,
+        election.identity,
+        duration=election.lease_duration,
+    )
+
+    async def catch_up() -> None:
+        await source.ready.wait()
+        await source.relist(("Pod",))
+
+    advertise = None
+    if election.label_pod is not None:
+        pod_ns, _, pod_name = election.label_pod.partition("/")
+        advertise = leader.KubePodLabel(api_client, pod_ns, pod_name, LEADER_LABEL)
+    leadership = leader.Leadership(
+        elector,
+        renew_deadline=election.renew_deadline,
+        retry_period=election.retry_period,
+        catch_up=catch_up,
+        on_change=deps.metrics.set_extender_leader,
+        advertise=advertise,
+    )
+    deps.leading = leadership.leading
+
+    async def drained() -> None:
+        for _ in range(100):
+            if deps.binds_in_flight == 0:
+                return
+            await asyncio.sleep(0.1)
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(leadership.run(stop), name="leader-election")
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
+            await leadership.step_down(drained)
 
     return ctx
 
@@ -316,11 +438,12 @@ async def serve(
     period: float = 15.0,
     client_ca: str | None = None,
     stale_after: float = 10.0,
+    election: Election | None = None,
 ) -> None:
     """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command).
 
     ``client_ca``: verify kube-scheduler's client certificate against this CA on the verbs
-    (needs ``tls_cert``/``tls_key``).
+    (needs ``tls_cert``/``tls_key``). ``election``: decide only while holding its Lease.
     """
     import _native
     from fairshare import __version__, runtime
@@ -328,6 +451,8 @@ async def serve(
 
     if client_ca is not None and not (tls_cert and tls_key):
         raise FairshareError("--client-ca needs --tls-cert and --tls-key")
+    if election is not None and state_file is not None:
+        raise FairshareError("--lease needs the API; a --state run has a single replica")
 
     box: dict[str, metrics_mod.Metrics] = {}
     rt = await runtime.build_runtime(
@@ -353,6 +478,9 @@ async def serve(
         binder = binding.api_binder(api_client)
     deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
     box["m"] = deps.metrics
+    deps.metrics.set_extender_leader(election is None)
+    if election is not None and api_client is not None:
+        deps.background.append(lead(deps, rt.source, api_client, election))
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
     reloader = None

@@ -17,11 +17,12 @@ Every ``interval`` seconds, while it holds the leader Lease:
    (``ReclaimedFor``), and once per pod and reason on pods left waiting;
 4. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
 
-Leader election (``LeaseElector``): a ``coordination.k8s.io/v1`` Lease, read, then
-created or updated with the read ``resourceVersion`` (compare-and-swap: a 409 means
-another replica won). A holder renews every round; another replica takes over only when
-``renewTime + leaseDurationSeconds`` has passed. One holder at a time; a replica that
-loses the lease stops evicting at once (it checks before every round).
+Leader election (``scheduler_plugin.leader.LeaseElector``, shared with the extender): a
+``coordination.k8s.io/v1`` Lease, read, then created or updated with the read
+``resourceVersion`` (compare-and-swap: a 409 means another replica won). A holder renews
+every round; another replica takes over only when ``renewTime + leaseDurationSeconds``
+has passed. One holder at a time; a replica that loses the lease stops evicting at once
+(it checks before every round).
 
 Clocks: ``time.monotonic`` for the cool-down, rate limit and restore timer (the
 planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps.
@@ -31,19 +32,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from fairshare import metrics as metrics_mod
 from fairshare import reclaim
 from fairshare.config.schema import FairShareConfig
-from fairshare.errors import FairshareError
+from scheduler_plugin.leader import (
+    KubeLeaseApi,
+    LeaseElector,
+    call_raw,
+    lease_decision,
+    micro_time,
+    parse_time,
+)
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.reclaimer")
@@ -85,88 +91,7 @@ class ClusterApi(Protocol):
     async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool: ...
 
 
-# -- leader election --------------------------------------------------------------------------
-
-
-def _micro_time(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def lease_decision(spec: Mapping[str, Any], *, identity: str, now: float) -> str:
-    """``renew`` (we hold it), ``acquire`` (free or expired) or ``wait`` (someone else's)."""
-    holder = spec.get("holderIdentity")
-    if holder == identity:
-        return "renew"
-    renewed = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
-    duration = spec.get("leaseDurationSeconds")
-    if not holder or renewed is None or not isinstance(duration, int):
-        return "acquire"
-    return "acquire" if now > renewed + duration else "wait"
-
-
-@dataclass
-class LeaseElector:
-    """Single-holder leader election over one Lease (see the module docstring)."""
-
-    api: ClusterApi
-    namespace: str
-    name: str
-    identity: str
-    duration: int = 15
-    wall: Callable[[], float] = time.time
-
-    async def try_lead(self) -> bool:
-        """Acquire or renew the Lease; True while we hold it."""
-        now = self.wall()
-        lease = await self.api.read_lease(self.namespace, self.name)
-        if lease is None:
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(now, transitions=0, acquired=now),
-            }
-            return await self.api.write_lease(self.namespace, body, create=True)
-        spec = lease.get("spec") or {}
-        decision = lease_decision(spec, identity=self.identity, now=now)
-        if decision == "wait":
-            return False
-        transitions = int(spec.get("leaseTransitions") or 0)
-        if decision == "acquire":
-            new = self._spec(now, transitions=transitions + 1, acquired=now)
-        else:
-            acquired = _parse_time(spec.get("acquireTime")) or now
-            new = self._spec(now, transitions=transitions, acquired=acquired)
-        meta = lease.get("metadata") or {}
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "spec": new,
-        }
-        return await self.api.write_lease(self.namespace, body, create=False)
-
-    def _spec(self, now: float, *, transitions: int, acquired: float) -> dict[str, Any]:
-        return {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.duration,
-            "acquireTime": _micro_time(acquired),
-            "renewTime": _micro_time(now),
-            "leaseTransitions": transitions,
-        }
+_parse_time = parse_time  # the pure time parsing, as the tests have long called it
 
 
 # -- the controller -------------------------------------------------------------------------
@@ -320,17 +245,18 @@ class Reclaimer:
 # -- kubernetes_asyncio ------------------------------------------------------------------------
 
 
-class KubeApi:
+class KubeApi(KubeLeaseApi):
     """``ClusterApi`` over a kubernetes_asyncio ``ApiClient`` (raw JSON in and out)."""
 
     def __init__(self, api_client: Any, *, identity: str) -> None:
         from kubernetes_asyncio import client
 
+        super().__init__(api_client)
+
         # Raw JSON in and out (``_preload_content=False``), so the generated models' types
         # do not apply: the client is used untyped, as in ``binding``.
         self._client: Any = client
         self.core: Any = self._client.CoreV1Api(api_client)
-        self.coordination: Any = self._client.CoordinationV1Api(api_client)
         self.identity = identity
 
     async def evict(self, namespace: str, name: str, grace: int | None) -> EvictResult:
@@ -341,7 +267,7 @@ class KubeApi:
         }
         if grace is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": grace}
-        status, data = await _call(
+        status, data = await call_raw(
             self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
         )
         if 200 <= status < 300:
@@ -358,7 +284,7 @@ class KubeApi:
     ) -> None:
         meta = pod.get("metadata") or {}
         ns = str(meta.get("namespace", "default"))
-        stamp = _micro_time(time.time())
+        stamp = micro_time(time.time())
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -380,7 +306,7 @@ class KubeApi:
             "lastTimestamp": stamp[:19] + "Z",
             "count": 1,
         }
-        status, data = await _call(
+        status, data = await call_raw(
             self.core.create_namespaced_event(ns, body, _preload_content=False)
         )
         if not 200 <= status < 300:
@@ -388,50 +314,6 @@ class KubeApi:
                 "event %s on %s/%s not recorded: HTTP %s %s",
                 reason, ns, meta.get("name"), status, data.get("message", ""),
             )  # fmt: skip
-
-    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        status, data = await _call(
-            self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
-        )
-        if status == 404:
-            return None
-        if status != 200:
-            raise FairshareError(f"reading Lease {namespace}/{name}: HTTP {status}")
-        return data
-
-    async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool:
-        name = body["metadata"]["name"]
-        if create:
-            call = self.coordination.create_namespaced_lease(
-                namespace, body, _preload_content=False
-            )
-        else:
-            call = self.coordination.replace_namespaced_lease(
-                name, namespace, body, _preload_content=False
-            )
-        status, data = await _call(call)
-        if 200 <= status < 300:
-            return True
-        if status in (409, 422):
-            return False  # another replica won the compare-and-swap
-        raise FairshareError(f"writing Lease {namespace}/{name}: HTTP {status}: {data}")
-
-
-async def _call(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
-    """Await a raw (``_preload_content=False``) call: HTTP status and decoded JSON body.
-
-    Raw calls do not raise ``ApiException`` for error statuses: callers check the status.
-    """
-    resp = await request
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
-        data = {"message": raw[:200].decode("utf-8", "replace")}
-    return int(resp.status), data if isinstance(data, dict) else {}
 
 
 # -- the command ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ raises is logged and skipped: one bad object must not stall the watch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -171,6 +172,9 @@ class Reflector:
         self._sleep = sleep
         self._gone_streak = 0
         self.failing_since: float | None = None
+        self._relist = asyncio.Event()
+        self._lists_begun = 0
+        self._relist_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def run(self) -> None:
         """List, then watch forever; relist on 410, back off on other errors."""
@@ -178,12 +182,15 @@ class Reflector:
         while True:
             step = "list"
             try:
+                if self._relist.is_set():
+                    self._relist.clear()
+                    need_list = True
                 if need_list:
                     await self._list()
                     need_list = False
                 step = "watch"
-                await self._watch()
-                self._answered()  # the watch ran its course
+                if await self._watch_unless_relist():
+                    self._answered()  # the watch ran its course
             except Exception as exc:
                 self.failures += 1
                 if self.failing_since is None:
@@ -197,6 +204,34 @@ class Reflector:
                 delay = self._backoff.next_delay()
                 log.warning("%s %s failed: %r; retrying in %.2fs", self.kind, step, exc, delay)
                 await self._pause(delay)
+
+    async def relist(self) -> None:
+        """List again now (a watch in progress is dropped) and return once a list begun
+        after this call has reached the sink: the sink is then at least as current as the
+        API was at this call (a list without a resourceVersion is a consistent read)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._relist_waiters.append((self._lists_begun + 1, done))
+        self._relist.set()
+        self.wake()
+        await done
+
+    async def _watch_unless_relist(self) -> bool:
+        """Watch until the stream ends (True) or a relist is asked for (False)."""
+        watch = asyncio.ensure_future(self._watch())
+        asked = asyncio.ensure_future(self._relist.wait())
+        try:
+            await asyncio.wait({watch, asked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            asked.cancel()
+            if not watch.done():
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+        if watch.cancelled():
+            return False
+        watch.result()  # raises what the watch raised
+        return True
 
     def wake(self) -> None:
         """Cut a backoff pause short: the API answered another reflector again."""
@@ -220,6 +255,8 @@ class Reflector:
                 self._on_recovered(self.kind)
 
     async def _list(self) -> None:
+        self._lists_begun += 1
+        begun = self._lists_begun
         data = await self._list_fn()
         rv = (data.get("metadata") or {}).get("resourceVersion")
         if not rv:
@@ -236,6 +273,14 @@ class Reflector:
         self._answered()
         self._backoff.reset()
         log.debug("%s listed: %d objects at resourceVersion %s", self.kind, len(items), rv)
+        waiting = []
+        for want, done in self._relist_waiters:
+            if want <= begun:
+                if not done.done():
+                    done.set_result(None)
+            else:
+                waiting.append((want, done))
+        self._relist_waiters = waiting
         if not self.synced.is_set():
             self.synced.set()
             if self._on_synced is not None:

@@ -105,6 +105,9 @@ class Source(Protocol):
     async def stop(self) -> None:
         """Stop delivering and release every resource (tasks, HTTP sessions)."""
 
+    async def relist(self, kinds: Sequence[str]) -> None:
+        """List ``kinds`` afresh; returns once the sink has a list begun after the call."""
+
 
 class StateFileError(FairshareError):
     """A ``--state`` file cannot be used: unreadable, not a ``List``, or a bad item."""
@@ -353,6 +356,9 @@ class FileSource:
     async def stop(self) -> None:
         """Nothing runs in the background; present so both sources stop the same way."""
 
+    async def relist(self, kinds: Sequence[str]) -> None:
+        """The file is the whole truth and never changes under us: nothing to catch up."""
+
 
 # -- the API -----------------------------------------------------------------------------
 
@@ -480,6 +486,11 @@ class ApiSource:
             )
             self.reflectors.append(reflector)
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"reflector-{kind}"))
+
+    async def relist(self, kinds: Sequence[str]) -> None:
+        """List ``kinds`` again now (a new leader catching up: a consistent read, so
+        whatever another replica wrote before this call is in the sink afterwards)."""
+        await asyncio.gather(*(r.relist() for r in self.reflectors if r.kind in kinds))
 
     def is_ready(self) -> bool:
         """Every kind listed, and none failing to reach the API for ``stale_after``."""

@@ -304,6 +304,7 @@ def test_required_alerts_exist() -> None:
         "FairshareConfigReloadErrors": "fairshare_config_reload_errors_total",
         "FairshareTenantStarved": "fairshare_tenant_gated_pods",
         "FairshareTLSCertExpiringSoon": "fairshare_tls_cert_expiry_timestamp_seconds",
+        "FairshareExtenderNoSingleLeader": "fairshare_extender_leader",
     }
     for alert, metric in expected.items():
         assert alert in rules, f"missing alert {alert}"
@@ -340,7 +341,11 @@ def test_kustomize_renders_the_dashboard_config_map() -> None:
     )
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    # The extender as pods: its Service selects the leader's pod only.
+    assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    (pods,) = (d for d in docs if d["kind"] == "PodMonitor")
+    assert pods["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "extender"
+    assert "fairshare.io/extender-leader" not in pods["spec"]["selector"]["matchLabels"]
     (config_map,) = (d for d in docs if d["kind"] == "ConfigMap")
     assert config_map["metadata"]["namespace"] == "fairshare-system"
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -434,7 +434,10 @@ def test_fairshare_servers_command_lines(name: str, port: int) -> None:
     assert ca_secret["secretName"] == "fairshare-client-ca"
     assert ca_secret["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     svc = one("Service", name)
-    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    selects = dict(dep["spec"]["selector"]["matchLabels"])
+    if name == "fairshare-extender":  # the leader's pod only
+        selects["fairshare.io/extender-leader"] = "true"
+    assert svc["spec"]["selector"] == selects
     assert svc["spec"]["ports"][0]["targetPort"] in ("https", port)
 
 
@@ -588,6 +591,33 @@ def test_only_the_extender_binds_pods() -> None:
     assert not grants(extender, "delete", "pods")
     for resource in ("nodes", "pods", "namespaces"):
         assert grants(extender, "watch", resource)
+
+
+def test_extender_replicas_elect_a_leader() -> None:
+    # Several replicas behind one Service: only the Lease holder decides and is ready.
+    dep = one("Deployment", "fairshare-extender")
+    (c,) = pod_spec(dep)["containers"]
+    lease = [a for a in c["args"] if a.startswith("--lease=")]
+    assert lease == [f"--lease={NAMESPACE}/fairshare-extender"]
+    # The leader labels its own pod and the Service selects the label; both replicas
+    # stay ready (/readyz), so rolling updates and the PodDisruptionBudget work.
+    assert "--leader-label-pod=$(POD_NAMESPACE)/$(POD_NAME)" in c["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert (
+        one("Service", "fairshare-extender")["spec"]["selector"]["fairshare.io/extender-leader"]
+        == "true"
+    )
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    extender = one("ClusterRole", "fairshare-extender")
+    assert grants(extender, "patch", "pods")  # its own pod's label
+    roles = [role for role, _ in rules_of("fairshare-extender") if role["kind"] == "Role"]
+    for verb in ("get", "create", "update"):
+        assert any(grants(r, verb, "leases", "coordination.k8s.io") for r in roles), verb
+    # Leases are written only in the extender's own namespace, never cluster-wide.
+    for role, _ in rules_of("fairshare-extender"):
+        if role["kind"] == "ClusterRole":
+            assert not grants(role, "update", "leases", "coordination.k8s.io")
 
 
 def test_no_fairshare_role_reads_secrets_cluster_wide() -> None:

@@ -923,3 +923,67 @@ async def test_a_reflector_in_backoff_retries_at_once_when_woken_and_source_wake
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+# -- Reflector.relist: a new leader's catch-up -------------------------------------------------
+
+
+async def test_relist_drops_the_watch_and_returns_once_a_fresh_list_is_in_the_sink():
+    hold = asyncio.Event()
+
+    class Api(FakeApi):
+        async def watch_fn(self, rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+            self.watch_calls.append(rv)
+            if rv == "10":
+                yield event("ADDED", pod("c", 11))  # "c" is deleted by rv 20
+            await hold.wait()  # a quiet watch: no event would bring "d" in
+
+    api = Api(lists=[listing(10, pod("a", 5)), listing(20, pod("a", 5), pod("d", 19))], watches=[])
+    sink = Recorder()
+    r, _ = reflector(api, sink)
+    task = asyncio.create_task(r.run())
+    await r.synced.wait()
+    while not sink.get("Pod", "ns/c"):
+        await asyncio.sleep(0)
+    await asyncio.wait_for(r.relist(), 5)
+    assert sink.keys("Pod") == ["ns/a", "ns/d"]  # the list replaced what the watch had
+    assert api.list_calls == 2 and r.lists == 2
+    while api.watch_calls != ["10", "20"]:  # then it watches from the new list
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_relist_waits_for_a_list_begun_after_it_not_one_already_under_way():
+    started, release = asyncio.Event(), asyncio.Event()
+    calls = 0
+
+    async def list_fn() -> Mapping[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the list under way when relist() is asked for
+            started.set()
+            await release.wait()
+            return listing(20, pod("old", 19))
+        if calls == 1:
+            raise FakeApiException(500)
+        return listing(30, pod("new", 29))
+
+    async def watch_fn(rv: str, timeout: int) -> AsyncIterator[Mapping[str, Any]]:
+        await asyncio.Event().wait()
+        yield {}
+
+    sink = Recorder()
+    r = Reflector("Pod", list_fn=list_fn, watch_fn=watch_fn, sink=sink, backoff=POLICY,
+                  sleep=lambda _d: asyncio.sleep(0))  # fmt: skip
+    task = asyncio.create_task(r.run())
+    await started.wait()
+    waiter = asyncio.create_task(r.relist())
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait_for(waiter, 5)
+    assert sink.keys("Pod") == ["ns/new"] and calls == 3
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

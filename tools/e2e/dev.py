@@ -730,11 +730,36 @@ def start_extra_webhook(
     webhook's) and `extra_args` (e.g. `--shared-reservations fairshare-system`). Not
     registered anywhere and not recorded in dev.json: the caller stops it with
     `stop_extra_webhook`. Returns its pid once its /readyz answers 200."""
+    return start_extra_server(
+        state_dir, "webhook", port, certs_dir=certs_dir, extra_args=extra_args, name=name
+    )
+
+
+def start_extra_extender(
+    state_dir: Path, port: int, *, extra_args: tuple[str, ...] = (), name: str = "extender-extra"
+) -> int:
+    """Start one more `fairshare extender` on `port` with the dev extender's certificate
+    (e.g. replicas with `--lease`); `set_scheduler_extender_url` points kube-scheduler at
+    it (or at a proxy in front of several). Stop it with `stop_server`."""
+    return start_extra_server(state_dir, "extender", port, extra_args=extra_args, name=name)
+
+
+def start_extra_server(
+    state_dir: Path,
+    server: str,
+    port: int,
+    *,
+    certs_dir: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    name: str,
+) -> int:
+    """One more `fairshare <server>` on `port` (see `start_extra_webhook`); its pid once
+    its /readyz answers 200."""
     state_dir = Path(state_dir).resolve()
     layout = Layout(state_dir)
     state = cluster_state(state_dir)
-    certs = Path(certs_dir) if certs_dir is not None else layout.certs("webhook")
-    argv = server_argv(layout, state, "webhook", port)
+    certs = Path(certs_dir) if certs_dir is not None else layout.certs(server)
+    argv = server_argv(layout, state, server, port)
     argv = [a for a in argv if not a.startswith(("--tls-cert=", "--tls-key="))]
     argv += [f"--tls-cert={certs / 'tls.crt'}", f"--tls-key={certs / 'tls.key'}", *extra_args]
     path = layout.logs / f"fairshare-{name}.log"
@@ -761,6 +786,26 @@ def start_extra_webhook(
 def stop_extra_webhook(pid: int) -> None:
     """Stop a webhook started by `start_extra_webhook` (SIGTERM, then SIGKILL)."""
     stop_server("webhook-extra", pid)
+
+
+def set_scheduler_extender_url(state_dir: Path, url: str | None) -> None:
+    """Restart kube-scheduler with the extender at `url` (e.g. a proxy in front of
+    several replicas; same CA and client certificate), or with the dev extender again
+    (None). Returns once kube-scheduler has restarted."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    with _locked(state_dir):
+        h = load_handles(layout)
+        if h is None:
+            raise DevError("fairshare is not up: run `make dev-up` first")
+        if url is None:
+            run_cluster_py(state_dir, "restart-scheduler", "--scheduler-config", h.scheduler_config)
+            return
+        config = scheduler_configuration(h)
+        config["extenders"][0]["urlPrefix"] = url
+        path = layout.dir / "kube-scheduler-elsewhere.json"
+        path.write_text(json.dumps(config, indent=2))
+        run_cluster_py(state_dir, "restart-scheduler", "--scheduler-config", str(path))
 
 
 def set_pod_webhook_url(state_dir: Path, url: str | None) -> None:
