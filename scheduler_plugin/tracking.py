@@ -89,6 +89,9 @@ class ExtenderTracker:
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
+    _largest: tuple[int, int | None] | None = field(default=None, init=False)
+    _memory_uids: set[str] = field(default_factory=set, init=False)
+    """Pods that ask by GPU memory: their rows depend on the nodes' device memory."""
 
     def __post_init__(self) -> None:
         self.state = ClusterState(ResourceIndex(self.config().resource_names()))
@@ -98,12 +101,14 @@ class ExtenderTracker:
     def on_resync(self, kind: str, objects_: list[dict[str, Any]]) -> None:
         """Replace what is known of ``kind`` with the complete list ``objects_``."""
         if kind == "Node":
+            largest = self.largest_device_memory()
             names = {str(_meta(n).get("name", "")) for n in objects_}
             for gone in [n.name for n in self.state.nodes if n.name not in names]:
                 objects.delete_node(self.state, gone)
             for node in objects_:
                 self._node(node)
             self._reapply_pods()
+            self._recount_memory_pods(largest)
         elif kind == "Pod":
             uids = {objects.pod_uid(p) for p in objects_}
             for uid in [u for u in self.pods if u not in uids]:
@@ -124,10 +129,12 @@ class ExtenderTracker:
         """Apply one watch event (ADDED / MODIFIED / DELETED)."""
         deleted = event_type == "DELETED"
         if kind == "Node":
+            largest = self.largest_device_memory() if self._memory_uids else None
             if deleted:
                 objects.delete_node(self.state, str(_meta(obj).get("name", "")))
                 if self.claim_pods:
                     self._recount_dra()
+                self._recount_memory_pods(largest)
             else:
                 name = str(_meta(obj).get("name", ""))
                 known = name in self.state.node_index
@@ -136,6 +143,7 @@ class ExtenderTracker:
                 # appeared has pods waiting for it (heartbeats must not rescan pods).
                 if not known:
                     self._reapply_pods(node=name)
+                self._recount_memory_pods(largest)
         elif kind == "Pod":
             if deleted:
                 self._forget_pod(objects.pod_uid(obj))
@@ -163,6 +171,23 @@ class ExtenderTracker:
             objects.apply_node(self.state, node, self.config())
         except (StateError, resources.DemandError) as exc:
             self.unreadable[f"Node/{_meta(node).get('name')}"] = str(exc)
+
+    def largest_device_memory(self) -> int | None:
+        """Bytes of the largest GPU device known (cached per node-set version)."""
+        version = self.state._nodes_version
+        if self._largest is None or self._largest[0] != version:
+            self._largest = (version, objects.largest_device_memory(self.state))
+        return self._largest[1]
+
+    def _recount_memory_pods(self, before: int | None) -> None:
+        """GPU-memory pods count a share of the largest device while pending (and on a
+        node of unknown device memory): when that device changes, count them again."""
+        if not self._memory_uids or self.largest_device_memory() == before:
+            return
+        for uid in sorted(self._memory_uids):
+            pod = self.pods.get(uid)
+            if pod is not None:
+                self._pod(pod)
 
     def _reapply_pods(self, node: str | None = None) -> None:
         for pod in list(self.pods.values()):
@@ -208,6 +233,7 @@ class ExtenderTracker:
             self._gone.popitem(last=False)
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
+        self._memory_uids.discard(uid)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
@@ -230,7 +256,17 @@ class ExtenderTracker:
         self.unreadable.pop(uid, None)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         try:
-            req = objects.pod_request(pod, config=config, tenant=tenant, index=self.state.index)
+            req = objects.pod_request(
+                pod,
+                config=config,
+                tenant=tenant,
+                index=self.state.index,
+                device_memory=self.largest_device_memory,
+            )
+            if req.demand.gpu.memory is not None:
+                self._memory_uids.add(uid)
+            else:
+                self._memory_uids.discard(uid)
             self.class_keys[uid] = class_key(req, cpu_col=self.state.index.column(CPU))
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)

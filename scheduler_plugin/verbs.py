@@ -54,7 +54,13 @@ def request_for(
 ) -> PodRequest:
     """The pod in the request as a ``PodRequest``; raises ``resources.DemandError``."""
     tenant = objects.pod_tenant(pod, config=config, namespace_labels=namespace_labels)
-    return objects.pod_request(pod, config=config, tenant=tenant, index=state.index)
+    return objects.pod_request(
+        pod,
+        config=config,
+        tenant=tenant,
+        index=state.index,
+        device_memory=lambda: objects.largest_device_memory(state),
+    )
 
 
 # -- filter ------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ Design choices:
   by uid, so MODIFIED and DELETED events subtract exactly what was added). A tenant's
   usage is the sum over its namespaces, so a config reload that moves a namespace to
   another tenant needs no recount.
+* A pod counts by ``resources.pod_usage``, the rule admission and reservations use: a
+  ``fairshare.io/gpu-memory`` request is a share of its node's device (of the largest
+  device before it is bound, a whole GPU when no device size is known), recounted when
+  a node's device memory changes.
 * A pod counts while it is non-terminal (phase not Succeeded/Failed), bound or not:
   admission must count pods that are still pending, as ResourceQuota does.
 * ``storage`` comes from PVCs (their ``spec.resources.requests.storage``), per
@@ -63,6 +67,11 @@ class UsageTracker:
     resource_claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
     """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
     unreadable: dict[str, str] = field(default_factory=dict)
+    memory_pods: dict[str, tuple[str, resources.PodDemand, str | None]] = field(
+        default_factory=dict
+    )
+    """Pods that ask by GPU memory, by uid: (namespace, demand, node). What they count
+    depends on device memory, so they are recounted when a node's device memory changes."""
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     _max_memory: tuple[int | None] | None = field(default=None, init=False, repr=False)
     """Called with ("ns/name", event) when a pod is seen, for reservation release."""
@@ -75,6 +84,7 @@ class UsageTracker:
             self.pods.clear()
             self.pod_names.clear()
             self.unreadable.clear()
+            self.memory_pods.clear()
             self._rebuild_namespaces()
         elif kind == "PersistentVolumeClaim":
             self.claims.clear()
@@ -85,8 +95,14 @@ class UsageTracker:
         elif kind == "Namespace":
             self.labels.clear()
         elif kind == "Node":
+            before = dict(self.device_memory)
             self.device_memory.clear()
             self._max_memory = None
+            for obj in objects:
+                self._node(obj, deleted=False, recount=False)
+            if before != self.device_memory:
+                self._recount_memory_pods()
+            return
         for obj in objects:
             self.on_event(kind, "ADDED", obj)
 
@@ -108,14 +124,37 @@ class UsageTracker:
                     str(k): str(v) for k, v in (_meta(obj).get("labels") or {}).items()
                 }
         elif kind == "Node":
-            name = str(_meta(obj).get("name", ""))
-            raw = str((_meta(obj).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
-            if deleted or not raw.isdigit():
-                self.device_memory.pop(name, None)
-                self._max_memory = None
-            else:
-                self.device_memory[name] = int(raw) * 1024 * 1024
-                self._max_memory = None
+            self._node(obj, deleted=deleted, recount=True)
+
+    def _node(self, node: dict[str, Any], *, deleted: bool, recount: bool) -> None:
+        name = str(_meta(node).get("name", ""))
+        raw = str((_meta(node).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
+        mem = int(raw) * 1024 * 1024 if raw.isdigit() and not deleted else 0
+        if mem == self.device_memory.get(name, 0):
+            return  # heartbeats and other label changes: nothing to recount
+        if mem:
+            self.device_memory[name] = mem
+        else:
+            self.device_memory.pop(name, None)
+        self._max_memory = None
+        if recount:
+            self._recount_memory_pods()
+
+    def _memory_usage(self, demand: resources.PodDemand, node: str | None) -> Amounts:
+        where = resources.device_memory_for(node, self.device_memory, self.max_device_memory())
+        return dict(resources.counted_demand(demand, where).amounts)
+
+    def _recount_memory_pods(self) -> None:
+        """Device memory changed: GPU-memory pods count against the new sizes."""
+        for key, (ns, demand, node) in self.memory_pods.items():
+            old = self.pods.get(key)
+            if old is None:
+                continue
+            amounts = self._memory_usage(demand, node)
+            if amounts != old[1]:
+                add_amounts(self.by_namespace.setdefault(ns, {}), old[1], -1)
+                add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
+                self.pods[key] = (ns, amounts)
 
     def _rebuild_namespaces(self) -> None:
         self.by_namespace = {}
@@ -135,11 +174,18 @@ class UsageTracker:
         name = f"{ns}/{meta.get('name', '')}"
         self._forget(self.pods, key)
         self.unreadable.pop(key, None)
+        self.memory_pods.pop(key, None)
         if deleted or objects.is_terminal(pod):
             self.pod_names.pop(name, None)
             return
         try:
-            amounts = dict(resources.pod_demand(pod, mig=self.config().mig_fractions()).amounts)
+            # Read by the one rule admission and reservations use (resources.pod_usage).
+            demand = resources.pod_demand(pod, mig=self.config().mig_fractions())
+            amounts = dict(demand.amounts)
+            if demand.gpu.memory is not None:
+                node = (pod.get("spec") or {}).get("nodeName") or None
+                self.memory_pods[key] = (ns, demand, str(node) if node else None)
+                amounts = self._memory_usage(demand, self.memory_pods[key][2])
         except DemandError as exc:
             self.unreadable[key] = str(exc)
             amounts = {}
