@@ -146,3 +146,13 @@ def test_extender_never_counts_a_gpu_memory_pod_as_zero() -> None:
     assert tr.state.usage_of("prod")[tr.state.gpu_col] == 1000  # no size known: whole GPU
     tr.on_event("Node", "ADDED", node("n80", gpus=8, memory_mib="81920"))
     assert tr.state.usage_of("prod")[tr.state.gpu_col] == 500  # the largest device known
+
+
+def test_the_simulator_counts_gpu_memory_pods_against_the_limit() -> None:
+    from fairshare.simulator.engine import Simulation
+
+    sim = Simulation(CONFIG)
+    alloc = {GPU: F(8), "cpu": F(64), "memory": F(512 * GI)}
+    sim.add_node("n", alloc, {"nvidia.com/gpu.memory": "81920"})
+    outcomes = [sim.submit(sim.request_for(mem_pod(f"m{i}"), uid=f"u{i}")) for i in range(3)]
+    assert [o.status for o in outcomes] == ["pending", "pending", "rejected"]
