@@ -177,6 +177,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     # The POST itself runs outside the lock, so binds do not queue behind API latency.
     async with deps.bind_lock:
         config = deps.config()
+        state = deps.tracker.state  # again: a config swap may have rebuilt the arrays
         plan = verbs.bind_plan(
             args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
         )
@@ -202,7 +203,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     except Exception as exc:
         log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
         async with deps.bind_lock:
-            state.unbind(plan.uid)
+            deps.tracker.state.unbind(plan.uid)
             # Back to the queue only if the pod still exists (a 404 means it was deleted
             # meanwhile, and a phantom pending pod would hold other tenants back).
             if req is not None and plan.uid in deps.tracker.pods:

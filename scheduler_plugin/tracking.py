@@ -23,12 +23,18 @@ ResourceSlices, which are not the device-plugin ``nvidia.com/gpu`` the arrays mo
 
 Design choices: a pod whose node is not known yet is remembered and applied when the
 node arrives; a pod whose resources cannot be read is kept out of the state and listed
-in ``unreadable`` (never fatal). Changing the config's resource columns needs a
-restart (the arrays are shaped by them); everything else in the config is read live.
+in ``unreadable`` (never fatal). Everything in the config is read live. A config whose
+``resources`` (the arrays' columns) differ from the running ones is applied live too:
+the first read of ``state`` after the swap rebuilds the whole tracker (arrays, pending
+rows, mix, caches) from the nodes and pods it holds, in a fresh tracker that replaces
+this one's fields only once complete, so no verb ever sees arrays of the old columns
+with the new config, nor a half-built state. Binds the extender assumed but the watch
+has not reported yet are carried over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +64,25 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    ann = _meta(obj).get("annotations")
+    return ann if isinstance(ann, dict) else {}
+
+
+def slim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node without what the extender never reads again (managed fields, the image
+    list, kubelet endpoints and node info), kept to rebuild the arrays."""
+    out = dict(node)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    status = out.get("status")
+    if isinstance(status, dict):
+        drop = ("images", "daemonEndpoints", "nodeInfo", "volumesInUse", "volumesAttached")
+        out["status"] = {k: v for k, v in status.items() if k not in drop}
+    return out
+
+
 def _claim_key(claim: dict[str, Any]) -> str:
     meta = _meta(claim)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -69,7 +94,11 @@ class ExtenderTracker:
 
     config: Callable[[], FairShareConfig]
     mix_every: int = 100
-    state: ClusterState = field(init=False)
+    _state: ClusterState = field(init=False, repr=False)
+    _columns_of: FairShareConfig | None = field(default=None, init=False, repr=False)
+    """The config whose resource columns ``_state`` was last checked against."""
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every known Node, as ``slim_node`` keeps it (to rebuild the arrays)."""
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
@@ -94,7 +123,60 @@ class ExtenderTracker:
     """Pods that ask by GPU memory: their rows depend on the nodes' device memory."""
 
     def __post_init__(self) -> None:
-        self.state = ClusterState(ResourceIndex(self.config().resource_names()))
+        config = self.config()
+        self._state = ClusterState(ResourceIndex(config.resource_names()))
+        self._columns_of = config
+
+    @property
+    def state(self) -> ClusterState:
+        """The arrays, with the columns of the config in force (rebuilt after a swap that
+        changed ``resources``; the check is one identity test when nothing changed)."""
+        config = self.config()
+        if config is not self._columns_of:
+            self._follow_config(config)
+        return self._state
+
+    def _follow_config(self, config: FairShareConfig) -> None:
+        if config.resource_names() == self._state.index.names:
+            self._columns_of = config
+            return
+        fresh = self._rebuilt(config)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    def _rebuilt(self, config: FairShareConfig) -> ExtenderTracker:
+        """A new tracker for ``config``'s columns from the objects this one holds."""
+        fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
+        fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
+        fresh.resource_claims = dict(self.resource_claims)
+        fresh.on_resync("Node", list(self.nodes.values()))
+        pods = list(self.pods.values())
+        bound = [p for p in pods if objects.is_bound(p)]
+        # Annotated pods first: a guessed placement must not take a device they hold.
+        bound.sort(key=lambda p: resources.ANN_GPU_DEVICES not in _annotations(p))
+        fresh.on_resync("Pod", bound + [p for p in pods if not objects.is_bound(p)])
+        old, new = self._state, fresh._state
+        for uid, held in old.pods.items():
+            # Assumed binds (accounted at bind, not yet reported by the watch) stay held.
+            if uid in new.pods or uid not in self.pods or held.node not in new.node_index:
+                continue
+            row = new.index.kernel_vector(old.index.amounts(held.row))
+            new.bind(
+                uid=uid,
+                node=held.node,
+                row=row,
+                devices=held.devices,
+                tenant=held.tenant,
+                name=held.name,
+                allow_overcommit=True,
+            )
+            fresh.pending.pop(uid, None)
+        if fresh.claim_pods:
+            fresh._recount_dra()
+        fresh._gone = self._gone
+        fresh.config = self.config
+        fresh._columns_of = config
+        return fresh
 
     # -- sink ------------------------------------------------------------------
 
@@ -102,6 +184,7 @@ class ExtenderTracker:
         """Replace what is known of ``kind`` with the complete list ``objects_``."""
         if kind == "Node":
             largest = self.largest_device_memory()
+            self.nodes.clear()
             names = {str(_meta(n).get("name", "")) for n in objects_}
             for gone in [n.name for n in self.state.nodes if n.name not in names]:
                 objects.delete_node(self.state, gone)
@@ -131,6 +214,7 @@ class ExtenderTracker:
         if kind == "Node":
             largest = self.largest_device_memory() if self._memory_uids else None
             if deleted:
+                self.nodes.pop(str(_meta(obj).get("name", "")), None)
                 objects.delete_node(self.state, str(_meta(obj).get("name", "")))
                 if self.claim_pods:
                     self._recount_dra()
@@ -167,6 +251,7 @@ class ExtenderTracker:
                 self._pod(pod)
 
     def _node(self, node: dict[str, Any]) -> None:
+        self.nodes[str(_meta(node).get("name", ""))] = slim_node(node)
         try:
             objects.apply_node(self.state, node, self.config())
         except (StateError, resources.DemandError) as exc:

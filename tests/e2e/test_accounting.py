@@ -7,6 +7,7 @@ tenants are namespaces labelled `fairshare.io/tenant=<name>`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
@@ -56,3 +57,42 @@ async def test_gpu_memory_pods_count_against_the_gpu_limit(
     assert f"tenant {tenant} would exceed its {GPU} limit: 1 used + 0.5 requested > 1" in message
     pods = (await core.list_namespaced_pod(ns)).items
     assert sorted(p.metadata.name for p in pods) == ["mem-0", "mem-1"]
+
+
+async def test_a_config_with_other_resource_columns_is_applied_live(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+):
+    """Dropping ephemeral-storage and storage from `resources` while the extender runs:
+    GPU pods still schedule through it. (The arrays kept the old columns and every
+    filter call failed with a 500, so every pod stayed Pending.)"""
+    tenant = unique("columns")
+    node = unique("columns")
+    await make_gpu_node(node, gpus=2, labels={POOL: node})
+    await fairshare.set_config(api, CONFIG_HEAD + f"tenants:\n- name: {tenant}\n")
+    ns = await tenant_namespace(tenant)
+    errors = await asyncio.to_thread(
+        fairshare.metric, "extender", "fairshare_unexpected_errors_total"
+    )
+    slim = (
+        CONFIG_HEAD
+        + f"resources:\n  {GPU}: {{}}\n  cpu: {{}}\n  memory: {{}}\n"
+        + f"tenants:\n- name: {tenant}\n"
+    )
+    await fairshare.set_config(api, slim)
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(ns, pod_manifest("whole", node, gpus=1))
+    await core.create_namespaced_pod(
+        ns, pod_manifest("half", node, annotations={"fairshare.io/gpu-fraction": "0.5"})
+    )
+    for name in ("whole", "half"):
+        pod = await wait_pod(api, ns, name, running, timeout=60, what="running")
+        # Bound by the extender: its bind writes the device annotation.
+        assert pod.spec.node_name == node
+        assert (pod.metadata.annotations or {}).get("fairshare.io/gpu-devices")
+    after = await asyncio.to_thread(
+        fairshare.metric, "extender", "fairshare_unexpected_errors_total"
+    )
+    assert after == errors
