@@ -143,6 +143,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         pending=deps.tracker.pending_queue(),
         namespace_labels=_labels(deps),
         fair=deps.tracker.fair_shares(config),
+        on_gate=deps.tracker.note_filter,
     )
 
 

@@ -103,6 +103,8 @@ class ExtenderTracker:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
     pending: dict[str, PodRequest] = field(default_factory=dict)
+    gated: set[str] = field(default_factory=set)
+    """Pending pods whose last filter the fair-share gate refused (``note_filter``)."""
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
@@ -174,6 +176,7 @@ class ExtenderTracker:
         if fresh.claim_pods:
             fresh._recount_dra()
         fresh._gone = self._gone
+        fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
         fresh.config = self.config
         fresh._columns_of = config
         return fresh
@@ -318,6 +321,7 @@ class ExtenderTracker:
             self._gone.popitem(last=False)
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
+        self.gated.discard(uid)
         self._memory_uids.discard(uid)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
@@ -355,6 +359,7 @@ class ExtenderTracker:
             self.class_keys[uid] = class_key(req, cpu_col=self.state.index.column(CPU))
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
+                self.gated.discard(uid)
                 objects.apply_pod(self.state, pod, config, tenant)
             else:
                 self.pending[uid] = req
@@ -411,10 +416,20 @@ class ExtenderTracker:
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
 
+    def note_filter(self, req: PodRequest, gate: fairness.GateDecision | None) -> None:
+        """Remember whether the fair-share gate refused ``req`` at this filter."""
+        if gate is not None and not gate.allowed and req.uid in self.pending:
+            self.gated.add(req.uid)
+        else:
+            self.gated.discard(req.uid)
+
     def gated_by_tenant(self) -> dict[str, int]:
-        """Pending pods per tenant (for the gated-pods gauge)."""
+        """Pending pods per tenant that the fair-share gate refused at their last filter
+        (for the gated-pods gauge); a pod leaves the count when bound, deleted, or let
+        through by a later filter."""
         out: dict[str, int] = {}
-        for req in self.pending.values():
-            if req.tenant is not None:
+        for uid in self.gated:
+            req = self.pending.get(uid)
+            if req is not None and req.tenant is not None:
                 out[req.tenant] = out.get(req.tenant, 0) + 1
         return out
