@@ -337,7 +337,7 @@ async def serve(
         configmap=configmap,
         kubeconfig=kubeconfig,
         state_file=state_file,
-        kinds=("Namespace", "Node", "Pod", "ResourceClaim"),
+        kinds=("Namespace", "Node", "Pod", "PersistentVolumeClaim", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
         stale_after=stale_after,

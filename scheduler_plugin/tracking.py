@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, fairness, gating, resources
+from fairshare import dra, fairness, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -52,8 +52,10 @@ from fairshare.placement import (
     score_context,
 )
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
-from fairshare.state import objects
+from fairshare.state import objects, usage
 from fairshare.state.cluster import ClusterState, StateError
+
+KIND_PVC = "PersistentVolumeClaim"
 
 GONE_MEMORY = 10_000
 """How many deleted pod uids to remember (a late filter call must not revive them)."""
@@ -114,6 +116,10 @@ class ExtenderTracker:
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
+    volume_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Bound PersistentVolumeClaims by uid: (namespace, storage bytes requested)."""
+    storage_usage: dict[str, float] = field(default_factory=dict)
+    """Bytes added to each tenant's ``storage`` column for its bound PVCs."""
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
@@ -128,6 +134,13 @@ class ExtenderTracker:
         config = self.config()
         self._state = ClusterState(ResourceIndex(config.resource_names()))
         self._columns_of = config
+        self._declare_capacity(config)
+
+    def _declare_capacity(self, config: FairShareConfig) -> None:
+        """The config's declared ``capacity`` stands in for resources no node reports
+        (``storage``: bound PVCs count in usage, so shares need its capacity)."""
+        declared = config.capacity_amounts() or {}
+        self._state.declare_capacity(gating.kernel_amounts(self._state, declared))
 
     @property
     def state(self) -> ClusterState:
@@ -141,6 +154,7 @@ class ExtenderTracker:
     def _follow_config(self, config: FairShareConfig) -> None:
         if config.resource_names() == self._state.index.names:
             self._columns_of = config
+            self._declare_capacity(config)
             return
         fresh = self._rebuilt(config)
         for f in dataclasses.fields(self):
@@ -175,6 +189,8 @@ class ExtenderTracker:
             fresh.pending.pop(uid, None)
         if fresh.claim_pods:
             fresh._recount_dra()
+        fresh.volume_claims = dict(self.volume_claims)
+        fresh._recount_storage()
         fresh._gone = self._gone
         fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
         fresh.config = self.config
@@ -210,6 +226,11 @@ class ExtenderTracker:
             for claim in objects_:
                 self._claim(claim)
             self._recount_dra()
+        elif kind == KIND_PVC:
+            self.volume_claims.clear()
+            for pvc in objects_:
+                self._volume_claim(pvc, deleted=False)
+            self._recount_storage()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         """Apply one watch event (ADDED / MODIFIED / DELETED)."""
@@ -242,6 +263,9 @@ class ExtenderTracker:
             else:
                 self._claim(obj)
             self._recount_dra()
+        elif kind == KIND_PVC:
+            self._volume_claim(obj, deleted=deleted)
+            self._recount_storage()
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -252,6 +276,8 @@ class ExtenderTracker:
             # Tenancy may have changed for every pod of the namespace.
             for pod in [p for p in self.pods.values() if _meta(p).get("namespace") == name]:
                 self._pod(pod)
+            if self.volume_claims or self.storage_usage:
+                self._recount_storage()
 
     def _node(self, node: dict[str, Any]) -> None:
         self.nodes[str(_meta(node).get("name", ""))] = slim_node(node)
@@ -313,7 +339,47 @@ class ExtenderTracker:
             if delta:
                 row = self.state.tenant_usage.setdefault(tenant, [0.0] * self.state.n_res)
                 row[col] += delta
+                self.state._pod_changes += 1  # cached shares depend on usage
         self.dra_usage = {t: v for t, v in want.items() if v}
+
+    def _volume_claim(self, pvc: dict[str, Any], *, deleted: bool) -> None:
+        """Remember a PVC's storage request while it is Bound (what it holds)."""
+        meta = _meta(pvc)
+        key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        status = pvc.get("status")
+        phase = status.get("phase") if isinstance(status, dict) else None
+        size = usage.claim_storage(pvc)
+        if deleted or phase != "Bound" or not size:
+            self.volume_claims.pop(key, None)
+            return
+        ns = str(meta.get("namespace") or "default")
+        self.volume_claims[key] = (ns, resources.to_kernel_units(resources.STORAGE, size))
+
+    def _recount_storage(self) -> None:
+        """Re-derive each tenant's ``storage`` from its namespaces' bound PVCs (the webhook
+        counts the same requests against ``limit.storage``)."""
+        state = self.state
+        if not state.index.has(resources.STORAGE):
+            self.storage_usage = {}
+            return
+        config = self.config()
+        by_ns: dict[str, float] = {}
+        for ns, size in self.volume_claims.values():
+            by_ns[ns] = by_ns.get(ns, 0.0) + size
+        want: dict[str, float] = {}
+        for ns, size in sorted(by_ns.items()):
+            labels = self.namespace_labels.get(ns, {})
+            owner = tenancy.resolve_tenant(ns, labels, config).tenant
+            if owner is not None:
+                want[owner] = want.get(owner, 0.0) + size
+        col = state.index.column(resources.STORAGE)
+        for tenant in sorted(set(want) | set(self.storage_usage)):
+            delta = want.get(tenant, 0.0) - self.storage_usage.get(tenant, 0.0)
+            if delta:
+                row = state.tenant_usage.setdefault(tenant, [0.0] * state.n_res)
+                row[col] += delta
+                state._pod_changes += 1  # cached shares depend on usage
+        self.storage_usage = {t: v for t, v in want.items() if v}
 
     def _forget_pod(self, uid: str) -> None:
         self._gone[uid] = None

@@ -475,8 +475,9 @@ class FairShareConfig(_Model):
     capacity: dict[str, Quantity] | None = Field(
         default=None, examples=[{"nvidia.com/gpu": "64", "cpu": "1024"}]
     )
-    """Optional declared cluster capacity, used only to check that the guarantees fit.
-    Default: not checked."""
+    """Optional declared cluster capacity: checks that the guarantees fit, and is the
+    capacity in shares of a resource no node reports (storage, or GPUs offered only
+    through DRA). Default: not checked; such a resource then counts in no share."""
 
     @model_validator(mode="after")
     def _consistent(self) -> FairShareConfig:

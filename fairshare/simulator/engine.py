@@ -91,6 +91,8 @@ class Simulation:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(POLICIES)}")
         self.state = ClusterState(ResourceIndex(self.config.resource_names()))
+        declared = self.config.capacity_amounts() or {}
+        self.state.declare_capacity(gating.kernel_amounts(self.state, declared))
         self.scorer = build_scorer(self.config.scoring.weights())
         self._mig = self.config.mig_fractions()
         self._limits = {

@@ -53,6 +53,22 @@ def _key(obj: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
 
+def claim_storage(pvc: Mapping[str, Any]) -> Fraction:
+    """A PVC's ``spec.resources.requests.storage`` (0 when absent or unreadable): what
+    admission and the extender count against the tenant's ``storage``."""
+    spec = pvc.get("spec")
+    res = spec.get("resources") if isinstance(spec, Mapping) else None
+    req = res.get("requests") if isinstance(res, Mapping) else None
+    raw = req.get("storage") if isinstance(req, Mapping) else None
+    if raw is None:
+        return Fraction(0)
+    try:
+        size = quantities.parse_quantity(raw)
+    except (quantities.QuantityError, TypeError):
+        return Fraction(0)
+    return size if size > 0 else Fraction(0)
+
+
 @dataclass
 class UsageTracker:
     """Live namespace labels and per-namespace usage, fed by a state source."""
@@ -201,12 +217,7 @@ class UsageTracker:
         if deleted:
             return
         ns = str(_meta(pvc).get("namespace", ""))
-        spec = pvc.get("spec") or {}
-        raw = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-        try:
-            size = quantities.parse_quantity(raw) if raw is not None else Fraction(0)
-        except quantities.QuantityError:
-            size = Fraction(0)
+        size = claim_storage(pvc)
         amounts = {STORAGE: size} if size else {}
         self.claims[key] = (ns, amounts)
         add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
