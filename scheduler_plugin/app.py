@@ -193,6 +193,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
                 state, config=config, req=req, pending=deps.tracker.pending_queue()
             )
             if gate is not None and not gate.allowed:
+                deps.tracker.note_filter(req, gate)  # held back: counts as gated
                 return wire.ExtenderBindingResult(gate.reason).encode()
         try:
             verbs.commit_bind(state, plan)
