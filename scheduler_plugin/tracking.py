@@ -161,11 +161,60 @@ class ExtenderTracker:
             setattr(self, f.name, getattr(fresh, f.name))
 
     def _rebuilt(self, config: FairShareConfig) -> ExtenderTracker:
-        """A new tracker for ``config``'s columns from the objects this one holds."""
+        """A new tracker for ``config``'s columns from the objects this one holds.
+
+        Columns only dropped or reordered: every row is cut down to the new columns
+        (exact: the units do not change), so nothing is parsed again. A new column: the
+        pods are read again (their rows lack it), as at the first sync, and the binds the
+        extender assumed but the watch has not reported are carried over.
+        """
         fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
         fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
         fresh.resource_claims = dict(self.resource_claims)
         fresh.on_resync("Node", list(self.nodes.values()))
+        old, new = self._state, fresh._state
+        if all(old.index.has(name) for name in new.index.names):
+            self._project(fresh)
+        else:
+            self._replay(fresh)
+        if fresh.claim_pods:
+            fresh._recount_dra()
+        fresh.volume_claims = dict(self.volume_claims)
+        fresh._recount_storage()
+        fresh._gone = self._gone
+        fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
+        fresh.config = self.config
+        fresh._columns_of = config
+        return fresh
+
+    def _project(self, fresh: ExtenderTracker) -> None:
+        old, new = self._state, fresh._state
+        cols = [old.index.column(name) for name in new.index.names]
+
+        def cut(row: tuple[float, ...]) -> tuple[float, ...]:
+            return tuple(row[c] for c in cols)
+
+        for uid, held in old.pods.items():
+            if held.node in new.node_index:
+                new.bind(
+                    uid=uid,
+                    node=held.node,
+                    row=cut(held.row),
+                    devices=held.devices,
+                    tenant=held.tenant,
+                    name=held.name,
+                    allow_overcommit=True,
+                )
+        fresh.pods = dict(self.pods)
+        fresh.pending = {
+            uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
+        }
+        fresh.class_keys = dict(self.class_keys)  # (CPU amount, GPU shape): no column in it
+        fresh.unreadable = {**self.unreadable, **fresh.unreadable}
+        fresh.claim_pods = dict(self.claim_pods)
+        fresh._memory_uids = set(self._memory_uids)
+
+    def _replay(self, fresh: ExtenderTracker) -> None:
         pods = list(self.pods.values())
         bound = [p for p in pods if objects.is_bound(p)]
         # Annotated pods first: a guessed placement must not take a device they hold.
@@ -187,15 +236,6 @@ class ExtenderTracker:
                 allow_overcommit=True,
             )
             fresh.pending.pop(uid, None)
-        if fresh.claim_pods:
-            fresh._recount_dra()
-        fresh.volume_claims = dict(self.volume_claims)
-        fresh._recount_storage()
-        fresh._gone = self._gone
-        fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
-        fresh.config = self.config
-        fresh._columns_of = config
-        return fresh
 
     # -- sink ------------------------------------------------------------------
 

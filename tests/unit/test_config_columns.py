@@ -137,3 +137,39 @@ def test_the_simulator_runs_with_fewer_columns() -> None:
     sim.submit(sim.request_for(half_pod(0), uid="u0"))
     sim.run_until_stable()
     assert sim.outcomes["u0"].status == "running" and sim.index.width == 3
+
+
+def test_cutting_columns_gives_the_state_a_fresh_sync_would() -> None:
+    """The fast path (rows cut to the remaining columns) agrees with reading every object
+    again under the new config."""
+    mem = half_pod(7)
+    mem["metadata"]["annotations"] = {"fairshare.io/gpu-memory": "20Gi"}
+    objs = [
+        bound_pod(0, "n1", "0:500"),
+        bound_pod(1, "n1"),
+        bound_pod(2, "n2"),
+        {**mem, "spec": {**mem["spec"], "nodeName": "n2"}, "status": {"phase": "Running"}},
+        half_pod(3),
+        half_pod(4),
+    ]
+    holder = ConfigHolder(FULL)
+    cut = ExtenderTracker(holder.get)
+    cut.on_resync("Node", [node("n1", 2), node("n2", 4)])
+    cut.on_resync("Pod", objs)
+    holder.swap(SLIM)
+    fresh = ExtenderTracker(lambda: SLIM)
+    fresh.on_resync("Node", [node("n1", 2), node("n2", 4)])
+    fresh.on_resync("Pod", objs)
+    a, b = cut.state, fresh.state
+    assert (list(a.free), list(a.dev_free), a.tenant_usage) == (
+        list(b.free),
+        list(b.dev_free),
+        b.tenant_usage,
+    )
+    assert {u: (p.node, p.row, p.devices) for u, p in a.pods.items()} == {
+        u: (p.node, p.row, p.devices) for u, p in b.pods.items()
+    }
+    assert {u: r.row for u, r in cut.pending.items()} == {
+        u: r.row for u, r in fresh.pending.items()
+    }
+    assert cut.class_keys == fresh.class_keys
