@@ -8,7 +8,10 @@ Definitions (Ghodsi et al., "Dominant Resource Fairness", NSDI'11, with weights)
 
 * A tenant's **dominant share** is ``max_r(rw_r * used_r / capacity_r) / w_t`` where
   ``rw_r`` is the resource weight from the config and ``w_t`` the tenant's weight.
-  A resource of zero capacity is ignored unless used (then the share is +inf).
+  A resource of zero capacity is ignored, used or not: the cluster's arrays hold none
+  of it (GPUs offered only through DRA, ``storage`` with no capacity declared), so no
+  share of it can be measured, and one tenant's use of it must not make its share
+  infinite (which would freeze every fair allocation it takes part in).
 * The **fair allocation** is computed by progressive filling: every tenant's
   allocation grows along the direction of its demand (running + pending), with
   weighted dominant shares rising at the same pace, starting from its
@@ -64,9 +67,9 @@ def dominant_shares(
         flat.extend(row)
     tw = array("d", [float(tenant_weights.get(n, 1.0)) for n in names])
     out = array("d", bytes(8 * len(names)))
-    drf.dominant_shares(
-        flat, array("d", capacity), array("d", res_weights), tw, len(names), n_res, out
-    )
+    # Zero capacity: weight 0, which the kernel skips (its own rule would give +inf).
+    rw = array("d", [w if c > 0 else 0.0 for w, c in zip(res_weights, capacity, strict=True)])
+    drf.dominant_shares(flat, array("d", capacity), rw, tw, len(names), n_res, out)
     return dict(zip(names, out, strict=True))
 
 
@@ -98,10 +101,8 @@ class FairShare:
 def _dom(vec: Sequence[float], capacity: Sequence[float], rw: Sequence[float]) -> float:
     best = 0.0
     for v, c, w in zip(vec, capacity, rw, strict=True):
-        if v <= 0 or w <= 0:
+        if v <= 0 or w <= 0 or c <= 0:
             continue
-        if c <= 0:
-            return math.inf
         best = max(best, w * v / c)
     return best
 
@@ -154,8 +155,8 @@ def fair_allocation(
     scale = 1.0
     for r in range(n_res):
         u = usage(r)
-        if u > capacity[r] > 0 or (capacity[r] <= 0 < u):
-            scale = min(scale, max(capacity[r], 0.0) / u)
+        if u > capacity[r] > 0:
+            scale = min(scale, capacity[r] / u)
     if scale < 1.0:
         for name in x:
             x[name] *= scale
@@ -164,7 +165,7 @@ def fair_allocation(
 
     def freeze_saturated() -> None:
         for r in range(n_res):
-            if usage(r) >= capacity[r] * (1 - EPS):
+            if capacity[r] > 0 and usage(r) >= capacity[r] * (1 - EPS):
                 for name in sorted(active):
                     if by_name[name].demand[r] > 0:
                         active.discard(name)
@@ -181,7 +182,7 @@ def fair_allocation(
         lam_next = next_bp
         for r in range(n_res):
             slope = sum(rate[n] * by_name[n].demand[r] for n in growing)
-            if slope > 0:
+            if slope > 0 and capacity[r] > 0:
                 lam_next = min(lam_next, lam + (capacity[r] - usage(r)) / slope)
         lam_next = max(lam_next, lam)
         for n in growing:

@@ -184,7 +184,7 @@ class Metrics:
         )
         self.tenant_gated_pods = Gauge(
             "fairshare_tenant_gated_pods",
-            "Pending pods of the tenant held back by the fair-share gate.",
+            "Pending pods of the tenant the fair-share gate refused at their last filter.",
             ["tenant"],
             registry=r,
         )

@@ -259,6 +259,66 @@ def pod_demand(
     return PodDemand(amounts={k: v for k, v in reqs.items() if v}, gpu=gpu)
 
 
+def device_memory_for(
+    node: str | None, by_node: Mapping[str, int], largest: int | None
+) -> int | None:
+    """The device memory (bytes) a GPU-memory request resolves against.
+
+    The memory of the node the pod is bound to when that is known, else the largest
+    device memory known (a pending pod, or a node without a device-memory label), else
+    None (no device size known anywhere).
+    """
+    if node:
+        mem = by_node.get(node, 0)
+        if mem > 0:
+            return mem
+    return largest if largest and largest > 0 else None
+
+
+def counted_demand(demand: PodDemand, device_memory: int | None) -> PodDemand:
+    """A pod's demand as usage counts it, in quotas, reservations and shares alike.
+
+    A ``fairshare.io/gpu-memory`` request counts ``memory / device_memory`` of a GPU
+    (at most one), with ``device_memory`` from :func:`device_memory_for`, or a whole GPU
+    when no device size is known (never under-counted). Every other demand counts as
+    :func:`pod_demand` reads it. Only ``amounts`` change: ``gpu`` keeps the request as
+    asked, so placement still resolves it per node.
+    """
+    g = demand.gpu
+    if g.memory is None or g.per_device:
+        return demand
+    share = Fraction(1)
+    if device_memory and device_memory > 0:
+        share = min(Fraction(1), Fraction(g.memory, device_memory))
+    return PodDemand(amounts={**demand.amounts, GPU: share * g.count}, gpu=g)
+
+
+def pod_usage(
+    pod: Mapping[str, Any],
+    *,
+    mig: Mapping[str, Fraction],
+    device_memory: Mapping[str, int] | None = None,
+    largest_memory: int | None = None,
+) -> PodDemand:
+    """What one pod counts in its tenant's usage: the one rule for admission,
+    reservations, the webhook's watch and the extender's shares.
+
+    ``device_memory`` maps node names to their GPU device memory (bytes) and
+    ``largest_memory`` is the largest known; a GPU-memory request is resolved against the
+    node in ``spec.nodeName`` (see :func:`device_memory_for` and :func:`counted_demand`).
+    Raises ``DemandError`` like :func:`pod_demand`.
+    """
+    demand = pod_demand(pod, mig=mig)
+    if demand.gpu.memory is None:
+        return demand
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    where = device_memory_for(
+        node if isinstance(node, str) else None, device_memory or {}, largest_memory
+    )
+    return counted_demand(demand, where)
+
+
 def to_kernel_units(name: str, amount: Fraction) -> float:
     """Exact amount (natural units) → kernel float in canonical integral units.
 

@@ -180,6 +180,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         pending=deps.tracker.pending_queue(),
         namespace_labels=_labels(deps),
         fair=deps.tracker.fair_shares(config),
+        on_gate=deps.tracker.note_filter,
     )
 
 
@@ -216,6 +217,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         if not deps.leading():  # the term ended while this bind waited for the lock
             return wire.ExtenderBindingResult(NOT_LEADER).encode()
         config = deps.config()
+        state = deps.tracker.state  # again: a config swap may have rebuilt the arrays
         plan = verbs.bind_plan(
             args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
         )
@@ -230,6 +232,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
                 state, config=config, req=req, pending=deps.tracker.pending_queue()
             )
             if gate is not None and not gate.allowed:
+                deps.tracker.note_filter(req, gate)  # held back: counts as gated
                 return wire.ExtenderBindingResult(gate.reason).encode()
         try:
             verbs.commit_bind(state, plan)
@@ -242,7 +245,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     except Exception as exc:
         log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
         async with deps.bind_lock:
-            state.unbind(plan.uid)
+            deps.tracker.state.unbind(plan.uid)
             # Back to the queue only if the pod still exists (a 404 means it was deleted
             # meanwhile, and a phantom pending pod would hold other tenants back).
             if req is not None and plan.uid in deps.tracker.pods:
@@ -460,7 +463,7 @@ async def serve(
         configmap=configmap,
         kubeconfig=kubeconfig,
         state_file=state_file,
-        kinds=("Namespace", "Node", "Pod", "ResourceClaim"),
+        kinds=("Namespace", "Node", "Pod", "PersistentVolumeClaim", "ResourceClaim"),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
         stale_after=stale_after,

@@ -23,18 +23,24 @@ ResourceSlices, which are not the device-plugin ``nvidia.com/gpu`` the arrays mo
 
 Design choices: a pod whose node is not known yet is remembered and applied when the
 node arrives; a pod whose resources cannot be read is kept out of the state and listed
-in ``unreadable`` (never fatal). Changing the config's resource columns needs a
-restart (the arrays are shaped by them); everything else in the config is read live.
+in ``unreadable`` (never fatal). Everything in the config is read live. A config whose
+``resources`` (the arrays' columns) differ from the running ones is applied live too:
+the first read of ``state`` after the swap rebuilds the whole tracker (arrays, pending
+rows, mix, caches) from the nodes and pods it holds, in a fresh tracker that replaces
+this one's fields only once complete, so no verb ever sees arrays of the old columns
+with the new config, nor a half-built state. Binds the extender assumed but the watch
+has not reported yet are carried over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, fairness, gating, resources
+from fairshare import dra, fairness, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -46,8 +52,10 @@ from fairshare.placement import (
     score_context,
 )
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
-from fairshare.state import objects
+from fairshare.state import objects, usage
 from fairshare.state.cluster import ClusterState, StateError
+
+KIND_PVC = "PersistentVolumeClaim"
 
 GONE_MEMORY = 10_000
 """How many deleted pod uids to remember (a late filter call must not revive them)."""
@@ -56,6 +64,25 @@ GONE_MEMORY = 10_000
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    ann = _meta(obj).get("annotations")
+    return ann if isinstance(ann, dict) else {}
+
+
+def slim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node without what the extender never reads again (managed fields, the image
+    list, kubelet endpoints and node info), kept to rebuild the arrays."""
+    out = dict(node)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    status = out.get("status")
+    if isinstance(status, dict):
+        drop = ("images", "daemonEndpoints", "nodeInfo", "volumesInUse", "volumesAttached")
+        out["status"] = {k: v for k, v in status.items() if k not in drop}
+    return out
 
 
 def _claim_key(claim: dict[str, Any]) -> str:
@@ -69,11 +96,17 @@ class ExtenderTracker:
 
     config: Callable[[], FairShareConfig]
     mix_every: int = 100
-    state: ClusterState = field(init=False)
+    _state: ClusterState = field(init=False, repr=False)
+    _columns_of: FairShareConfig | None = field(default=None, init=False, repr=False)
+    """The config whose resource columns ``_state`` was last checked against."""
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every known Node, as ``slim_node`` keeps it (to rebuild the arrays)."""
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
     pending: dict[str, PodRequest] = field(default_factory=dict)
+    gated: set[str] = field(default_factory=set)
+    """Pending pods whose last filter the fair-share gate refused (``note_filter``)."""
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
@@ -83,27 +116,141 @@ class ExtenderTracker:
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
+    volume_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Bound PersistentVolumeClaims by uid: (namespace, storage bytes requested)."""
+    storage_usage: dict[str, float] = field(default_factory=dict)
+    """Bytes added to each tenant's ``storage`` column for its bound PVCs."""
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
+    _largest: tuple[int, int | None] | None = field(default=None, init=False)
+    _memory_uids: set[str] = field(default_factory=set, init=False)
+    """Pods that ask by GPU memory: their rows depend on the nodes' device memory."""
 
     def __post_init__(self) -> None:
-        self.state = ClusterState(ResourceIndex(self.config().resource_names()))
+        config = self.config()
+        self._state = ClusterState(ResourceIndex(config.resource_names()))
+        self._columns_of = config
+        self._declare_capacity(config)
+
+    def _declare_capacity(self, config: FairShareConfig) -> None:
+        """The config's declared ``capacity`` stands in for resources no node reports
+        (``storage``: bound PVCs count in usage, so shares need its capacity)."""
+        declared = config.capacity_amounts() or {}
+        self._state.declare_capacity(gating.kernel_amounts(self._state, declared))
+
+    @property
+    def state(self) -> ClusterState:
+        """The arrays, with the columns of the config in force (rebuilt after a swap that
+        changed ``resources``; the check is one identity test when nothing changed)."""
+        config = self.config()
+        if config is not self._columns_of:
+            self._follow_config(config)
+        return self._state
+
+    def _follow_config(self, config: FairShareConfig) -> None:
+        if config.resource_names() == self._state.index.names:
+            self._columns_of = config
+            self._declare_capacity(config)
+            return
+        fresh = self._rebuilt(config)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    def _rebuilt(self, config: FairShareConfig) -> ExtenderTracker:
+        """A new tracker for ``config``'s columns from the objects this one holds.
+
+        Columns only dropped or reordered: every row is cut down to the new columns
+        (exact: the units do not change), so nothing is parsed again. A new column: the
+        pods are read again (their rows lack it), as at the first sync, and the binds the
+        extender assumed but the watch has not reported are carried over.
+        """
+        fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
+        fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
+        fresh.resource_claims = dict(self.resource_claims)
+        fresh.on_resync("Node", list(self.nodes.values()))
+        old, new = self._state, fresh._state
+        if all(old.index.has(name) for name in new.index.names):
+            self._project(fresh)
+        else:
+            self._replay(fresh)
+        if fresh.claim_pods:
+            fresh._recount_dra()
+        fresh.volume_claims = dict(self.volume_claims)
+        fresh._recount_storage()
+        fresh._gone = self._gone
+        fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
+        fresh.config = self.config
+        fresh._columns_of = config
+        return fresh
+
+    def _project(self, fresh: ExtenderTracker) -> None:
+        old, new = self._state, fresh._state
+        cols = [old.index.column(name) for name in new.index.names]
+
+        def cut(row: tuple[float, ...]) -> tuple[float, ...]:
+            return tuple(row[c] for c in cols)
+
+        for uid, held in old.pods.items():
+            if held.node in new.node_index:
+                new.bind(
+                    uid=uid,
+                    node=held.node,
+                    row=cut(held.row),
+                    devices=held.devices,
+                    tenant=held.tenant,
+                    name=held.name,
+                    allow_overcommit=True,
+                )
+        fresh.pods = dict(self.pods)
+        fresh.pending = {
+            uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
+        }
+        fresh.class_keys = dict(self.class_keys)  # (CPU amount, GPU shape): no column in it
+        fresh.unreadable = {**self.unreadable, **fresh.unreadable}
+        fresh.claim_pods = dict(self.claim_pods)
+        fresh._memory_uids = set(self._memory_uids)
+
+    def _replay(self, fresh: ExtenderTracker) -> None:
+        pods = list(self.pods.values())
+        bound = [p for p in pods if objects.is_bound(p)]
+        # Annotated pods first: a guessed placement must not take a device they hold.
+        bound.sort(key=lambda p: resources.ANN_GPU_DEVICES not in _annotations(p))
+        fresh.on_resync("Pod", bound + [p for p in pods if not objects.is_bound(p)])
+        old, new = self._state, fresh._state
+        for uid, held in old.pods.items():
+            # Assumed binds (accounted at bind, not yet reported by the watch) stay held.
+            if uid in new.pods or uid not in self.pods or held.node not in new.node_index:
+                continue
+            row = new.index.kernel_vector(old.index.amounts(held.row))
+            new.bind(
+                uid=uid,
+                node=held.node,
+                row=row,
+                devices=held.devices,
+                tenant=held.tenant,
+                name=held.name,
+                allow_overcommit=True,
+            )
+            fresh.pending.pop(uid, None)
 
     # -- sink ------------------------------------------------------------------
 
     def on_resync(self, kind: str, objects_: list[dict[str, Any]]) -> None:
         """Replace what is known of ``kind`` with the complete list ``objects_``."""
         if kind == "Node":
+            largest = self.largest_device_memory()
+            self.nodes.clear()
             names = {str(_meta(n).get("name", "")) for n in objects_}
             for gone in [n.name for n in self.state.nodes if n.name not in names]:
                 objects.delete_node(self.state, gone)
             for node in objects_:
                 self._node(node)
             self._reapply_pods()
+            self._recount_memory_pods(largest)
         elif kind == "Pod":
             uids = {objects.pod_uid(p) for p in objects_}
             for uid in [u for u in self.pods if u not in uids]:
@@ -119,15 +266,23 @@ class ExtenderTracker:
             for claim in objects_:
                 self._claim(claim)
             self._recount_dra()
+        elif kind == KIND_PVC:
+            self.volume_claims.clear()
+            for pvc in objects_:
+                self._volume_claim(pvc, deleted=False)
+            self._recount_storage()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         """Apply one watch event (ADDED / MODIFIED / DELETED)."""
         deleted = event_type == "DELETED"
         if kind == "Node":
+            largest = self.largest_device_memory() if self._memory_uids else None
             if deleted:
+                self.nodes.pop(str(_meta(obj).get("name", "")), None)
                 objects.delete_node(self.state, str(_meta(obj).get("name", "")))
                 if self.claim_pods:
                     self._recount_dra()
+                self._recount_memory_pods(largest)
             else:
                 name = str(_meta(obj).get("name", ""))
                 known = name in self.state.node_index
@@ -136,6 +291,7 @@ class ExtenderTracker:
                 # appeared has pods waiting for it (heartbeats must not rescan pods).
                 if not known:
                     self._reapply_pods(node=name)
+                self._recount_memory_pods(largest)
         elif kind == "Pod":
             if deleted:
                 self._forget_pod(objects.pod_uid(obj))
@@ -147,6 +303,9 @@ class ExtenderTracker:
             else:
                 self._claim(obj)
             self._recount_dra()
+        elif kind == KIND_PVC:
+            self._volume_claim(obj, deleted=deleted)
+            self._recount_storage()
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -157,12 +316,32 @@ class ExtenderTracker:
             # Tenancy may have changed for every pod of the namespace.
             for pod in [p for p in self.pods.values() if _meta(p).get("namespace") == name]:
                 self._pod(pod)
+            if self.volume_claims or self.storage_usage:
+                self._recount_storage()
 
     def _node(self, node: dict[str, Any]) -> None:
+        self.nodes[str(_meta(node).get("name", ""))] = slim_node(node)
         try:
             objects.apply_node(self.state, node, self.config())
         except (StateError, resources.DemandError) as exc:
             self.unreadable[f"Node/{_meta(node).get('name')}"] = str(exc)
+
+    def largest_device_memory(self) -> int | None:
+        """Bytes of the largest GPU device known (cached per node-set version)."""
+        version = self.state._nodes_version
+        if self._largest is None or self._largest[0] != version:
+            self._largest = (version, objects.largest_device_memory(self.state))
+        return self._largest[1]
+
+    def _recount_memory_pods(self, before: int | None) -> None:
+        """GPU-memory pods count a share of the largest device while pending (and on a
+        node of unknown device memory): when that device changes, count them again."""
+        if not self._memory_uids or self.largest_device_memory() == before:
+            return
+        for uid in sorted(self._memory_uids):
+            pod = self.pods.get(uid)
+            if pod is not None:
+                self._pod(pod)
 
     def _reapply_pods(self, node: str | None = None) -> None:
         for pod in list(self.pods.values()):
@@ -200,7 +379,47 @@ class ExtenderTracker:
             if delta:
                 row = self.state.tenant_usage.setdefault(tenant, [0.0] * self.state.n_res)
                 row[col] += delta
+                self.state._pod_changes += 1  # cached shares depend on usage
         self.dra_usage = {t: v for t, v in want.items() if v}
+
+    def _volume_claim(self, pvc: dict[str, Any], *, deleted: bool) -> None:
+        """Remember a PVC's storage request while it is Bound (what it holds)."""
+        meta = _meta(pvc)
+        key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        status = pvc.get("status")
+        phase = status.get("phase") if isinstance(status, dict) else None
+        size = usage.claim_storage(pvc)
+        if deleted or phase != "Bound" or not size:
+            self.volume_claims.pop(key, None)
+            return
+        ns = str(meta.get("namespace") or "default")
+        self.volume_claims[key] = (ns, resources.to_kernel_units(resources.STORAGE, size))
+
+    def _recount_storage(self) -> None:
+        """Re-derive each tenant's ``storage`` from its namespaces' bound PVCs (the webhook
+        counts the same requests against ``limit.storage``)."""
+        state = self.state
+        if not state.index.has(resources.STORAGE):
+            self.storage_usage = {}
+            return
+        config = self.config()
+        by_ns: dict[str, float] = {}
+        for ns, size in self.volume_claims.values():
+            by_ns[ns] = by_ns.get(ns, 0.0) + size
+        want: dict[str, float] = {}
+        for ns, size in sorted(by_ns.items()):
+            labels = self.namespace_labels.get(ns, {})
+            owner = tenancy.resolve_tenant(ns, labels, config).tenant
+            if owner is not None:
+                want[owner] = want.get(owner, 0.0) + size
+        col = state.index.column(resources.STORAGE)
+        for tenant in sorted(set(want) | set(self.storage_usage)):
+            delta = want.get(tenant, 0.0) - self.storage_usage.get(tenant, 0.0)
+            if delta:
+                row = state.tenant_usage.setdefault(tenant, [0.0] * state.n_res)
+                row[col] += delta
+                state._pod_changes += 1  # cached shares depend on usage
+        self.storage_usage = {t: v for t, v in want.items() if v}
 
     def _forget_pod(self, uid: str) -> None:
         self._gone[uid] = None
@@ -208,6 +427,8 @@ class ExtenderTracker:
             self._gone.popitem(last=False)
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
+        self.gated.discard(uid)
+        self._memory_uids.discard(uid)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
@@ -230,10 +451,21 @@ class ExtenderTracker:
         self.unreadable.pop(uid, None)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         try:
-            req = objects.pod_request(pod, config=config, tenant=tenant, index=self.state.index)
+            req = objects.pod_request(
+                pod,
+                config=config,
+                tenant=tenant,
+                index=self.state.index,
+                device_memory=self.largest_device_memory,
+            )
+            if req.demand.gpu.memory is not None:
+                self._memory_uids.add(uid)
+            else:
+                self._memory_uids.discard(uid)
             self.class_keys[uid] = class_key(req, cpu_col=self.state.index.column(CPU))
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
+                self.gated.discard(uid)
                 objects.apply_pod(self.state, pod, config, tenant)
             else:
                 self.pending[uid] = req
@@ -290,10 +522,20 @@ class ExtenderTracker:
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
 
+    def note_filter(self, req: PodRequest, gate: fairness.GateDecision | None) -> None:
+        """Remember whether the fair-share gate refused ``req`` at this filter."""
+        if gate is not None and not gate.allowed and req.uid in self.pending:
+            self.gated.add(req.uid)
+        else:
+            self.gated.discard(req.uid)
+
     def gated_by_tenant(self) -> dict[str, int]:
-        """Pending pods per tenant (for the gated-pods gauge)."""
+        """Pending pods per tenant that the fair-share gate refused at their last filter
+        (for the gated-pods gauge); a pod leaves the count when bound, deleted, or let
+        through by a later filter."""
         out: dict[str, int] = {}
-        for req in self.pending.values():
-            if req.tenant is not None:
+        for uid in self.gated:
+            req = self.pending.get(uid)
+            if req is not None and req.tenant is not None:
                 out[req.tenant] = out.get(req.tenant, 0) + 1
         return out

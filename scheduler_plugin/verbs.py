@@ -19,7 +19,7 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -54,7 +54,13 @@ def request_for(
 ) -> PodRequest:
     """The pod in the request as a ``PodRequest``; raises ``resources.DemandError``."""
     tenant = objects.pod_tenant(pod, config=config, namespace_labels=namespace_labels)
-    return objects.pod_request(pod, config=config, tenant=tenant, index=state.index)
+    return objects.pod_request(
+        pod,
+        config=config,
+        tenant=tenant,
+        index=state.index,
+        device_memory=lambda: objects.largest_device_memory(state),
+    )
 
 
 # -- filter ------------------------------------------------------------------------------
@@ -68,10 +74,13 @@ def filter_verb(
     pending: Sequence[PodRequest],
     namespace_labels: NamespaceLabels | None = None,
     fair: Mapping[str, fairness.FairShare] | None = None,
+    on_gate: Callable[[PodRequest, fairness.GateDecision | None], None] | None = None,
 ) -> dict[str, Any]:
     """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
 
     ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
+    ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
+    for the gated-pods gauge.
     """
     names = args.candidate_names()
     try:
@@ -84,6 +93,8 @@ def filter_verb(
     out = filtering.filter_pod(
         state, config=config, req=req, names=names, pending=pending, fair=fair
     )
+    if on_gate is not None:
+        on_gate(req, out.gate)
     return _filter_result(args, out.passing, out.failed, out.unresolvable).encode()
 
 

@@ -13,8 +13,9 @@ What is judged:
   ``spec.schedulerName`` for GPU pods when ``config.schedulerName`` is set (only over
   the default scheduler, never over a user's explicit choice). *validate* checks the
   tenant's limit across all its namespaces (``policies.quota``) and warns near a limit;
-  a ``fairshare.io/gpu-memory`` request counts as ``memory / largest device memory`` of
-  a GPU (a whole GPU when no device size is known).
+  a pod counts by ``resources.pod_usage``, the rule the watch counts it by (a
+  ``fairshare.io/gpu-memory`` request is ``memory / largest device memory`` of a GPU
+  before the pod is bound, a whole GPU when no device size is known).
 * PersistentVolumeClaims, CREATE, validate: the ``storage`` request counts against the
   tenant's ``limit.storage`` (pods' demand therefore leaves PVC storage out).
 * The fairshare ConfigMap (when ``config_map`` is given), CREATE/UPDATE, validate: an
@@ -40,7 +41,7 @@ from typing import Any, Final, Literal
 
 from fairshare import dra, quantities
 from fairshare.config.schema import FairShareConfig
-from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_demand
+from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_usage
 from fairshare.tenancy import TenantResolution, resolve_tenant
 from webhook import patches, reservations, wire
 from webhook.policies import config_guard, gpu_sharing, quota
@@ -274,9 +275,9 @@ def _judge_pod(
     if isinstance(sharing, gpu_sharing.Rejection):
         return _deny((sharing,), warnings=warnings)
     try:
-        demand = _with_memory_share(
-            pod_demand(pod, mig=config.mig_fractions()), view.max_device_memory()
-        )
+        # The same rule as the watch counts the pod by (a share of the largest device
+        # before it is bound: never over-denies; a whole GPU when no size is known).
+        demand = pod_usage(pod, mig=config.mig_fractions(), largest_memory=view.max_device_memory())
     except DemandError as exc:
         return _deny((Malformed(str(exc)),), warnings=warnings)
     if tenant is None and resolution.source == "deny-gpu" and demand.wants_gpu:
@@ -290,22 +291,6 @@ def _judge_pod(
     return _judge_quota(
         tenant, demand, namespace=namespace, key=key, view=view, config=config, warnings=warnings
     )
-
-
-def _with_memory_share(demand: PodDemand, device_memory: int | None) -> PodDemand:
-    """Count a GPU-memory request as a GPU share for the quota.
-
-    The device is only known after placement, so admission counts ``memory / largest
-    device memory`` (the least the pod can take: never over-denies), or a whole GPU when
-    no device size is known (never under-counts). Without this a tenant could dodge its
-    GPU limit with ``fairshare.io/gpu-memory``.
-    """
-    if demand.gpu.memory is None or demand.gpu.per_device:
-        return demand
-    share = Fraction(1)
-    if device_memory:
-        share = min(Fraction(1), Fraction(demand.gpu.memory, device_memory))
-    return PodDemand(amounts={**demand.amounts, GPU: share}, gpu=demand.gpu)
 
 
 def _mutations(

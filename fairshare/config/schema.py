@@ -62,6 +62,7 @@ __all__ = [
 API_VERSION: Final = "fairshare.io/v1alpha1"
 KIND: Final = "FairShareConfig"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+CPU_RESOURCE: Final = "cpu"
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 NATIVE_RESOURCES: Final = (GPU_RESOURCE, "cpu", "memory", "ephemeral-storage", "storage")
 """The default DRF dimensions, in their default order."""
@@ -436,7 +437,7 @@ class FairShareConfig(_Model):
 
     resources: dict[ResourceName, ResourceSpec] = Field(default_factory=_default_resources)
     """The DRF dimensions in order, each with a weight. Must include nvidia.com/gpu (GPUs,
-    fractions allowed); the default is nvidia.com/gpu, cpu, memory, ephemeral-storage and
+    fractions allowed) and cpu; the default is nvidia.com/gpu, cpu, memory, ephemeral-storage and
     storage (bound PVC requests), all weight 1. Also allowed: hugepages-<size>,
     nvidia.com/mig-<profile> and extended resources <domain>/<name>."""
 
@@ -474,8 +475,9 @@ class FairShareConfig(_Model):
     capacity: dict[str, Quantity] | None = Field(
         default=None, examples=[{"nvidia.com/gpu": "64", "cpu": "1024"}]
     )
-    """Optional declared cluster capacity, used only to check that the guarantees fit.
-    Default: not checked."""
+    """Optional declared cluster capacity: checks that the guarantees fit, and is the
+    capacity in shares of a resource no node reports (storage, or GPUs offered only
+    through DRA). Default: not checked; such a resource then counts in no share."""
 
     @model_validator(mode="after")
     def _consistent(self) -> FairShareConfig:
@@ -543,6 +545,9 @@ def _check_resources(config: FairShareConfig) -> list[Problem]:
     problems: list[Problem] = []
     if GPU_RESOURCE not in config.resources:
         problems.append(("resources", f'must include "{GPU_RESOURCE}"'))
+    if CPU_RESOURCE not in config.resources:
+        # The extender's fragmentation score and workload mix read the CPU column.
+        problems.append(("resources", f'must include "{CPU_RESOURCE}"'))
     if config.resources and not any(w > 0 for w in config.resource_weights()):
         problems.append(("resources", "at least one resource weight must be > 0"))
     for name in config.resources:

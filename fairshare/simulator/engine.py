@@ -91,6 +91,8 @@ class Simulation:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(POLICIES)}")
         self.state = ClusterState(ResourceIndex(self.config.resource_names()))
+        declared = self.config.capacity_amounts() or {}
+        self.state.declare_capacity(gating.kernel_amounts(self.state, declared))
         self.scorer = build_scorer(self.config.scoring.weights())
         self._mig = self.config.mig_fractions()
         self._limits = {
@@ -118,6 +120,10 @@ class Simulation:
         ns = meta.get("namespace", "default")
         res = tenancy.resolve_tenant(ns, self.namespace_labels.get(ns, {}), self.config)
         demand = resources.pod_demand(pod, mig=self._mig)
+        # Counted as the extender and the webhook count it (a GPU-memory request is a share
+        # of the largest device until it is placed).
+        largest = max((n.device_memory for n in self.state.nodes), default=0) or None
+        counted = resources.counted_demand(demand, largest)
         models = frozenset(
             m
             for m in (meta.get("annotations") or {}).get("fairshare.io/gpu-models", "").split("|")
@@ -129,7 +135,7 @@ class Simulation:
             namespace=ns,
             tenant=res.tenant,
             demand=demand,
-            row=tuple(self.index.kernel_vector(demand.amounts)),
+            row=tuple(self.index.kernel_vector(counted.amounts)),
             gpu_models=models,
         )
 
@@ -163,6 +169,8 @@ class Simulation:
         have = self.index.amounts(self.admitted.get(req.tenant, [0.0] * self.index.width))
         for name, limit in sorted(limits.items()):
             want = req.demand.get(name)
+            if name == resources.GPU and req.demand.gpu.memory is not None:
+                want = self.index.amounts(req.row)[name]  # the share its row counts
             if want and have.get(name, Fraction(0)) + want > limit:
                 return (
                     f"tenant {req.tenant}: {name} {have.get(name, Fraction(0)) + want} "

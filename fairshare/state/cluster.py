@@ -82,6 +82,16 @@ class ClusterState:
     _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
     _used: list[float] = field(default_factory=list)
+    declared_capacity: dict[int, float] = field(default_factory=dict)
+    """Capacity by column for resources no node reports (the config's ``capacity``, e.g.
+    ``storage``); set with ``declare_capacity``. Node capacity, when there is any, wins."""
+
+    def declare_capacity(self, amounts: Mapping[int, float]) -> None:
+        """Set ``declared_capacity`` (kernel units by column)."""
+        if dict(amounts) != self.declared_capacity:
+            self.declared_capacity = dict(amounts)
+            self._cap_cache = None
+            self._nodes_version += 1  # shares and fair allocations depend on capacity
 
     def __post_init__(self) -> None:
         self._used = [0.0] * self.n_res
@@ -307,6 +317,9 @@ class ClusterState:
                 continue
             for k in range(r):
                 tot[k] += self.capacity[i * r + k]
+        for k, amount in self.declared_capacity.items():
+            if 0 <= k < r and tot[k] <= 0:
+                tot[k] = amount
         return tot
 
     def total_free(self) -> list[float]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -56,6 +56,7 @@ __all__ = [
     "format_gpu_devices",
     "is_bound",
     "is_terminal",
+    "largest_device_memory",
     "load_state_file",
     "node_gpu_health",
     "parse_gpu_devices",
@@ -284,17 +285,35 @@ def pod_tenant(
     return tenancy.resolve_tenant(ns, namespace_labels.get(ns, {}), config).tenant
 
 
+def largest_device_memory(state: ClusterState) -> int | None:
+    """Bytes of the largest GPU device among the state's nodes, None when none is known."""
+    return max((n.device_memory for n in state.nodes), default=0) or None
+
+
 def pod_request(
-    pod: Mapping[str, Any], *, config: FairShareConfig, tenant: str | None, index: ResourceIndex
+    pod: Mapping[str, Any],
+    *,
+    config: FairShareConfig,
+    tenant: str | None,
+    index: ResourceIndex,
+    device_memory: Callable[[], int | None] | None = None,
 ) -> PodRequest:
     """A pod object as a ``PodRequest`` (exact demand, kernel row, allowed GPU models).
 
+    The row counts the pod as usage counts it (``resources.counted_demand``): a
+    GPU-memory request is a share of the device ``device_memory()`` answers (called only
+    for such pods: the bound node's, or the largest device for a pending pod), a whole
+    GPU when it answers None or is not given. ``demand`` keeps the request as asked, so
+    placement resolves it per node (``PodRequest.gpu_milli_for``).
     Raises ``resources.DemandError`` when the pod's resources or GPU annotations are invalid.
     """
     meta = _meta(pod)
     demand = resources.pod_demand(pod, mig=config.mig_fractions())
+    counted = demand
+    if demand.gpu.memory is not None:
+        counted = resources.counted_demand(demand, device_memory() if device_memory else None)
     try:
-        row = tuple(index.kernel_vector(demand.amounts))
+        row = tuple(index.kernel_vector(counted.amounts))
     except OverflowError:
         # "1e9999" is a valid quantity, but no float (and no node) holds it.
         raise resources.DemandError("a resource request is too large to place") from None
@@ -344,11 +363,20 @@ def apply_pod(
     if i is None:
         state.unbind(uid)
         return None
-    req = pod_request(pod, config=config, tenant=tenant, index=state.index)
+    node_memory = state.nodes[i].device_memory
+    req = pod_request(
+        pod,
+        config=config,
+        tenant=tenant,
+        index=state.index,
+        device_memory=lambda: node_memory or largest_device_memory(state),
+    )
     annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
     row = req.row
     if req.demand.wants_gpu:
-        row = req.row_on(state.gpu_col, req.gpu_milli_for(state.nodes[i].device_memory))
+        # A GPU-memory pod on a node of unknown device memory keeps the row's share of
+        # the largest device (or a whole GPU), as the webhook counts it: never 0.
+        row = req.row_on(state.gpu_col, req.gpu_milli_for(node_memory))
     old = state.pods.get(uid)
     if old is not None and (old.node, old.row, old.tenant) == (node, row, tenant):
         kept = _parse_or_none(annotation) if annotation is not None else None
@@ -447,7 +475,14 @@ def _load_pod(loaded: LoadedState, pod: Mapping[str, Any], config: FairShareConf
     label = f"Pod {meta.get('namespace')}/{meta.get('name')}"
     try:
         if not is_bound(pod):
-            req = pod_request(pod, config=config, tenant=tenant, index=loaded.state.index)
+            state = loaded.state
+            req = pod_request(
+                pod,
+                config=config,
+                tenant=tenant,
+                index=state.index,
+                device_memory=lambda: largest_device_memory(state),
+            )
             loaded.pending.append(req)
         elif apply_pod(loaded.state, pod, config, tenant) is None:
             loaded.skipped.append(f"{label}: unknown node {pod['spec']['nodeName']}")

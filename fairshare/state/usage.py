@@ -12,6 +12,10 @@ Design choices:
   by uid, so MODIFIED and DELETED events subtract exactly what was added). A tenant's
   usage is the sum over its namespaces, so a config reload that moves a namespace to
   another tenant needs no recount.
+* A pod counts by ``resources.pod_usage``, the rule admission and reservations use: a
+  ``fairshare.io/gpu-memory`` request is a share of its node's device (of the largest
+  device before it is bound, a whole GPU when no device size is known), recounted when
+  a node's device memory changes.
 * A pod counts while it is non-terminal (phase not Succeeded/Failed), bound or not:
   admission must count pods that are still pending, as ResourceQuota does.
 * ``storage`` comes from PVCs (their ``spec.resources.requests.storage``), per
@@ -49,6 +53,22 @@ def _key(obj: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
 
+def claim_storage(pvc: Mapping[str, Any]) -> Fraction:
+    """A PVC's ``spec.resources.requests.storage`` (0 when absent or unreadable): what
+    admission and the extender count against the tenant's ``storage``."""
+    spec = pvc.get("spec")
+    res = spec.get("resources") if isinstance(spec, Mapping) else None
+    req = res.get("requests") if isinstance(res, Mapping) else None
+    raw = req.get("storage") if isinstance(req, Mapping) else None
+    if raw is None:
+        return Fraction(0)
+    try:
+        size = quantities.parse_quantity(raw)
+    except (quantities.QuantityError, TypeError):
+        return Fraction(0)
+    return size if size > 0 else Fraction(0)
+
+
 @dataclass
 class UsageTracker:
     """Live namespace labels and per-namespace usage, fed by a state source."""
@@ -63,6 +83,11 @@ class UsageTracker:
     resource_claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
     """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
     unreadable: dict[str, str] = field(default_factory=dict)
+    memory_pods: dict[str, tuple[str, resources.PodDemand, str | None]] = field(
+        default_factory=dict
+    )
+    """Pods that ask by GPU memory, by uid: (namespace, demand, node). What they count
+    depends on device memory, so they are recounted when a node's device memory changes."""
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
     _max_memory: tuple[int | None] | None = field(default=None, init=False, repr=False)
     """Called with ("ns/name", event) when a pod is seen, for reservation release."""
@@ -75,6 +100,7 @@ class UsageTracker:
             self.pods.clear()
             self.pod_names.clear()
             self.unreadable.clear()
+            self.memory_pods.clear()
             self._rebuild_namespaces()
         elif kind == "PersistentVolumeClaim":
             self.claims.clear()
@@ -85,8 +111,14 @@ class UsageTracker:
         elif kind == "Namespace":
             self.labels.clear()
         elif kind == "Node":
+            before = dict(self.device_memory)
             self.device_memory.clear()
             self._max_memory = None
+            for obj in objects:
+                self._node(obj, deleted=False, recount=False)
+            if before != self.device_memory:
+                self._recount_memory_pods()
+            return
         for obj in objects:
             self.on_event(kind, "ADDED", obj)
 
@@ -108,14 +140,37 @@ class UsageTracker:
                     str(k): str(v) for k, v in (_meta(obj).get("labels") or {}).items()
                 }
         elif kind == "Node":
-            name = str(_meta(obj).get("name", ""))
-            raw = str((_meta(obj).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
-            if deleted or not raw.isdigit():
-                self.device_memory.pop(name, None)
-                self._max_memory = None
-            else:
-                self.device_memory[name] = int(raw) * 1024 * 1024
-                self._max_memory = None
+            self._node(obj, deleted=deleted, recount=True)
+
+    def _node(self, node: dict[str, Any], *, deleted: bool, recount: bool) -> None:
+        name = str(_meta(node).get("name", ""))
+        raw = str((_meta(node).get("labels") or {}).get(LABEL_GPU_MEMORY, ""))
+        mem = int(raw) * 1024 * 1024 if raw.isdigit() and not deleted else 0
+        if mem == self.device_memory.get(name, 0):
+            return  # heartbeats and other label changes: nothing to recount
+        if mem:
+            self.device_memory[name] = mem
+        else:
+            self.device_memory.pop(name, None)
+        self._max_memory = None
+        if recount:
+            self._recount_memory_pods()
+
+    def _memory_usage(self, demand: resources.PodDemand, node: str | None) -> Amounts:
+        where = resources.device_memory_for(node, self.device_memory, self.max_device_memory())
+        return dict(resources.counted_demand(demand, where).amounts)
+
+    def _recount_memory_pods(self) -> None:
+        """Device memory changed: GPU-memory pods count against the new sizes."""
+        for key, (ns, demand, node) in self.memory_pods.items():
+            old = self.pods.get(key)
+            if old is None:
+                continue
+            amounts = self._memory_usage(demand, node)
+            if amounts != old[1]:
+                add_amounts(self.by_namespace.setdefault(ns, {}), old[1], -1)
+                add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
+                self.pods[key] = (ns, amounts)
 
     def _rebuild_namespaces(self) -> None:
         self.by_namespace = {}
@@ -135,11 +190,18 @@ class UsageTracker:
         name = f"{ns}/{meta.get('name', '')}"
         self._forget(self.pods, key)
         self.unreadable.pop(key, None)
+        self.memory_pods.pop(key, None)
         if deleted or objects.is_terminal(pod):
             self.pod_names.pop(name, None)
             return
         try:
-            amounts = dict(resources.pod_demand(pod, mig=self.config().mig_fractions()).amounts)
+            # Read by the one rule admission and reservations use (resources.pod_usage).
+            demand = resources.pod_demand(pod, mig=self.config().mig_fractions())
+            amounts = dict(demand.amounts)
+            if demand.gpu.memory is not None:
+                node = (pod.get("spec") or {}).get("nodeName") or None
+                self.memory_pods[key] = (ns, demand, str(node) if node else None)
+                amounts = self._memory_usage(demand, self.memory_pods[key][2])
         except DemandError as exc:
             self.unreadable[key] = str(exc)
             amounts = {}
@@ -155,12 +217,7 @@ class UsageTracker:
         if deleted:
             return
         ns = str(_meta(pvc).get("namespace", ""))
-        spec = pvc.get("spec") or {}
-        raw = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-        try:
-            size = quantities.parse_quantity(raw) if raw is not None else Fraction(0)
-        except quantities.QuantityError:
-            size = Fraction(0)
+        size = claim_storage(pvc)
         amounts = {STORAGE: size} if size else {}
         self.claims[key] = (ns, amounts)
         add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)

@@ -245,6 +245,8 @@ CAN = [
     ("fairshare-extender", "create", "pods", BINDING),
     ("fairshare-extender", "patch", "pods", ALL),
     ("fairshare-extender", "list", "nodes", ALL),
+    ("fairshare-extender", "watch", "persistentvolumeclaims", ALL),
+    ("fairshare-reclaimer", "watch", "persistentvolumeclaims", ALL),
     ("fairshare-extender", "create", "events", ALL),
     ("fairshare-extender", "watch", "configmaps", SYS),
     ("fairshare-extender", "update", "leases", SYS),

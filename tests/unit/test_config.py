@@ -361,7 +361,7 @@ INVALID = [
     ),
     (
         "mig-resource-without-profile",
-        {"resources": {"nvidia.com/gpu": {}, "nvidia.com/mig-9g.90gb": {}}},
+        {"resources": {"nvidia.com/gpu": {}, "cpu": {}, "nvidia.com/mig-9g.90gb": {}}},
         "resources.nvidia.com/mig-9g.90gb",
         'unknown MIG profile "9g.90gb"; add it to mig',
     ),
@@ -370,6 +370,12 @@ INVALID = [
         {"resources": {"cpu": {}}},
         "resources",
         'must include "nvidia.com/gpu"',
+    ),
+    (
+        "resources-without-cpu",
+        {"resources": {"nvidia.com/gpu": {}, "memory": {}}},
+        "resources",
+        'must include "cpu"',
     ),
     (
         "all-weights-zero",

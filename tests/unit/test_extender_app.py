@@ -186,6 +186,7 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
             "/bind", json={"PodName": "a3", "PodNamespace": "a", "PodUID": "a3", "Node": "n"}
         )
         assert "above its fair share" in (await r.json())["Error"]
+        assert deps.tracker.gated_by_tenant() == {"a": 1}  # held back at bind: gated
         r = await c.post(
             "/bind", json={"PodName": "b0", "PodNamespace": "b", "PodUID": "b0", "Node": "n"}
         )

@@ -99,14 +99,26 @@ def test_guarantees_above_capacity_scale_down_together():
     assert res["a"].allocation[0] == pytest.approx(5.0)
 
 
-def test_zero_capacity_resource_makes_share_infinite():
+def test_a_zero_capacity_resource_is_ignored_even_when_used():
+    # GPUs offered only through DRA (or storage with no capacity): the arrays have none
+    # of it, so the share is measured on the other resources, never +inf.
     got = fairness.dominant_shares(
-        used={"a": [1.0, 0.0], "b": [0.0, 0.0]},
+        used={"a": [1.0, 2.0], "b": [0.0, 0.0]},
         capacity=(0.0, 4.0),
         res_weights=(1.0, 1.0),
         tenant_weights={},
     )
-    assert math.isinf(got["a"]) and got["b"] == 0.0
+    assert got == {"a": 0.5, "b": 0.0}
+
+
+def test_fair_allocation_grows_past_a_zero_capacity_resource():
+    tenants = [
+        fairness.TenantDemand("a", 1.0, (1000.0, 6.0), {}, {}),
+        fairness.TenantDemand("b", 1.0, (0.0, 6.0), {}, {}),
+    ]
+    res = fairness.fair_allocation(tenants, capacity=(0.0, 8.0), res_weights=(1.0, 1.0))
+    assert [res[t].allocation[1] for t in "ab"] == pytest.approx([4.0, 4.0])
+    assert all(math.isfinite(res[t].share) for t in "ab")
 
 
 @pytest.mark.parametrize(

@@ -589,8 +589,11 @@ def test_only_the_extender_binds_pods() -> None:
     assert grants(extender, "patch", "pods")
     assert grants(extender, "create", "events")
     assert not grants(extender, "delete", "pods")
-    for resource in ("nodes", "pods", "namespaces"):
+    # The extender and the reclaimer read what their trackers count (PVCs: storage).
+    reclaimer = one("ClusterRole", "fairshare-reclaimer")
+    for resource in ("nodes", "pods", "namespaces", "persistentvolumeclaims"):
         assert grants(extender, "watch", resource)
+        assert grants(reclaimer, "watch", resource)
 
 
 def test_extender_replicas_elect_a_leader() -> None:
