@@ -26,7 +26,7 @@ from typing import TypeAlias, TypeVar
 
 from _native import fit, scoring
 from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
-from fairshare.state.cluster import ClusterState
+from fairshare.state.cluster import BoundPod, ClusterState
 
 _T = TypeVar("_T")
 
@@ -225,6 +225,39 @@ def _failure(
         f"(free per device: {free_txt})"
     )
     return NodeFailure(info.name, text, len(present) < req.gpu_count or milli > MILLI_GPU)
+
+
+def fits_after_release(
+    state: ClusterState, req: PodRequest, i: int, released: Iterable[BoundPod]
+) -> bool:
+    """Would ``req`` fit on node row ``i`` once the bound pods ``released`` are gone?
+
+    The same test as ``filter_nodes`` (every resource column, then ``count`` devices with
+    the per-device share free), run by the same kernel on node ``i``'s free vector and
+    device row with what each released pod holds there given back. Released pods bound
+    elsewhere are ignored. A GPU-memory request on a node of unknown device memory never
+    fits. Used by preemption to check that the victims it keeps still make room.
+    """
+    r, d = state.n_res, state.max_dev
+    free = array("d", state.free[i * r : (i + 1) * r])
+    devs = array("d", state.dev_free[i * d : (i + 1) * d])
+    name = state.nodes[i].name
+    for pod in released:
+        if pod.node != name:
+            continue
+        for k in range(r):
+            free[k] += pod.row[k]
+        for dev, milli in pod.devices:
+            if 0 <= dev < d and devs[dev] >= 0:
+                devs[dev] += milli
+    wants_gpu = req.demand.wants_gpu
+    milli = req.gpu_milli_for(state.nodes[i].device_memory) if wants_gpu else 0.0
+    if not math.isfinite(milli):
+        return False
+    demand = array("d", req.row_on(state.gpu_col, milli) if wants_gpu else req.row)
+    out = array("i", [0])
+    count = req.gpu_count if wants_gpu else 0
+    return bool(fit.fit_nodes(free, devs, demand, 1, r, d, milli, count, out) == 1)
 
 
 # -- workload mix (FGD's target workload) ---------------------------------------

@@ -35,6 +35,7 @@ from fairshare.placement import (
     choose_devices,
     fgd_raw,
     filter_nodes,
+    fits_after_release,
     score_context,
 )
 from fairshare.resources import ANN_GPU_DEVICES
@@ -189,14 +190,18 @@ def preempt_verb(
     namespace_labels: NamespaceLabels | None = None,
 ) -> dict[str, Any]:
     """``ExtenderPreemptionResult`` as JSON: the proposed victims minus those whose
-    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped.
+    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped,
+    and so are nodes where the victims left no longer make room for the pod (kube-scheduler
+    chose its victims to free enough; once some are spared, the rest may not, and evicting
+    them would be for nothing).
     """
     labels = namespace_labels or {}
+    pre: PodRequest | None
     try:
         pre = request_for(args.pod, state=state, config=config, namespace_labels=labels)
         pre_tenant, pre_row = pre.tenant, pre.row
     except resources.DemandError:
-        pre_tenant, pre_row = None, ()
+        pre, pre_tenant, pre_row = None, None, ()
     full = {
         str((p.get("metadata") or {}).get("uid", "")): p
         for v in (args.node_name_to_victims or {}).values()
@@ -214,9 +219,26 @@ def preempt_verb(
             preemptor_tenant=pre_tenant,
             preemptor_row=pre_row,
         )
-        if kept:
-            result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
+        if not kept:
+            continue
+        if len(kept) < len(victims) and not _room_left(state, pre, node, kept):
+            continue
+        result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
     return wire.ExtenderPreemptionResult(result).encode()
+
+
+def _room_left(state: ClusterState, pre: PodRequest | None, node: str, kept: Sequence[str]) -> bool:
+    """Do the ``kept`` victims still free enough on ``node`` for the preemptor?
+
+    Judged on fairshare's own ledger (resource columns and GPU devices). A preemptor whose
+    resources cannot be read, or a node the state does not know, cannot be judged: the
+    answer is then yes (kube-scheduler's own dry run stands).
+    """
+    i = state.node_index.get(node)
+    if pre is None or i is None:
+        return True
+    released = [p for p in map(state.pods.get, kept) if p is not None]
+    return fits_after_release(state, pre, i, released)
 
 
 # -- bind --------------------------------------------------------------------------------
