@@ -25,6 +25,7 @@ from operator import itemgetter
 from typing import TypeAlias, TypeVar
 
 from _native import fit, scoring
+from fairshare import eligibility
 from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
 from fairshare.state.cluster import BoundPod, ClusterState
 
@@ -45,6 +46,10 @@ class PodRequest:
     demand: PodDemand
     row: tuple[float, ...]
     gpu_models: frozenset[str] = frozenset()
+    constraints: eligibility.NodeConstraints = eligibility.UNCONSTRAINED
+    """Node selector, required node affinity and tolerations (which nodes it may use)."""
+    waiting: bool = True
+    """In the queue of a scheduler that calls the extender, with no scheduling gate."""
 
     @cached_property
     def fixed_gpu_milli(self) -> float | None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Final
 
-from fairshare import resources
+from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
 
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
@@ -46,6 +47,12 @@ class NodeInfo:
     device_memory: int  # bytes per GPU device, 0 when unknown
     gpu_healthy: bool
     health_reason: str = ""
+    taints: tuple[eligibility.Taint, ...] = ()
+    """The node's ``NoSchedule``/``NoExecute`` taints (key, value, effect)."""
+
+
+_TAINTED: Final = eligibility.NodeConstraints(matches_nothing=True, selector=(("", ""),))
+"""Cache key of the rows of tainted nodes (a value no parsed pod has)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,13 @@ class ClusterState:
     _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
     _used: list[float] = field(default_factory=list)
+    _eligible: dict[eligibility.NodeConstraints, tuple[int, ...] | None] = field(
+        default_factory=dict
+    )
+    _eligible_version: int = -1
+    _selection_version: int = 0
+    """Changes when a node comes or goes or its labels or taints change (not on status
+    updates): the key of the ``eligible_rows`` cache."""
 
     def __post_init__(self) -> None:
         self._used = [0.0] * self.n_res
@@ -130,8 +144,12 @@ class ClusterState:
         labels: Mapping[str, str] | None = None,
         gpu_healthy: bool = True,
         health_reason: str = "",
+        taints: Iterable[eligibility.Taint] = (),
     ) -> int:
-        """Add (or replace) a node; returns its row. Pods already bound stay counted."""
+        """Add (or replace) a node; returns its row. Pods already bound stay counted.
+
+        ``taints`` are (key, value, effect); only ``NoSchedule``/``NoExecute`` ones are
+        kept (the others never keep a pod off a node)."""
         labels = dict(labels or {})
         n_dev = int(allocatable.get(GPU, Fraction(0)))
         if n_dev > self.max_dev:
@@ -145,11 +163,16 @@ class ClusterState:
             device_memory,
             gpu_healthy,
             health_reason,
+            tuple(t for t in taints if t[2] in eligibility.BLOCKING_EFFECTS),
         )
         row = self.index.kernel_vector(allocatable)
         self._nodes_version += 1
         if name in self.node_index:
+            old = self.nodes[self.node_index[name]]
+            if (old.labels, old.taints) != (info.labels, info.taints):
+                self._selection_version += 1
             return self._replace_node(self.node_index[name], info, row, n_dev)
+        self._selection_version += 1
         i = self.n_nodes
         self.nodes.append(info)
         self.node_index[name] = i
@@ -186,6 +209,7 @@ class ClusterState:
             self.unbind(p.uid)
         self.node_tenant_gpu.pop(name, None)
         self._nodes_version += 1
+        self._selection_version += 1
         i, last = self.node_index.pop(name), self.n_nodes - 1
         r, d = self.n_res, self.max_dev
         if i != last:
@@ -205,11 +229,40 @@ class ClusterState:
     def set_health(self, name: str, healthy: bool, reason: str = "") -> None:
         i = self.node_index[name]
         info = self.nodes[i]
-        self.nodes[i] = NodeInfo(
-            info.name, info.labels, info.gpu_model, info.device_memory, healthy, reason
-        )
+        self.nodes[i] = replace(info, gpu_healthy=healthy, health_reason=reason)
         self._nodes_version += 1
         self.healthy[i] = 1 if healthy else 0
+
+    def eligible_rows(self, constraints: eligibility.NodeConstraints) -> tuple[int, ...] | None:
+        """Rows of the nodes that ``constraints`` allow (node selector, required affinity,
+        taints); None when that is every row. Cached until a node comes or goes or its
+        labels or taints change (status updates keep the cache), so a pod template's
+        constraints cost one pass over the nodes per such change; constraints of
+        tolerations alone look at the tainted nodes only."""
+        if self._eligible_version != self._selection_version or len(self._eligible) > 256:
+            self._eligible.clear()
+            self._eligible_version = self._selection_version
+        try:
+            return self._eligible[constraints]
+        except KeyError:
+            pass
+        allows, nodes = constraints.allows, self.nodes
+        if constraints.selects_by_labels:
+            rows = tuple(i for i, n in enumerate(nodes) if allows(n.name, n.labels, n.taints))
+        else:
+            # Only taints can exclude a node: test the tainted ones alone.
+            tainted = self._eligible.get(_TAINTED)
+            if tainted is None:
+                tainted = tuple(i for i, n in enumerate(nodes) if n.taints)
+                self._eligible[_TAINTED] = tainted
+            barred = {i for i in tainted if not allows(nodes[i].name, {}, nodes[i].taints)}
+            if not barred:
+                self._eligible[constraints] = None
+                return None
+            rows = tuple(i for i in range(len(nodes)) if i not in barred)
+        out = None if len(rows) == len(nodes) else rows
+        self._eligible[constraints] = out
+        return out
 
     # -- pods ----------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import yaml
 
-from fairshare import resources, tenancy
+from fairshare import eligibility, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices
 from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
@@ -114,17 +114,27 @@ def is_bound(pod: Mapping[str, Any]) -> bool:
 
 
 _KEPT_META: Final = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
-_KEPT_SPEC: Final = ("nodeName", "nodeSelector", "overhead", "resourceClaims")
+_KEPT_SPEC: Final = (
+    "nodeName",
+    "nodeSelector",
+    "overhead",
+    "resourceClaims",
+    "schedulerName",
+    "schedulingGates",
+)
 _KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 _KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
 _ANN_PREFIX: Final = "fairshare.io/"
+_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a Pod the extender reads again later, as a smaller dict.
 
     Kept: identity and timestamps, ``fairshare.io/*`` annotations, ``spec.nodeName``,
-    ``nodeSelector``, ``overhead``, ``resourceClaims``, each container's and init
+    ``nodeSelector``, ``overhead``, ``resourceClaims``, ``schedulerName``,
+    ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
+    (what ``eligibility`` reads), each container's and init
     container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
     ``resourceClaimStatuses``. Every reader of a stored pod (``pod_uid``, ``is_bound``,
     ``is_terminal``, ``pod_tenant``, ``pod_request``, ``apply_pod``, the DRA claim names,
@@ -142,6 +152,18 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     if annotations is not None and not isinstance(annotations, dict):
         return pod
     out_spec: dict[str, Any] = {k: spec[k] for k in _KEPT_SPEC if k in spec}
+    if "tolerations" in spec:
+        out_spec["tolerations"] = _shared(spec["tolerations"])
+    affinity = spec.get("affinity")
+    if isinstance(affinity, dict):
+        node_affinity = affinity.get("nodeAffinity")
+        required = None
+        if isinstance(node_affinity, dict):
+            required = node_affinity.get(_REQUIRED)
+        if required is not None:
+            out_spec["affinity"] = _shared({"nodeAffinity": {_REQUIRED: required}})
+    elif affinity is not None:
+        out_spec["affinity"] = affinity
     for key in ("containers", "initContainers"):
         if key not in spec:
             continue
@@ -234,7 +256,21 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
         labels=_str_map(_meta(node).get("labels")),
         gpu_healthy=healthy,
         health_reason=reason,
+        taints=node_taints(node),
     )
+
+
+def node_taints(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``spec.taints`` as (key, value, effect); entries of another shape are skipped."""
+    spec = node.get("spec")
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    out = []
+    for taint in taints if isinstance(taints, list) else ():
+        if isinstance(taint, Mapping):
+            parts = [taint.get(k) or "" for k in ("key", "value", "effect")]
+            if all(isinstance(p, str) for p in parts):
+                out.append((parts[0], parts[1], parts[2]))
+    return out
 
 
 def delete_node(state: ClusterState, name: str) -> list[BoundPod]:
@@ -300,6 +336,8 @@ def pod_request(
         raise resources.DemandError("a resource request is too large to place") from None
     models = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
     uid = pod_uid(pod)
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
     return PodRequest(
         uid=uid,
         name=str(meta.get("name") or uid),
@@ -308,6 +346,8 @@ def pod_request(
         demand=demand,
         row=row,
         gpu_models=frozenset(m for m in models.split("|") if m) if models else _NO_MODELS,
+        constraints=eligibility.parse_node_constraints(spec),
+        waiting=eligibility.is_waiting(spec, eligibility.served_schedulers(config.scheduler_name)),
     )
 
 
