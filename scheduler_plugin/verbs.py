@@ -36,6 +36,8 @@ from fairshare.placement import (
     fgd_raw,
     filter_nodes,
     fits_after_release,
+    mig_row,
+    mig_use,
     score_context,
 )
 from fairshare.resources import ANN_GPU_DEVICES
@@ -258,6 +260,8 @@ class BindPlan:
     annotations: Mapping[str, str] = field(default_factory=dict)
     binding: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
+    mig: tuple[str, int] | None = None
+    """(MIG profile, slices) the pod takes instead of devices."""
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON (``Error`` empty when the plan is good)."""
@@ -326,17 +330,31 @@ def bind_plan(
         why = fr.failed[0].reason if fr.failed else "does not fit"
         return _fail(args, f"node {args.node} cannot take pod {req.namespace}/{req.name}: {why}")
     milli = fr.gpu_milli.get(i, 0.0)
-    hint = _fragmentation_hint(state, req, i, mix)
-    devices = choose_devices(state, req, i, milli=milli, hint=hint)
-    if req.demand.wants_gpu and len(devices) < req.gpu_count:
-        return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
-    row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
+    slices = mig_use(state, req, i)
+    if slices is not None:  # MIG slices, not devices: the device plugin picks the slice
+        devices: tuple[tuple[int, float], ...] = ()
+        row = mig_row(state, req, i, slices)
+    else:
+        hint = _fragmentation_hint(state, req, i, mix)
+        devices = choose_devices(state, req, i, milli=milli, hint=hint)
+        if req.demand.wants_gpu and len(devices) < req.gpu_count:
+            return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
+        row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
     body = binding_body(
         name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
     )
     return BindPlan(
-        req.uid, req.name, req.namespace, args.node, req.tenant, row, devices, annotations, body
+        req.uid,
+        req.name,
+        req.namespace,
+        args.node,
+        req.tenant,
+        row,
+        devices,
+        annotations,
+        body,
+        mig=slices,
     )
 
 
@@ -368,4 +386,5 @@ def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
         devices=plan.devices,
         tenant=plan.tenant,
         name=plan.name,
+        mig=plan.mig,
     )

@@ -49,6 +49,16 @@ class NodeInfo:
     health_reason: str = ""
     taints: tuple[eligibility.Taint, ...] = ()
     """The node's ``NoSchedule``/``NoExecute`` taints (key, value, effect)."""
+    mig: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    """MIG profile -> (slices, milli-GPU per slice); see ``fairshare.mig``."""
+    mig_single: str = ""
+    """The profile of a ``single``-strategy MIG node (its ``nvidia.com/gpu`` are slices)."""
+    mig_unknown: str = ""
+    """A ``single`` profile the config's ``mig`` table lacks (its slices are not counted)."""
+
+
+def _has_mig(info: NodeInfo) -> int:
+    return 1 if info.mig or info.mig_single else 0
 
 
 _TAINTED: Final = eligibility.NodeConstraints(matches_nothing=True, selector=(("", ""),))
@@ -65,6 +75,7 @@ class BoundPod:
     row: tuple[float, ...]
     devices: tuple[tuple[int, float], ...]  # (device index, milli-GPU)
     name: str = ""
+    mig: tuple[str, int] | None = None  # (MIG profile, slices) when placed on MIG slices
 
 
 @dataclass
@@ -85,6 +96,10 @@ class ClusterState:
     tenant_usage: dict[str, list[float]] = field(default_factory=dict)
     node_tenant_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     """Milli-GPU each tenant holds on each node (for the tenant-spread term)."""
+    mig_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    """MIG slices held per node and profile (nodes with none held are absent)."""
+    mig_nodes: int = 0
+    """How many nodes have MIG slices (0 keeps the filter on its fast path)."""
     _nodes_version: int = 0
     _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
@@ -145,12 +160,18 @@ class ClusterState:
         gpu_healthy: bool = True,
         health_reason: str = "",
         taints: Iterable[eligibility.Taint] = (),
+        mig: Mapping[str, tuple[int, float]] | None = None,
+        mig_single: str = "",
+        mig_unknown: str = "",
     ) -> int:
         """Add (or replace) a node; returns its row. Pods already bound stay counted.
 
         ``taints`` are (key, value, effect); only ``NoSchedule``/``NoExecute`` ones are
-        kept (the others never keep a pod off a node)."""
+        kept (the others never keep a pod off a node). ``allocatable``'s
+        ``nvidia.com/gpu`` is the whole devices; ``mig`` (profile -> (slices, milli-GPU
+        per slice)) adds the slices to the GPU column, not to the devices."""
         labels = dict(labels or {})
+        mig = dict(mig or {})
         n_dev = int(allocatable.get(GPU, Fraction(0)))
         if n_dev > self.max_dev:
             self._grow_devices(n_dev)
@@ -164,15 +185,21 @@ class ClusterState:
             gpu_healthy,
             health_reason,
             tuple(t for t in taints if t[2] in eligibility.BLOCKING_EFFECTS),
+            mig,
+            mig_single,
+            mig_unknown,
         )
         row = self.index.kernel_vector(allocatable)
+        row[self.gpu_col] += sum(n * milli for n, milli in mig.values())
         self._nodes_version += 1
         if name in self.node_index:
             old = self.nodes[self.node_index[name]]
             if (old.labels, old.taints) != (info.labels, info.taints):
                 self._selection_version += 1
+            self.mig_nodes += _has_mig(info) - _has_mig(old)
             return self._replace_node(self.node_index[name], info, row, n_dev)
         self._selection_version += 1
+        self.mig_nodes += _has_mig(info)
         i = self.n_nodes
         self.nodes.append(info)
         self.node_index[name] = i
@@ -208,6 +235,8 @@ class ClusterState:
         for p in gone:
             self.unbind(p.uid)
         self.node_tenant_gpu.pop(name, None)
+        self.mig_used.pop(name, None)
+        self.mig_nodes -= _has_mig(self.nodes[self.node_index[name]])
         self._nodes_version += 1
         self._selection_version += 1
         i, last = self.node_index.pop(name), self.n_nodes - 1
@@ -270,6 +299,12 @@ class ClusterState:
         r = self.n_res
         return list(self.free[i * r : (i + 1) * r])
 
+    def mig_free(self, i: int, profile: str) -> int:
+        """Free MIG slices of ``profile`` on node row ``i`` (0 when it has none)."""
+        info = self.nodes[i]
+        total = info.mig.get(profile, (0, 0.0))[0]
+        return total - self.mig_used.get(info.name, {}).get(profile, 0)
+
     def node_devices(self, i: int) -> list[float]:
         d = self.max_dev
         return list(self.dev_free[i * d : (i + 1) * d])
@@ -284,8 +319,10 @@ class ClusterState:
         tenant: str | None = None,
         name: str = "",
         allow_overcommit: bool = False,
+        mig: tuple[str, int] | None = None,
     ) -> BoundPod:
-        """Account a pod on ``node``: subtract its row and its device shares."""
+        """Account a pod on ``node``: subtract its row and its device shares, or the
+        MIG slices ``mig`` = (profile, count) it holds instead of devices."""
         if uid in self.pods:
             raise StateError(f"pod {uid} is already bound to {self.pods[uid].node}")
         if node not in self.node_index:
@@ -303,12 +340,17 @@ class ClusterState:
             for dev, milli in devs:
                 if not 0 <= dev < d or self.dev_free[i * d + dev] < milli:
                     raise StateError(f"device {dev} on {node} cannot hold {milli:g} milli-GPU")
+            if mig is not None and self.mig_free(i, mig[0]) < mig[1]:
+                raise StateError(f"{node} has not {mig[1]} free MIG slice(s) of {mig[0]}")
+        if mig is not None:
+            held_mig = self.mig_used.setdefault(node, {})
+            held_mig[mig[0]] = held_mig.get(mig[0], 0) + mig[1]
         for k in range(r):
             self.free[i * r + k] -= row[k]
             self._used[k] += row[k]
         for dev, milli in devs:
             self.dev_free[i * d + dev] -= milli
-        pod = BoundPod(uid, tenant, node, tuple(row), devs, name)
+        pod = BoundPod(uid, tenant, node, tuple(row), devs, name, mig)
         self.pods[uid] = pod
         self._pod_changes += 1
         if tenant is not None:
@@ -335,6 +377,15 @@ class ClusterState:
                 # A slot removed while held (the node shrank) stays absent (-1).
                 if dev < d and self.dev_free[i * d + dev] >= 0:
                     self.dev_free[i * d + dev] += milli
+        if pod.mig is not None:
+            held_mig = self.mig_used.get(pod.node, {})
+            left = held_mig.get(pod.mig[0], 0) - pod.mig[1]
+            if left > 0:
+                held_mig[pod.mig[0]] = left
+            else:
+                held_mig.pop(pod.mig[0], None)
+            if not held_mig:
+                self.mig_used.pop(pod.node, None)
         if pod.tenant is not None:
             usage = self.tenant_usage[pod.tenant]
             for k in range(r):

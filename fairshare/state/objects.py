@@ -34,14 +34,15 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from fairshare import eligibility, resources, tenancy
+from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
-from fairshare.placement import PodRequest, choose_devices
+from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
 from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 
@@ -245,18 +246,34 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     Capacity is ``status.allocatable`` (``capacity`` if absent): the device plugin's
     ``nvidia.com/gpu`` count is the number of devices; ``nvidia.com/gpu.memory`` and
     ``nvidia.com/gpu.product`` (GPU feature discovery labels) give device memory and model.
+    MIG slices (``nvidia.com/mig-<profile>``, or ``nvidia.com/gpu`` under a
+    ``-MIG-<profile>`` product: ``fairshare.mig``) count as their configured GPU
+    fraction in the GPU column and are kept per profile, not as devices.
     """
     name = _meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise StateError("node without metadata.name")
     healthy, reason = node_gpu_health(node, config.health)
+    labels = _str_map(_meta(node).get("labels"))
+    allocatable = allocatable_from_node(node)
+    fractions = config.mig_fractions()
+    slices = mig.node_slices(allocatable, labels, fractions)
+    if slices.has_slices:
+        allocatable = dict(allocatable)
+        allocatable[resources.GPU] = Fraction(slices.devices)
     return state.add_node(
         name,
-        allocatable_from_node(node),
-        labels=_str_map(_meta(node).get("labels")),
+        allocatable,
+        labels=labels,
         gpu_healthy=healthy,
         health_reason=reason,
         taints=node_taints(node),
+        mig={
+            p: (n, resources.to_kernel_units(resources.GPU, fractions[p]))
+            for p, n in slices.slices.items()
+        },
+        mig_single=slices.single,
+        mig_unknown=slices.unknown,
     )
 
 
@@ -387,7 +404,10 @@ def apply_pod(
     req = pod_request(pod, config=config, tenant=tenant, index=state.index)
     annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
     row = req.row
-    if req.demand.wants_gpu:
+    slices = mig_use(state, req, i)
+    if slices is not None:
+        row = mig_row(state, req, i, slices)
+    elif req.demand.wants_gpu:
         row = req.row_on(state.gpu_col, req.gpu_milli_for(state.nodes[i].device_memory))
     old = state.pods.get(uid)
     if old is not None and (old.node, old.row, old.tenant) == (node, row, tenant):
@@ -395,7 +415,9 @@ def apply_pod(
         if kept is None or kept == old.devices:
             return old
     state.unbind(uid)
-    devices = _devices_for(state, req, i, annotation) if req.demand.wants_gpu else ()
+    devices: Devices = ()
+    if req.demand.wants_gpu and slices is None:
+        devices = _devices_for(state, req, i, annotation)
     return state.bind(
         uid=uid,
         node=node,
@@ -404,6 +426,7 @@ def apply_pod(
         tenant=tenant,
         name=req.name,
         allow_overcommit=True,
+        mig=slices,
     )
 
 
