@@ -23,7 +23,6 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Final
 
 from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
@@ -59,10 +58,6 @@ class NodeInfo:
 
 def _has_mig(info: NodeInfo) -> int:
     return 1 if info.mig or info.mig_single else 0
-
-
-_TAINTED: Final = eligibility.NodeConstraints(matches_nothing=True, selector=(("", ""),))
-"""Cache key of the rows of tainted nodes (a value no parsed pod has)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +103,7 @@ class ClusterState:
         default_factory=dict
     )
     _eligible_version: int = -1
+    _tainted: tuple[int, ...] | None = None
     _selection_version: int = 0
     """Changes when a node comes or goes or its labels or taints change (not on status
     updates): the key of the ``eligible_rows`` cache."""
@@ -270,6 +266,7 @@ class ClusterState:
         tolerations alone look at the tainted nodes only."""
         if self._eligible_version != self._selection_version or len(self._eligible) > 256:
             self._eligible.clear()
+            self._tainted = None
             self._eligible_version = self._selection_version
         try:
             return self._eligible[constraints]
@@ -280,10 +277,9 @@ class ClusterState:
             rows = tuple(i for i, n in enumerate(nodes) if allows(n.name, n.labels, n.taints))
         else:
             # Only taints can exclude a node: test the tainted ones alone.
-            tainted = self._eligible.get(_TAINTED)
-            if tainted is None:
-                tainted = tuple(i for i, n in enumerate(nodes) if n.taints)
-                self._eligible[_TAINTED] = tainted
+            if self._tainted is None:
+                self._tainted = tuple(i for i, n in enumerate(nodes) if n.taints)
+            tainted = self._tainted
             barred = {i for i in tainted if not allows(nodes[i].name, {}, nodes[i].taints)}
             if not barred:
                 self._eligible[constraints] = None
