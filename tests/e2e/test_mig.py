@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from .conftest import CONFIG_HEAD, PAUSE_IMAGE, FairshareDev, unique, wait_event, wait_for
+from .conftest import (
+    CONFIG_HEAD,
+    PAUSE_IMAGE,
+    FairshareDev,
+    gpu_pod_manifest,
+    unique,
+    wait_event,
+    wait_for,
+    wait_pod,
+)
 from .test_fairshare_scheduling import ANN_DEVICES, POOL, bound, create_pods
 
 pytestmark = pytest.mark.e2e
@@ -95,3 +104,40 @@ async def test_mixed_strategy_mig_pods_are_placed_and_the_eighth_is_refused(
     eighth = await client.CoreV1Api(api).read_namespaced_pod("slice-7", ns)
     assert eighth.spec.node_name is None
     assert len(await bound(api, ns)) == 7
+
+
+async def test_single_strategy_slices_take_whole_gpu_pods_but_no_shared_ones(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+):
+    """`single` strategy: 7 `nvidia.com/gpu` that are 1g.5gb slices (the product label
+    says so). A pod asking for one GPU gets a slice; a shared-GPU pod (a fraction) must
+    not be put on a slice as if it were a device."""
+    tenant = unique("migs")
+    await fairshare.set_config(api, CONFIG_HEAD + f"tenants:\n- name: {tenant}\n")
+    node = unique("migs")
+    await make_gpu_node(
+        node,
+        gpus=7,
+        labels={POOL: node, "nvidia.com/mig.strategy": "single"},
+        gpu_product="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+    )
+    ns = await tenant_namespace(tenant)
+    whole = gpu_pod_manifest("whole", 1)
+    shared = gpu_pod_manifest("shared", 0, annotations={"fairshare.io/gpu-fraction": "0.5"})
+    for pod in (whole, shared):
+        pod["spec"]["nodeSelector"] = {POOL: node}
+        pod["spec"]["terminationGracePeriodSeconds"] = 0
+    await create_pods(api, ns, [whole, shared])
+
+    placed = await wait_pod(api, ns, "whole", lambda p: bool(p.spec.node_name), what="bound")
+    assert placed.spec.node_name == node
+    assert ANN_DEVICES not in (placed.metadata.annotations or {})
+    event = await wait_event(
+        api, ns, involved_name="shared", reason="FailedScheduling", contains="MIG slices"
+    )
+    assert "no GPU devices (only MIG slices)" in event.message
+    still = await client.CoreV1Api(api).read_namespaced_pod("shared", ns)
+    assert still.spec.node_name is None
