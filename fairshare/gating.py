@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
-from fairshare import fairness, tenancy
+from fairshare import eligibility, fairness, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes
 from fairshare.resources import to_kernel_units
@@ -84,16 +84,25 @@ def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, l
 def has_fitting_pending(
     state: ClusterState, tenant: str, queue: Iterable[PodRequest], *, probe: int = 8
 ) -> bool:
-    """Does ``tenant`` have a pending pod that fits some node now?
+    """Does ``tenant`` have a pod waiting that could run on some node now?
 
-    Checks the first ``probe`` distinct request shapes of the tenant's queue, in order.
+    A pod counts when it waits (no scheduling gate, and a scheduler that calls the
+    extender: ``PodRequest.waiting``) and some node passes both its node constraints
+    (node selector, required node affinity, taints vs tolerations: ``eligibility``) and
+    the fit (resources, GPU devices, GPU health and model: ``filter_nodes``). Checks the
+    first ``probe`` distinct (request shape, constraints) of the tenant's waiting pods,
+    in queue order.
     """
-    seen: set[tuple[float, ...]] = set()
+    seen: set[tuple[tuple[float, ...], eligibility.NodeConstraints]] = set()
     for p in queue:
-        if p.tenant != tenant or p.row in seen or p.uid in state.pods:
+        if p.tenant != tenant or not p.waiting or p.uid in state.pods:
             continue
-        seen.add(p.row)
-        if filter_nodes(state, p, explain=False).fits:
+        key = (p.row, p.constraints)
+        if key in seen:
+            continue
+        seen.add(key)
+        rows = state.eligible_rows(p.constraints)
+        if (rows is None or rows) and filter_nodes(state, p, rows=rows, explain=False).fits:
             return True
         if len(seen) >= probe:
             break

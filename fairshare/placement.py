@@ -25,8 +25,9 @@ from operator import itemgetter
 from typing import TypeAlias, TypeVar
 
 from _native import fit, scoring
+from fairshare import eligibility, mig
 from fairshare.resources import CPU, GPU, MILLI_GPU, PodDemand, to_kernel_units
-from fairshare.state.cluster import ClusterState
+from fairshare.state.cluster import BoundPod, ClusterState
 
 _T = TypeVar("_T")
 
@@ -45,6 +46,10 @@ class PodRequest:
     demand: PodDemand
     row: tuple[float, ...]
     gpu_models: frozenset[str] = frozenset()
+    constraints: eligibility.NodeConstraints = eligibility.UNCONSTRAINED
+    """Node selector, required node affinity and tolerations (which nodes it may use)."""
+    waiting: bool = True
+    """In the queue of a scheduler that calls the extender, with no scheduling gate."""
 
     @cached_property
     def fixed_gpu_milli(self) -> float | None:
@@ -120,7 +125,25 @@ def filter_nodes(
     or when its GPU model is not allowed. Failures that no eviction could cure
     (health, model, demand above the node's capacity) are ``unresolvable``.
     ``explain=False`` skips building failure texts (the simulator's hot path).
+
+    A pod that takes MIG slices on a node (``mig_use``: a ``nvidia.com/mig-<profile>``
+    request, or whole GPUs on a ``single``-strategy node) is checked against that
+    node's free slices of the profile instead of its devices
+    (``Insufficient nvidia.com/mig-<profile> (free 0, requested 1)``).
     """
+    src = req.demand.gpu.source
+    if src == "mig" or (src == "device" and state.mig_nodes):
+        return _filter_with_mig(state, req, rows=rows, explain=explain)
+    return _filter_plain(state, req, rows=rows, explain=explain)
+
+
+def _filter_plain(
+    state: ClusterState,
+    req: PodRequest,
+    *,
+    rows: Sequence[int] | None,
+    explain: bool,
+) -> FilterResult:
     n, r, d = state.n_nodes, state.n_res, state.max_dev
     candidates = list(range(n)) if rows is None else list(rows)
     wants_gpu = req.demand.wants_gpu
@@ -202,6 +225,119 @@ def filter_nodes(
     return FilterResult(tuple(fits), tuple(failed), gpu_milli)
 
 
+def mig_use(state: ClusterState, req: PodRequest, i: int) -> tuple[str, int] | None:
+    """(profile, slices) the pod takes on node row ``i`` if it runs on MIG slices there.
+
+    A ``nvidia.com/mig-<profile>: n`` request takes n slices of that profile anywhere;
+    ``nvidia.com/gpu: n`` takes n slices on a ``single``-strategy node (whose
+    ``nvidia.com/gpu`` are slices); any other pod takes none (None).
+    """
+    g = req.demand.gpu
+    if g.source == "mig":
+        return (g.mig_profile, g.count)
+    if g.source == "device":
+        single = state.nodes[i].mig_single
+        if single:
+            return (single, g.count)
+    return None
+
+
+def mig_row(
+    state: ClusterState, req: PodRequest, i: int, use: tuple[str, int]
+) -> tuple[float, ...]:
+    """The pod's kernel row on node ``i`` when it takes the slices ``use``: its GPU column
+    is slices × the node's milli-GPU per slice (what the slices add to the node's GPU
+    capacity), so a MIG pod counts as its fraction wherever it runs."""
+    per_slice = state.nodes[i].mig.get(use[0], (0, 0.0))[1]
+    if per_slice <= 0:
+        return req.row
+    row = list(req.row)
+    row[state.gpu_col] = use[1] * per_slice
+    return tuple(row)
+
+
+def _slices_short(req: PodRequest, profile: str, free: int, count: int) -> str:
+    """``Insufficient nvidia.com/mig-1g.10gb (free 0, requested 1)``; on a ``single``
+    node ``Insufficient nvidia.com/gpu (MIG 1g.5gb slices: free 0, requested 1)``."""
+    if req.demand.gpu.source == "mig":
+        return f"Insufficient {mig.resource_name(profile)} (free {free}, requested {count})"
+    return f"Insufficient {GPU} (MIG {profile} slices: free {free}, requested {count})"
+
+
+def _mig_failure(
+    state: ClusterState,
+    req: PodRequest,
+    i: int,
+    use: tuple[str, int],
+    *,
+    free: Sequence[float],
+    slices_free: int,
+) -> NodeFailure | None:
+    """Why the pod cannot take the slices ``use`` on node ``i`` (None if it can), given
+    the node's ``free`` row and free slices of the profile."""
+    info = state.nodes[i]
+    if not state.healthy[i]:
+        return NodeFailure(info.name, f"GPU unhealthy: {info.health_reason}", True)
+    if req.gpu_models and info.gpu_model not in req.gpu_models:
+        allowed = ", ".join(sorted(req.gpu_models))
+        return NodeFailure(
+            info.name, f"GPU model {info.gpu_model or 'none'} not in {allowed}", True
+        )
+    if info.mig_unknown:
+        why = f"MIG profile {info.mig_unknown} of the node is not in the config's mig table"
+        return NodeFailure(info.name, why, True)
+    profile, count = use
+    if slices_free < count:
+        total = info.mig.get(profile, (0, 0.0))[0]
+        text = _slices_short(req, profile, max(0, slices_free), count)
+        return NodeFailure(info.name, text, total < count)
+    row, r = mig_row(state, req, i, use), state.n_res
+    for k in range(r):
+        if row[k] > free[k]:
+            name = state.index.names[k]
+            text = (
+                f"Insufficient {name} (free {_fmt(name, free[k])}, requested {_fmt(name, row[k])})"
+            )
+            return NodeFailure(info.name, text, row[k] > state.capacity[i * r + k])
+    return None
+
+
+def _filter_with_mig(
+    state: ClusterState,
+    req: PodRequest,
+    *,
+    rows: Sequence[int] | None,
+    explain: bool,
+) -> FilterResult:
+    """``filter_nodes`` for a pod that takes MIG slices on some of the ``rows``: those
+    are judged by ``_mig_failure``, the others by the plain filter."""
+    candidates = list(range(state.n_nodes)) if rows is None else list(rows)
+    uses = {i: u for i in candidates if (u := mig_use(state, req, i)) is not None}
+    others = [i for i in candidates if i not in uses]
+    base = _filter_plain(state, req, rows=others, explain=explain) if others else None
+    fits = list(base.fits) if base else []
+    failed = list(base.failed) if base else []
+    gpu_milli = dict(base.gpu_milli) if base else {}
+    r = state.n_res
+    for i, use in uses.items():
+        info = state.nodes[i]
+        if use[0] not in info.mig and not info.mig_unknown:
+            if explain:  # the common case for a MIG pod: a node without the profile
+                text = _slices_short(req, use[0], 0, use[1])
+                failed.append(NodeFailure(info.name, text, True))
+            continue
+        free = state.free[i * r : (i + 1) * r]
+        why = _mig_failure(state, req, i, use, free=free, slices_free=state.mig_free(i, use[0]))
+        if why is None:
+            fits.append(i)
+            gpu_milli[i] = info.mig[use[0]][1]
+        elif explain:
+            failed.append(why)
+    order = {row: k for k, row in enumerate(candidates)}
+    fits.sort(key=order.__getitem__)
+    return FilterResult(tuple(fits), tuple(failed), gpu_milli)
+
+
 def _failure(
     state: ClusterState, req: PodRequest, i: int, code: int, milli: float, gcol: int
 ) -> NodeFailure:
@@ -216,6 +352,8 @@ def _failure(
     devs = state.node_devices(i)
     present = [v for v in devs if v >= 0]
     if not present:
+        if info.mig or info.mig_single:
+            return NodeFailure(info.name, "no GPU devices (only MIG slices)", True)
         return NodeFailure(info.name, "no GPU devices", True)
     if not math.isfinite(milli):
         return NodeFailure(info.name, "GPU memory request larger than a device", True)
@@ -225,6 +363,45 @@ def _failure(
         f"(free per device: {free_txt})"
     )
     return NodeFailure(info.name, text, len(present) < req.gpu_count or milli > MILLI_GPU)
+
+
+def fits_after_release(
+    state: ClusterState, req: PodRequest, i: int, released: Iterable[BoundPod]
+) -> bool:
+    """Would ``req`` fit on node row ``i`` once the bound pods ``released`` are gone?
+
+    The same test as ``filter_nodes`` (every resource column, then ``count`` devices with
+    the per-device share free), run by the same kernel on node ``i``'s free vector and
+    device row with what each released pod holds there given back. Released pods bound
+    elsewhere are ignored. A GPU-memory request on a node of unknown device memory never
+    fits. Used by preemption to check that the victims it keeps still make room.
+    """
+    r, d = state.n_res, state.max_dev
+    free = array("d", state.free[i * r : (i + 1) * r])
+    devs = array("d", state.dev_free[i * d : (i + 1) * d])
+    name = state.nodes[i].name
+    use = mig_use(state, req, i)
+    slices = state.mig_free(i, use[0]) if use is not None else 0
+    for pod in released:
+        if pod.node != name:
+            continue
+        for k in range(r):
+            free[k] += pod.row[k]
+        for dev, milli in pod.devices:
+            if 0 <= dev < d and devs[dev] >= 0:
+                devs[dev] += milli
+        if use is not None and pod.mig is not None and pod.mig[0] == use[0]:
+            slices += pod.mig[1]
+    if use is not None:
+        return _mig_failure(state, req, i, use, free=free, slices_free=slices) is None
+    wants_gpu = req.demand.wants_gpu
+    milli = req.gpu_milli_for(state.nodes[i].device_memory) if wants_gpu else 0.0
+    if not math.isfinite(milli):
+        return False
+    demand = array("d", req.row_on(state.gpu_col, milli) if wants_gpu else req.row)
+    out = array("i", [0])
+    count = req.gpu_count if wants_gpu else 0
+    return bool(fit.fit_nodes(free, devs, demand, 1, r, d, milli, count, out) == 1)
 
 
 # -- workload mix (FGD's target workload) ---------------------------------------
@@ -255,6 +432,8 @@ ClassKey = tuple[float, float, int, frozenset[str]]
 
 def class_key(req: PodRequest, *, cpu_col: int) -> ClassKey:
     g = req.demand.gpu
+    if g.source == "mig":  # slices are no share of a device: a GPU-less task class
+        return (req.row[cpu_col], 0.0, 0, req.gpu_models)
     milli = to_kernel_units(GPU, g.per_device) if g.count else 0.0
     return (req.row[cpu_col], milli, g.count, req.gpu_models)
 
@@ -388,10 +567,11 @@ def fgd_raw(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext)
     cpu_col = state.index.column(CPU)
     cpu_free = array("d", state.free[cpu_col::r])
     g = req.demand.gpu
-    milli = to_kernel_units(GPU, g.per_device) if g.count else 0.0
+    count = 0 if g.source == "mig" else g.count  # MIG slices take no device share
+    milli = to_kernel_units(GPU, g.per_device) if count else 0.0
     scoring.fgd_scores(
         state.dev_free, state.max_dev, cpu_free, state.node_model, mask.mask, n,
-        req.row[cpu_col], milli, g.count,
+        req.row[cpu_col], milli, count,
         mix.cpu, mix.gpu_milli, mix.gpu_count, mix.models, mix.popularity, mix.size,
         delta, device,
     )  # fmt: skip

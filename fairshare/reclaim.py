@@ -5,7 +5,8 @@ are broken by name. Must not import aiohttp, kubernetes_asyncio or prometheus_cl
 The controller that acts on a plan is ``scheduler_plugin.reclaimer``.
 
 ``plan_reclaim`` looks at the pending queue in order. A pending pod ``p`` of tenant ``t``
-is a **beneficiary** when
+that is waiting (``PodRequest.waiting``: no scheduling gate, a scheduler that calls the
+extender) is a **beneficiary** when
 
 * ``t`` is under its guarantee for ``p``: ``usage_t + p <= guaranteed_t`` on every
   guaranteed column ``p`` requests (and ``p`` requests at least one of them);
@@ -241,7 +242,9 @@ def plan_reclaim(
     PodDisruptionBudget refused their eviction moments ago). At most ``max_evictions``
     victims are returned; pods that would need more wait with ``WAIT_BUDGET``.
     ``node_selectors``: pod uid -> ``spec.nodeSelector``; such a pod is only considered
-    for nodes whose labels match (affinity and taints are not modelled).
+    for nodes whose labels match. The pod's own ``constraints`` (node selector, required
+    node affinity, taints vs tolerations) limit the nodes too, and a pod that is not
+    ``waiting`` (scheduling gates, another scheduler) is never a beneficiary.
     """
     if state.n_nodes == 0 or not pending:
         return ReclaimPlan()
@@ -261,6 +264,7 @@ def plan_reclaim(
         p
         for p in pending
         if p.tenant is not None
+        and p.waiting
         and p.uid not in state.pods
         and led.under_guarantee(p.tenant, p, base=state.usage_of(p.tenant))
     ]
@@ -281,7 +285,7 @@ def plan_reclaim(
         wait = _plan_one(
             led,
             req,
-            rows=selector_rows(state, (node_selectors or {}).get(req.uid)),
+            rows=_rows_for(state, req, (node_selectors or {}).get(req.uid)),
             config=config,
             fair=fair,
             over=over,
@@ -313,6 +317,18 @@ def selector_rows(state: ClusterState, selector: Mapping[str, str] | None) -> tu
         for i, info in enumerate(state.nodes)
         if all(info.labels.get(k) == v for k, v in selector.items())
     )
+
+
+def _rows_for(
+    state: ClusterState, req: PodRequest, selector: Mapping[str, str] | None
+) -> tuple[int, ...]:
+    """Rows of the nodes the pod may use: ``selector_rows`` and its node constraints."""
+    rows = selector_rows(state, selector)
+    eligible = state.eligible_rows(req.constraints)
+    if eligible is None:
+        return rows
+    allowed = set(eligible)
+    return tuple(i for i in rows if i in allowed)
 
 
 def _plan_one(

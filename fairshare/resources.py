@@ -61,6 +61,8 @@ class GpuDemand:
     per_device: Fraction = Fraction(0)
     memory: int | None = None
     source: str = "none"  # "device", "fraction", "memory", "mig", "none"
+    mig_profile: str = ""
+    """The MIG profile of ``nvidia.com/mig-<profile>`` slices (source "mig")."""
 
     @property
     def total(self) -> Fraction:
@@ -203,7 +205,9 @@ def gpu_demand(
                 raise DemandError(f"unknown MIG profile {profile!r} (resource {name})")
             if n.denominator != 1:
                 raise DemandError(f"{name} must be a whole number, got {n}")
-            return GpuDemand(count=int(n), per_device=mig[profile], source="mig")
+            return GpuDemand(
+                count=int(n), per_device=mig[profile], source="mig", mig_profile=profile
+            )
     if ANN_GPU_FRACTION in annotations:
         raw = annotations[ANN_GPU_FRACTION]
         try:

@@ -35,6 +35,9 @@ from fairshare.placement import (
     choose_devices,
     fgd_raw,
     filter_nodes,
+    fits_after_release,
+    mig_row,
+    mig_use,
     score_context,
 )
 from fairshare.resources import ANN_GPU_DEVICES
@@ -200,14 +203,18 @@ def preempt_verb(
     namespace_labels: NamespaceLabels | None = None,
 ) -> dict[str, Any]:
     """``ExtenderPreemptionResult`` as JSON: the proposed victims minus those whose
-    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped.
+    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped,
+    and so are nodes where the victims left no longer make room for the pod (kube-scheduler
+    chose its victims to free enough; once some are spared, the rest may not, and evicting
+    them would be for nothing).
     """
     labels = namespace_labels or {}
+    pre: PodRequest | None
     try:
         pre = request_for(args.pod, state=state, config=config, namespace_labels=labels)
         pre_tenant, pre_row = pre.tenant, pre.row
     except resources.DemandError:
-        pre_tenant, pre_row = None, ()
+        pre, pre_tenant, pre_row = None, None, ()
     full = {
         str((p.get("metadata") or {}).get("uid", "")): p
         for v in (args.node_name_to_victims or {}).values()
@@ -225,9 +232,26 @@ def preempt_verb(
             preemptor_tenant=pre_tenant,
             preemptor_row=pre_row,
         )
-        if kept:
-            result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
+        if not kept:
+            continue
+        if len(kept) < len(victims) and not _room_left(state, pre, node, kept):
+            continue
+        result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
     return wire.ExtenderPreemptionResult(result).encode()
+
+
+def _room_left(state: ClusterState, pre: PodRequest | None, node: str, kept: Sequence[str]) -> bool:
+    """Do the ``kept`` victims still free enough on ``node`` for the preemptor?
+
+    Judged on fairshare's own ledger (resource columns and GPU devices). A preemptor whose
+    resources cannot be read, or a node the state does not know, cannot be judged: the
+    answer is then yes (kube-scheduler's own dry run stands).
+    """
+    i = state.node_index.get(node)
+    if pre is None or i is None:
+        return True
+    released = [p for p in map(state.pods.get, kept) if p is not None]
+    return fits_after_release(state, pre, i, released)
 
 
 # -- bind --------------------------------------------------------------------------------
@@ -247,6 +271,8 @@ class BindPlan:
     annotations: Mapping[str, str] = field(default_factory=dict)
     binding: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
+    mig: tuple[str, int] | None = None
+    """(MIG profile, slices) the pod takes instead of devices."""
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON (``Error`` empty when the plan is good)."""
@@ -315,17 +341,31 @@ def bind_plan(
         why = fr.failed[0].reason if fr.failed else "does not fit"
         return _fail(args, f"node {args.node} cannot take pod {req.namespace}/{req.name}: {why}")
     milli = fr.gpu_milli.get(i, 0.0)
-    hint = _fragmentation_hint(state, req, i, mix)
-    devices = choose_devices(state, req, i, milli=milli, hint=hint)
-    if req.demand.wants_gpu and len(devices) < req.gpu_count:
-        return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
-    row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
+    slices = mig_use(state, req, i)
+    if slices is not None:  # MIG slices, not devices: the device plugin picks the slice
+        devices: tuple[tuple[int, float], ...] = ()
+        row = mig_row(state, req, i, slices)
+    else:
+        hint = _fragmentation_hint(state, req, i, mix)
+        devices = choose_devices(state, req, i, milli=milli, hint=hint)
+        if req.demand.wants_gpu and len(devices) < req.gpu_count:
+            return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
+        row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
     body = binding_body(
         name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
     )
     return BindPlan(
-        req.uid, req.name, req.namespace, args.node, req.tenant, row, devices, annotations, body
+        req.uid,
+        req.name,
+        req.namespace,
+        args.node,
+        req.tenant,
+        row,
+        devices,
+        annotations,
+        body,
+        mig=slices,
     )
 
 
@@ -357,4 +397,5 @@ def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
         devices=plan.devices,
         tenant=plan.tenant,
         name=plan.name,
+        mig=plan.mig,
     )

@@ -470,7 +470,9 @@ class FairShareConfig(_Model):
     for chargeback metrics. Default: no pricing."""
 
     scheduler_name: SchedulerName | None = Field(default=None, examples=["fairshare-scheduler"])
-    """If set, the webhook sets spec.schedulerName on GPU pods to this. Default: unset."""
+    """If set, the webhook sets spec.schedulerName on GPU pods to this, and the fair-share
+    gate counts only pods of this scheduler as waiting (unset: default-scheduler's).
+    Default: unset."""
 
     capacity: dict[str, Quantity] | None = Field(
         default=None, examples=[{"nvidia.com/gpu": "64", "cpu": "1024"}]

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from fairshare import resources
+from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
 
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
@@ -46,6 +46,18 @@ class NodeInfo:
     device_memory: int  # bytes per GPU device, 0 when unknown
     gpu_healthy: bool
     health_reason: str = ""
+    taints: tuple[eligibility.Taint, ...] = ()
+    """The node's ``NoSchedule``/``NoExecute`` taints (key, value, effect)."""
+    mig: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    """MIG profile -> (slices, milli-GPU per slice); see ``fairshare.mig``."""
+    mig_single: str = ""
+    """The profile of a ``single``-strategy MIG node (its ``nvidia.com/gpu`` are slices)."""
+    mig_unknown: str = ""
+    """A ``single`` profile the config's ``mig`` table lacks (its slices are not counted)."""
+
+
+def _has_mig(info: NodeInfo) -> int:
+    return 1 if info.mig or info.mig_single else 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class BoundPod:
     row: tuple[float, ...]
     devices: tuple[tuple[int, float], ...]  # (device index, milli-GPU)
     name: str = ""
+    mig: tuple[str, int] | None = None  # (MIG profile, slices) when placed on MIG slices
 
 
 @dataclass
@@ -78,10 +91,22 @@ class ClusterState:
     tenant_usage: dict[str, list[float]] = field(default_factory=dict)
     node_tenant_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     """Milli-GPU each tenant holds on each node (for the tenant-spread term)."""
+    mig_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    """MIG slices held per node and profile (nodes with none held are absent)."""
+    mig_nodes: int = 0
+    """How many nodes have MIG slices (0 keeps the filter on its fast path)."""
     _nodes_version: int = 0
     _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
     _used: list[float] = field(default_factory=list)
+    _eligible: dict[eligibility.NodeConstraints, tuple[int, ...] | None] = field(
+        default_factory=dict
+    )
+    _eligible_version: int = -1
+    _tainted: tuple[int, ...] | None = None
+    _selection_version: int = 0
+    """Changes when a node comes or goes or its labels or taints change (not on status
+    updates): the key of the ``eligible_rows`` cache."""
     declared_capacity: dict[int, float] = field(default_factory=dict)
     """Capacity by column for resources no node reports (the config's ``capacity``, e.g.
     ``storage``); set with ``declare_capacity``. Node capacity, when there is any, wins."""
@@ -140,9 +165,19 @@ class ClusterState:
         labels: Mapping[str, str] | None = None,
         gpu_healthy: bool = True,
         health_reason: str = "",
+        taints: Iterable[eligibility.Taint] = (),
+        mig: Mapping[str, tuple[int, float]] | None = None,
+        mig_single: str = "",
+        mig_unknown: str = "",
     ) -> int:
-        """Add (or replace) a node; returns its row. Pods already bound stay counted."""
+        """Add (or replace) a node; returns its row. Pods already bound stay counted.
+
+        ``taints`` are (key, value, effect); only ``NoSchedule``/``NoExecute`` ones are
+        kept (the others never keep a pod off a node). ``allocatable``'s
+        ``nvidia.com/gpu`` is the whole devices; ``mig`` (profile -> (slices, milli-GPU
+        per slice)) adds the slices to the GPU column, not to the devices."""
         labels = dict(labels or {})
+        mig = dict(mig or {})
         n_dev = int(allocatable.get(GPU, Fraction(0)))
         if n_dev > self.max_dev:
             self._grow_devices(n_dev)
@@ -155,11 +190,22 @@ class ClusterState:
             device_memory,
             gpu_healthy,
             health_reason,
+            tuple(t for t in taints if t[2] in eligibility.BLOCKING_EFFECTS),
+            mig,
+            mig_single,
+            mig_unknown,
         )
         row = self.index.kernel_vector(allocatable)
+        row[self.gpu_col] += sum(n * milli for n, milli in mig.values())
         self._nodes_version += 1
         if name in self.node_index:
+            old = self.nodes[self.node_index[name]]
+            if (old.labels, old.taints) != (info.labels, info.taints):
+                self._selection_version += 1
+            self.mig_nodes += _has_mig(info) - _has_mig(old)
             return self._replace_node(self.node_index[name], info, row, n_dev)
+        self._selection_version += 1
+        self.mig_nodes += _has_mig(info)
         i = self.n_nodes
         self.nodes.append(info)
         self.node_index[name] = i
@@ -195,7 +241,10 @@ class ClusterState:
         for p in gone:
             self.unbind(p.uid)
         self.node_tenant_gpu.pop(name, None)
+        self.mig_used.pop(name, None)
+        self.mig_nodes -= _has_mig(self.nodes[self.node_index[name]])
         self._nodes_version += 1
+        self._selection_version += 1
         i, last = self.node_index.pop(name), self.n_nodes - 1
         r, d = self.n_res, self.max_dev
         if i != last:
@@ -215,17 +264,52 @@ class ClusterState:
     def set_health(self, name: str, healthy: bool, reason: str = "") -> None:
         i = self.node_index[name]
         info = self.nodes[i]
-        self.nodes[i] = NodeInfo(
-            info.name, info.labels, info.gpu_model, info.device_memory, healthy, reason
-        )
+        self.nodes[i] = replace(info, gpu_healthy=healthy, health_reason=reason)
         self._nodes_version += 1
         self.healthy[i] = 1 if healthy else 0
+
+    def eligible_rows(self, constraints: eligibility.NodeConstraints) -> tuple[int, ...] | None:
+        """Rows of the nodes that ``constraints`` allow (node selector, required affinity,
+        taints); None when that is every row. Cached until a node comes or goes or its
+        labels or taints change (status updates keep the cache), so a pod template's
+        constraints cost one pass over the nodes per such change; constraints of
+        tolerations alone look at the tainted nodes only."""
+        if self._eligible_version != self._selection_version or len(self._eligible) > 256:
+            self._eligible.clear()
+            self._tainted = None
+            self._eligible_version = self._selection_version
+        try:
+            return self._eligible[constraints]
+        except KeyError:
+            pass
+        allows, nodes = constraints.allows, self.nodes
+        if constraints.selects_by_labels:
+            rows = tuple(i for i, n in enumerate(nodes) if allows(n.name, n.labels, n.taints))
+        else:
+            # Only taints can exclude a node: test the tainted ones alone.
+            if self._tainted is None:
+                self._tainted = tuple(i for i, n in enumerate(nodes) if n.taints)
+            tainted = self._tainted
+            barred = {i for i in tainted if not allows(nodes[i].name, {}, nodes[i].taints)}
+            if not barred:
+                self._eligible[constraints] = None
+                return None
+            rows = tuple(i for i in range(len(nodes)) if i not in barred)
+        out = None if len(rows) == len(nodes) else rows
+        self._eligible[constraints] = out
+        return out
 
     # -- pods ----------------------------------------------------------------
 
     def node_free(self, i: int) -> list[float]:
         r = self.n_res
         return list(self.free[i * r : (i + 1) * r])
+
+    def mig_free(self, i: int, profile: str) -> int:
+        """Free MIG slices of ``profile`` on node row ``i`` (0 when it has none)."""
+        info = self.nodes[i]
+        total = info.mig.get(profile, (0, 0.0))[0]
+        return total - self.mig_used.get(info.name, {}).get(profile, 0)
 
     def node_devices(self, i: int) -> list[float]:
         d = self.max_dev
@@ -241,8 +325,10 @@ class ClusterState:
         tenant: str | None = None,
         name: str = "",
         allow_overcommit: bool = False,
+        mig: tuple[str, int] | None = None,
     ) -> BoundPod:
-        """Account a pod on ``node``: subtract its row and its device shares."""
+        """Account a pod on ``node``: subtract its row and its device shares, or the
+        MIG slices ``mig`` = (profile, count) it holds instead of devices."""
         if uid in self.pods:
             raise StateError(f"pod {uid} is already bound to {self.pods[uid].node}")
         if node not in self.node_index:
@@ -260,12 +346,17 @@ class ClusterState:
             for dev, milli in devs:
                 if not 0 <= dev < d or self.dev_free[i * d + dev] < milli:
                     raise StateError(f"device {dev} on {node} cannot hold {milli:g} milli-GPU")
+            if mig is not None and self.mig_free(i, mig[0]) < mig[1]:
+                raise StateError(f"{node} has not {mig[1]} free MIG slice(s) of {mig[0]}")
+        if mig is not None:
+            held_mig = self.mig_used.setdefault(node, {})
+            held_mig[mig[0]] = held_mig.get(mig[0], 0) + mig[1]
         for k in range(r):
             self.free[i * r + k] -= row[k]
             self._used[k] += row[k]
         for dev, milli in devs:
             self.dev_free[i * d + dev] -= milli
-        pod = BoundPod(uid, tenant, node, tuple(row), devs, name)
+        pod = BoundPod(uid, tenant, node, tuple(row), devs, name, mig)
         self.pods[uid] = pod
         self._pod_changes += 1
         if tenant is not None:
@@ -292,6 +383,15 @@ class ClusterState:
                 # A slot removed while held (the node shrank) stays absent (-1).
                 if dev < d and self.dev_free[i * d + dev] >= 0:
                     self.dev_free[i * d + dev] += milli
+        if pod.mig is not None:
+            held_mig = self.mig_used.get(pod.node, {})
+            left = held_mig.get(pod.mig[0], 0) - pod.mig[1]
+            if left > 0:
+                held_mig[pod.mig[0]] = left
+            else:
+                held_mig.pop(pod.mig[0], None)
+            if not held_mig:
+                self.mig_used.pop(pod.node, None)
         if pod.tenant is not None:
             usage = self.tenant_usage[pod.tenant]
             for k in range(r):

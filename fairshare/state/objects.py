@@ -34,14 +34,15 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from fairshare import resources, tenancy
+from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
-from fairshare.placement import PodRequest, choose_devices
+from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
 from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 
@@ -115,17 +116,27 @@ def is_bound(pod: Mapping[str, Any]) -> bool:
 
 
 _KEPT_META: Final = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
-_KEPT_SPEC: Final = ("nodeName", "nodeSelector", "overhead", "resourceClaims")
+_KEPT_SPEC: Final = (
+    "nodeName",
+    "nodeSelector",
+    "overhead",
+    "resourceClaims",
+    "schedulerName",
+    "schedulingGates",
+)
 _KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 _KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
 _ANN_PREFIX: Final = "fairshare.io/"
+_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a Pod the extender reads again later, as a smaller dict.
 
     Kept: identity and timestamps, ``fairshare.io/*`` annotations, ``spec.nodeName``,
-    ``nodeSelector``, ``overhead``, ``resourceClaims``, each container's and init
+    ``nodeSelector``, ``overhead``, ``resourceClaims``, ``schedulerName``,
+    ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
+    (what ``eligibility`` reads), each container's and init
     container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
     ``resourceClaimStatuses``. Every reader of a stored pod (``pod_uid``, ``is_bound``,
     ``is_terminal``, ``pod_tenant``, ``pod_request``, ``apply_pod``, the DRA claim names,
@@ -143,6 +154,18 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     if annotations is not None and not isinstance(annotations, dict):
         return pod
     out_spec: dict[str, Any] = {k: spec[k] for k in _KEPT_SPEC if k in spec}
+    if "tolerations" in spec:
+        out_spec["tolerations"] = _shared(spec["tolerations"])
+    affinity = spec.get("affinity")
+    if isinstance(affinity, dict):
+        node_affinity = affinity.get("nodeAffinity")
+        required = None
+        if isinstance(node_affinity, dict):
+            required = node_affinity.get(_REQUIRED)
+        if required is not None:
+            out_spec["affinity"] = _shared({"nodeAffinity": {_REQUIRED: required}})
+    elif affinity is not None:
+        out_spec["affinity"] = affinity
     for key in ("containers", "initContainers"):
         if key not in spec:
             continue
@@ -224,18 +247,48 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     Capacity is ``status.allocatable`` (``capacity`` if absent): the device plugin's
     ``nvidia.com/gpu`` count is the number of devices; ``nvidia.com/gpu.memory`` and
     ``nvidia.com/gpu.product`` (GPU feature discovery labels) give device memory and model.
+    MIG slices (``nvidia.com/mig-<profile>``, or ``nvidia.com/gpu`` under a
+    ``-MIG-<profile>`` product: ``fairshare.mig``) count as their configured GPU
+    fraction in the GPU column and are kept per profile, not as devices.
     """
     name = _meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise StateError("node without metadata.name")
     healthy, reason = node_gpu_health(node, config.health)
+    labels = _str_map(_meta(node).get("labels"))
+    allocatable = allocatable_from_node(node)
+    fractions = config.mig_fractions()
+    slices = mig.node_slices(allocatable, labels, fractions)
+    if slices.has_slices:
+        allocatable = dict(allocatable)
+        allocatable[resources.GPU] = Fraction(slices.devices)
     return state.add_node(
         name,
-        allocatable_from_node(node),
-        labels=_str_map(_meta(node).get("labels")),
+        allocatable,
+        labels=labels,
         gpu_healthy=healthy,
         health_reason=reason,
+        taints=node_taints(node),
+        mig={
+            p: (n, resources.to_kernel_units(resources.GPU, fractions[p]))
+            for p, n in slices.slices.items()
+        },
+        mig_single=slices.single,
+        mig_unknown=slices.unknown,
     )
+
+
+def node_taints(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``spec.taints`` as (key, value, effect); entries of another shape are skipped."""
+    spec = node.get("spec")
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    out = []
+    for taint in taints if isinstance(taints, list) else ():
+        if isinstance(taint, Mapping):
+            parts = [taint.get(k) or "" for k in ("key", "value", "effect")]
+            if all(isinstance(p, str) for p in parts):
+                out.append((parts[0], parts[1], parts[2]))
+    return out
 
 
 def delete_node(state: ClusterState, name: str) -> list[BoundPod]:
@@ -319,6 +372,8 @@ def pod_request(
         raise resources.DemandError("a resource request is too large to place") from None
     models = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
     uid = pod_uid(pod)
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
     return PodRequest(
         uid=uid,
         name=str(meta.get("name") or uid),
@@ -327,6 +382,8 @@ def pod_request(
         demand=demand,
         row=row,
         gpu_models=frozenset(m for m in models.split("|") if m) if models else _NO_MODELS,
+        constraints=eligibility.parse_node_constraints(spec),
+        waiting=eligibility.is_waiting(spec, eligibility.served_schedulers(config.scheduler_name)),
     )
 
 
@@ -373,7 +430,10 @@ def apply_pod(
     )
     annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
     row = req.row
-    if req.demand.wants_gpu:
+    slices = mig_use(state, req, i)
+    if slices is not None:
+        row = mig_row(state, req, i, slices)
+    elif req.demand.wants_gpu:
         # A GPU-memory pod on a node of unknown device memory keeps the row's share of
         # the largest device (or a whole GPU), as the webhook counts it: never 0.
         row = req.row_on(state.gpu_col, req.gpu_milli_for(node_memory))
@@ -383,7 +443,9 @@ def apply_pod(
         if kept is None or kept == old.devices:
             return old
     state.unbind(uid)
-    devices = _devices_for(state, req, i, annotation) if req.demand.wants_gpu else ()
+    devices: Devices = ()
+    if req.demand.wants_gpu and slices is None:
+        devices = _devices_for(state, req, i, annotation)
     return state.bind(
         uid=uid,
         node=node,
@@ -392,6 +454,7 @@ def apply_pod(
         tenant=tenant,
         name=req.name,
         allow_overcommit=True,
+        mig=slices,
     )
 
 

@@ -335,11 +335,14 @@ def gpu_node_manifest(
     ephemeral_storage: str = "1Ti",
     taints: list[dict[str, Any]] | None = None,
     annotations: dict[str, str] | None = None,
+    extra_resources: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Node that kwok manages, with `nvidia.com/gpu` capacity and the labels NVIDIA GPU
     feature discovery puts on a GPU node. `conditions` are extra node conditions (e.g.
     `{"type": "GpuUnhealthy", "status": "True", "reason": "XidError"}`); kwok adds the
-    kubelet's own (Ready, MemoryPressure, ...) and keeps extra ones across heartbeats."""
+    kubelet's own (Ready, MemoryPressure, ...) and keeps extra ones across heartbeats.
+    `extra_resources` are more allocatable entries (e.g. MIG slices,
+    `{"nvidia.com/mig-1g.10gb": "7"}`); with `gpus=0` and some, no `nvidia.com/gpu`."""
     resources = {
         "cpu": cpu,
         "memory": memory,
@@ -347,6 +350,10 @@ def gpu_node_manifest(
         "ephemeral-storage": ephemeral_storage,
         GPU: str(gpus),
     }
+    if extra_resources:
+        if not gpus:
+            del resources[GPU]
+        resources.update(extra_resources)
     node_labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",

@@ -19,7 +19,6 @@ from .conftest import (
     GPU,
     PAUSE_IMAGE,
     FairshareDev,
-    condition,
     unique,
     wait_event,
     wait_for,
@@ -85,22 +84,6 @@ async def create_pods(api: client.ApiClient, namespace: str, pods: list[dict[str
     await asyncio.gather(*(core.create_namespaced_pod(namespace, p) for p in pods))
 
 
-async def release(api: client.ApiClient, namespace: str, name: str) -> client.V1Pod:
-    """Remove the pod's scheduling gate and wait for kube-scheduler's decision: bound, or
-    PodScheduled=False/Unschedulable (the gate's own condition says SchedulingGated)."""
-    core = client.CoreV1Api(api)
-    patch = [{"op": "remove", "path": "/spec/schedulingGates"}]
-    await core.patch_namespaced_pod(name, namespace, patch)
-
-    def decided(pod: client.V1Pod) -> bool:
-        if pod.spec.node_name:
-            return True
-        cond = condition(pod, "PodScheduled")
-        return cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
-
-    return await wait_pod(api, namespace, name, decided, timeout=30, what="scheduled or refused")
-
-
 async def pods_of(api: client.ApiClient, namespace: str) -> list[client.V1Pod]:
     return list((await client.CoreV1Api(api).list_namespaced_pod(namespace)).items)
 
@@ -142,18 +125,22 @@ async def contention_round(
     tenant_b: str,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """The DRF example: one node of 9 CPU / 18Gi; A's pods want 1 CPU / 4Gi, B's 3 CPU /
-    1Gi; 10 each, all created behind a scheduling gate so the extender's queue holds the
-    whole demand, then released B's first (without the gate B would take the whole CPU).
+    1Gi; 10 each, A's created first (without the gate A would take 4 and leave B 1).
 
-    The gates are removed one pod at a time, each once kube-scheduler decided the one
-    before: kube-scheduler runs a pod's filter while the previous pod's bind is still in
-    flight, and the extender does not count in-flight binds (see the report of issue 5),
-    so releasing them all at once lets a tenant past its fair share.
+    All 20 must be waiting at the same moment, or the first tenant in the scheduler's
+    queue would run alone (the gate only holds a tenant back for pods that could run now:
+    a pod behind a scheduling gate, or one no node admits, does not count). So every pod
+    selects the label `OPEN` that the node does not have yet: kube-scheduler and the
+    extender both see all of them unable to run; then the label is put on the node and
+    they all become runnable at once, and kube-scheduler takes them in creation order.
     """
     node = unique("drf")
     await make_gpu_node(node, gpus=0, cpu="9", memory="18Gi", labels={POOL: node})
     namespaces = {t: await tenant_namespace(t) for t in (tenant_a, tenant_b)}
     return await contention(api, node, namespaces), namespaces
+
+
+OPEN = "fairshare-e2e/open"
 
 
 async def contention(
@@ -163,26 +150,15 @@ async def contention(
     (A first, B second); returns the bound pods per tenant once settled."""
     (tenant_a, tenant_b) = namespaces
     shapes = {tenant_a: ("1", "4Gi"), tenant_b: ("3", "1Gi")}
-    await asyncio.gather(
-        *(
-            create_pods(
-                api,
-                namespaces[t],
-                [
-                    pod_manifest(f"{t}-{i}", node, cpu=cpu, memory=mem, gated=True)
-                    for i in range(10)
-                ],
-            )
-            for t, (cpu, mem) in shapes.items()
-        )
-    )
-    await asyncio.sleep(2)  # the extender's pod watch sees the whole queue first
-    for t in (tenant_b, tenant_a):
+    core = client.CoreV1Api(api)
+    await core.patch_node(node, {"metadata": {"labels": {OPEN: None}}})
+    selector = {POOL: node, OPEN: "yes"}
+    for t, (cpu, mem) in shapes.items():
         for i in range(10):
-            pod = await release(api, namespaces[t], f"{t}-{i}")
-            if pod.spec.node_name:
-                # The API shows the binding a moment before the extender has accounted it.
-                await asyncio.sleep(0.3)
+            pod = pod_manifest(f"{t}-{i}", node, cpu=cpu, memory=mem, node_selector=selector)
+            await core.create_namespaced_pod(namespaces[t], pod)
+    await asyncio.sleep(2)  # both have seen the whole queue, none of it runnable
+    await core.patch_node(node, {"metadata": {"labels": {OPEN: "yes"}}})
     return await wait_settled(api, namespaces)
 
 

@@ -128,6 +128,72 @@ def test_protect_guaranteed_formula():
     assert kept == ("x",)
 
 
+def _answer(out):
+    return {
+        n: [p["UID"].removeprefix("uid-") for p in v["Pods"]]
+        for n, v in out["NodeNameToMetaVictims"].items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("gpus", "allowed"),
+    [
+        # prod holds 4 GPUs, guarantee 2: p2 is spared, p0 + p1 free 2 GPUs on a.
+        (2, {"a": ["p0", "p1"]}),
+        # The pod needs 3: with p2 spared the rest frees only 2, so a is no candidate.
+        (3, {}),
+    ],
+    ids=["room-left", "no-room-left"],
+)
+def test_preempt_drops_a_node_whose_kept_victims_no_longer_make_room(gpus, allowed):
+    preemptor = pod("hi", ns="research", gpu=gpus, phase="Pending")
+    args = preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor)
+    out = verbs.preempt_verb(args, state=cluster(), config=CONFIG)
+    assert _answer(out) == allowed
+
+
+SHARED = config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [
+            {"name": "prod", "namespaces": ["prod"], "guaranteed": {"nvidia.com/gpu": "1"}},
+            {"name": "research", "namespaces": ["research"]},
+        ],
+    }
+)
+
+
+def test_preempt_checks_device_fit_of_the_victims_kept():
+    """c: research x0 and prod y0 share GPU 0, research x1 and prod y1 share GPU 1 (halves);
+    prod holds 1 GPU = its guarantee. d: research z0 and z1 hold a whole GPU each.
+    A whole-GPU preemptor: on c, y0 is spared, so x0 + x1 free half of each GPU (a whole GPU
+    in the column, but no device with a whole GPU free): c is dropped. On d, z0 frees GPU 0."""
+    st = state_with(node("c", gpus=2), node("d", gpus=2), config=SHARED)
+    half = "fairshare.io/gpu-fraction"
+    for name, ns, where, dev in [
+        ("x0", "research", "c", "0:500"),
+        ("y0", "prod", "c", "0:500"),
+        ("x1", "research", "c", "1:500"),
+        ("y1", "prod", "c", "1:500"),
+        ("z0", "research", "d", "0:1000"),
+        ("z1", "research", "d", "1:1000"),
+    ]:
+        ann = {half: "0.5"} if dev.endswith("500") else {}
+        ann["fairshare.io/gpu-devices"] = dev
+        gpu = None if ann.get(half) else 1
+        p = pod(name, ns=ns, gpu=gpu, node_name=where, annotations=ann)
+        objects.apply_pod(st, p, SHARED, ns)
+    preemptor = pod("hi", ns="research", gpu=1, phase="Pending")
+    args = preempt_args({"c": ["x0", "x1", "y0"], "d": ["z0"]}, preemptor=preemptor)
+    out = verbs.preempt_verb(args, state=st, config=SHARED)
+    assert _answer(out) == {"d": ["z0"]}
+    # Without the guarantee nothing is spared, and kube-scheduler's choice stands on c.
+    relaxed = SHARED.model_copy(update={"tenants": SHARED.tenants[1:]})
+    out = verbs.preempt_verb(args, state=st, config=relaxed)
+    assert _answer(out) == {"c": ["x0", "x1", "y0"], "d": ["z0"]}
+
+
 # -- bind ---------------------------------------------------------------------------------
 
 

@@ -104,6 +104,25 @@ def test_youngest_pod_of_the_over_share_tenant_makes_room():
     assert "guaranteed share" in e.message
 
 
+@pytest.mark.parametrize(
+    ("spec", "expect"),
+    [
+        ({}, ["uid-a3"]),
+        ({"schedulingGates": [{"name": "hold"}]}, []),  # not in a queue: nothing to free
+        ({"schedulerName": "someone-else"}, []),  # not a pod the extender's scheduler places
+        ({"nodeSelector": {"kubernetes.io/hostname": "n1"}}, ["uid-a1"]),  # n1's youngest
+        ({"nodeSelector": {"zone": "nowhere"}}, []),  # no node could ever take it
+    ],
+    ids=["plain", "gated", "other-scheduler", "selector", "nowhere"],
+)
+def test_reclaim_only_for_pods_that_could_run(spec, expect):
+    w = full_world()
+    obj = pod("b0", ns="b", gpu=1)
+    obj["spec"].update(spec)
+    w.pending.append(w._req(obj, "b"))
+    assert victims(w.plan()) == expect
+
+
 def test_two_beneficiaries_get_two_places_and_stop_at_the_guarantee():
     # B guaranteed 2 and wants 3: two are reclaimed (a3, then a2 on the same node),
     # the third would exceed the guarantee and is left alone.

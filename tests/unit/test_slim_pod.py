@@ -53,7 +53,30 @@ def _pods() -> list[dict[str, Any]]:
     memory = make_pod("mem").ns("prod").ann(fairshare__io__gpu_memory="20Gi").req(cpu="1").obj()
     done = make_pod("done").ns("prod").req(cpu="1").obj()
     done["status"] = {"phase": "Succeeded"}
-    return [*out, sidecar, memory, done]
+    placed = make_pod("placed").ns("prod").req(cpu="1", gpu=1).obj()
+    placed["spec"].update(
+        {
+            "schedulerName": "fairshare-scheduler",
+            "schedulingGates": [{"name": "hold"}],
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            }
+                        ]
+                    },
+                    "preferredDuringSchedulingIgnoredDuringExecution": [],
+                },
+                "podAntiAffinity": {},
+            },
+        }
+    )
+    return [*out, sidecar, memory, done, placed]
 
 
 def _readings(pod: dict[str, Any]) -> tuple[Any, ...]:
