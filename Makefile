@@ -15,6 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -c "import _native; print('fairshare kernels:', _native.IMPLEMENTATION)"
+	-bash tools/install-chromium.sh
 	touch $@
 
 # Recompile the Cython kernels in place after editing a .pyx.

@@ -276,7 +276,7 @@ def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
     p.add_argument(
         "--client-ca",
         help="CA file: require a client certificate signed by it on every path except "
-        "/healthz, /readyz and /metrics (needs --tls-cert/--tls-key)",
+        "/healthz, /readyz, /metrics and /status (needs --tls-cert/--tls-key)",
     )
     p.add_argument(
         "--not-ready-after",

@@ -584,19 +584,21 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
         )
         parts.append(f"<table><tr>{head}</tr>")
         for r in t["resources"]:
+            if r["resource"] != GPU and not _counts(r):
+                continue
             cells = [r["used"], *([r.get("quotaUsed")] if quota else []), r["guaranteed"]]
             cells.append(r["limit"])
             tds = "".join(f"<td class=num>{_e(v)}</td>" for v in cells)
             parts.append(f"<tr><td>{_e(r['resource'])}</td>{tds}</tr>")
         parts.append("</table></div>")
     parts.append("<h2>GPU devices</h2><table id=nodes><tr><th>node</th><th>model</th>")
-    parts.append("<th>health</th><th>devices (free; holders)</th></tr>")
+    parts.append("<th>health</th><th>devices (free GPU; tenants holding shares)</th></tr>")
     for n in report["nodes"]:
         devs = []
         for d in n["devices"]:
             used = 1 - d["free"]
             cls = "full" if d["free"] <= 0 else ("part" if used > 0 else "")
-            who = ", ".join(f"{_e(t)} {g:g}" for t, g in d["holders"].items()) or "free"
+            who = ", ".join(f"{_e(t)} {g:g}" for t, g in d["holders"].items()) or "unused"
             devs.append(
                 f'<span class="dev {cls}">gpu{d["index"]}: {d["free"]:g} free<br>{who}</span>'
             )
