@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
-from fairshare import gating, quantities, tenancy
+from fairshare import fairness, gating, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
 from fairshare.resources import GPU, MILLI_GPU, from_kernel_units
@@ -158,15 +158,25 @@ def build_status(
     waiting: dict[str, int] = {}
     held: list[dict[str, Any]] = []
     unplaced: list[dict[str, Any]] = []
+    # Pods of one tenant with one shape get one answer (fit and gate read only the
+    # tenant, the demand and the queue): judged once per shape, so a queue of thousands
+    # of replicas costs a handful of gate checks.
+    judged: dict[tuple[Any, ...], tuple[int, str, fairness.GateDecision | None]] = {}
     for req in queue:
         if req.uid in state.pods:
             continue
         tenant = req.tenant or ""
         waiting[tenant] = waiting.get(tenant, 0) + 1
-        fits, why = _fit_reason(state, req)
-        gate = None
-        if fits:
-            gate = gating.check_fair_gate(state, config=config, req=req, pending=queue, fair=fair)
+        shape = (req.tenant, req.row, req.gpu_models, req.demand.gpu)
+        if shape not in judged:
+            fits, why = _fit_reason(state, req)
+            decision = None
+            if fits:
+                decision = gating.check_fair_gate(
+                    state, config=config, req=req, pending=queue, fair=fair
+                )
+            judged[shape] = (fits, why, decision)
+        fits, why, gate = judged[shape]
         entry: dict[str, Any] = {"pod": _pod_name(req), "tenant": req.tenant, "fitsNodes": fits}
         if gate is not None and not gate.allowed:
             entry.update(
