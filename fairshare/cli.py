@@ -485,7 +485,19 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
         mix=tracker.mix(),
         quota=usage,
         unreadable=tracker.unreadable,
+        scheduling_gated=scheduling_gated(snap),
     )
+
+
+def scheduling_gated(snap: Any) -> set[str]:
+    """Uids of the snapshot's pods that still have ``spec.schedulingGates``."""
+    from fairshare.state import objects
+
+    return {
+        objects.pod_uid(p)
+        for p in snap.objects.get("Pod", [])
+        if (p.get("spec") or {}).get("schedulingGates")
+    }
 
 
 def cmd_status(args: argparse.Namespace) -> int:

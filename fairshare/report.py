@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
@@ -139,12 +139,15 @@ def build_status(
     mix: WorkloadMix | None,
     quota: QuotaView | None = None,
     unreadable: Mapping[str, str] | None = None,
+    scheduling_gated: Collection[str] = (),
 ) -> dict[str, Any]:
     """The status report: tenants, cluster GPU figures, nodes' devices, held pods.
 
     ``pending`` is the extender's pending queue, ``mix`` its workload mix; ``quota`` the
     webhook's usage (the ``quotaUsed`` column; None where no such view is kept, e.g. the
-    extender's own page).
+    extender's own page). ``scheduling_gated``: uids of pending pods that still have
+    ``spec.schedulingGates`` (kube-scheduler does not try them yet; they still count as
+    demand and as contenders, as the extender counts them).
     """
     queue = list(pending)
     shares = gating.current_shares(state, config)
@@ -188,6 +191,8 @@ def build_status(
             held.append(entry)
         else:
             entry["reason"] = why or "fits; waiting for the scheduler"
+            if req.uid in scheduling_gated:
+                entry["reason"] = f"has spec.schedulingGates (not scheduled yet); {entry['reason']}"
             unplaced.append(entry)
     held_by: dict[str, int] = {}
     for entry in held:

@@ -171,6 +171,10 @@ async def test_status_explain_and_page_agree_on_the_cluster(
     assert gpu_row(tb)["guaranteed"] == "1" and gpu_row(tb)["quotaUsed"] == "3"
     assert ta["namespaces"] == [na] and tb["namespaces"] == [nb]
     assert [(p["pod"], p["reason"]) for p in data["heldPods"]] == [(f"{na}/a-3", held)]
+    gated = "has spec.schedulingGates (not scheduled yet); fits; waiting for the scheduler"
+    assert sorted((p["pod"], p["reason"]) for p in data["pendingPods"]) == [
+        (f"{nb}/b-{i}", gated) for i in (1, 2, 3)
+    ]
     c = data["cluster"]
     assert (c["gpusAllocated"], c["gpuAllocationRatio"]) == (2, 0.5)
     (n,) = [x for x in data["nodes"] if x["name"] == node]

@@ -115,6 +115,27 @@ def test_status_without_contenders_holds_nothing() -> None:
     assert tenant(data, "a")["pods"] == {"running": 2, "pending": 1, "held": 0}
 
 
+def test_pods_behind_scheduling_gates_are_named() -> None:
+    snap = snapshot()
+    for p in snap.objects["Pod"]:
+        if p["metadata"]["name"] == "b-1":
+            p["spec"]["schedulingGates"] = [{"name": "hold"}]
+    tracker, usage = cli.feed_trackers(snap)
+    data = report.build_status(
+        config=snap.config,
+        state=tracker.state,
+        pending=tracker.pending_queue(),
+        mix=tracker.mix(),
+        quota=usage,
+        scheduling_gated=cli.scheduling_gated(snap),
+    )
+    reasons = {p["pod"]: p["reason"] for p in data["pendingPods"]}
+    assert reasons["b/b-1"] == (
+        "has spec.schedulingGates (not scheduled yet); fits; waiting for the scheduler"
+    )
+    assert reasons["b/b-2"] == "fits; waiting for the scheduler"
+
+
 def test_a_pod_that_fits_nowhere_is_pending_not_held() -> None:
     data = status(snapshot([pod("b-big", ns="b", gpu=8, phase="Pending")]))
     big = next(p for p in data["pendingPods"] if p["pod"] == "b/b-big")
