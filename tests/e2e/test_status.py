@@ -129,6 +129,7 @@ async def scene(
         "na": na,
         "nb": nb,
         "kubeconfig": fairshare.cluster.kubeconfig,
+        "kubectl": fairshare.cluster.kubectl_path,
         "denied": json.loads(denied.value.body)["message"],
         "dev": fairshare,
     }
@@ -187,6 +188,20 @@ async def test_status_explain_and_page_agree_on_the_cluster(
     assert f"{na}/a-3: {held}" in text.stdout
     assert "GPUs 2/4 allocated (50.0%)" in text.stdout
     capture("status.txt", text.stdout)
+
+    # The same as a kubectl plugin (the `kubectl-fairshare` console script on the PATH).
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    plugin = await asyncio.to_thread(
+        subprocess.run,
+        [scene["kubectl"], "fairshare", "status", "--kubeconfig", str(kc), "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert plugin.returncode == 0, plugin.stderr
+    assert tenant_of(json.loads(plugin.stdout), a)["pods"] == ta["pods"]
 
     # -- explain: the held pod, and the denied one from a file -----------------------------
     ex = await asyncio.to_thread(cli_json, kc, "explain", f"{na}/a-3")
