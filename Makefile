@@ -27,6 +27,7 @@ build: install
 test: install build lint
 	-bash tools/e2e/build-bins.sh
 	-bash tools/promtool/build.sh
+	-bash tools/helm/build.sh
 	@echo "== pure-Python kernel twins (FAIRSHARE_NO_EXTENSIONS=1): native + unit suites"
 	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest tests/native tests/unit -q
 	@echo "== the whole suite on the compiled kernels (e2e last)"
