@@ -107,6 +107,8 @@ def test_lint_and_template(helm: str, values: str | None) -> None:
         image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image == "registry.example.com/fairshare:0.1.0-rc1"
         assert ("PrometheusRule", "fairshare") in kinds
+        assert ("Certificate", "fairshare-webhook") in kinds
+        assert ("Job", "fairshare-certs") not in kinds
 
 
 @pytest.mark.parametrize(
@@ -157,16 +159,27 @@ def _objects(text: str) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def test_helm_renders_what_kustomize_renders(helm: str) -> None:
+@pytest.mark.parametrize(
+    ("sets", "targets"),
+    [
+        (["monitoring.enabled=true"], ["overlays/second-scheduler", "monitoring"]),
+        (["scheduler.mode=none"], ["base"]),
+        (["certificates.mode=cert-manager"], ["overlays/cert-manager"]),
+    ],
+    ids=["second-scheduler+monitoring", "base", "cert-manager"],
+)
+def test_helm_renders_what_kustomize_renders(
+    helm: str, sets: list[str], targets: list[str]
+) -> None:
     if not KUBECTL.exists():
         msg = "kubectl not built (make cluster-bins); needed for `kubectl kustomize`"
         if in_ci():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
-    rendered = template(helm, "--set", "monitoring.enabled=true")
+    rendered = template(helm, *(a for s in sets for a in ("--set", s)))
     assert rendered.returncode == 0, rendered.stderr
     kustomized = ""
-    for target in ("overlays/second-scheduler", "monitoring"):
+    for target in targets:
         out = run(str(KUBECTL), "kustomize", str(ROOT / "manifests" / target))
         assert out.returncode == 0, out.stderr
         kustomized += "\n---\n" + out.stdout

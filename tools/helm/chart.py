@@ -81,19 +81,89 @@ def _kustomization(path: Path) -> dict[str, Any]:
     return data
 
 
+JOB_CERTS = '{{- if eq .Values.certificates.mode "job" }}\n'
+CERT_MANAGER = '{{- if eq .Values.certificates.mode "cert-manager" }}\n'
+RECLAIMER = "{{- if .Values.reclaimer.enabled }}\n"
+END = "{{- end }}\n"
+
+
+def _docs(text: str) -> list[str]:
+    """A multi-document YAML text split at its ``---`` lines (each part keeps its text)."""
+    parts = re.split(r"^---\n", text, flags=re.M)
+    return [p for p in parts if p.strip()]
+
+
+def _key(doc: str) -> tuple[str, str] | None:
+    obj = yaml.safe_load(doc)
+    if not isinstance(obj, dict):
+        return None
+    return str(obj.get("kind")), str((obj.get("metadata") or {}).get("name"))
+
+
+def _cert_manager_overlay() -> tuple[set[tuple[str, str]], dict[tuple[str, str], dict[str, str]]]:
+    """From overlays/cert-manager: the objects it deletes (the certificate Job and what
+    only it uses) and the annotations its patch adds (CA injection), by (kind, name)."""
+    overlay = MANIFESTS / "overlays" / "cert-manager"
+    deleted: set[tuple[str, str]] = set()
+    annotations: dict[tuple[str, str], dict[str, str]] = {}
+    for patch in _kustomization(overlay).get("patches", []):
+        if "patch" in patch and "$patch: delete" in patch["patch"]:
+            obj = yaml.safe_load(patch["patch"])
+            deleted.add((obj["kind"], obj["metadata"]["name"]))
+        elif "path" in patch:
+            for obj in yaml.safe_load_all((overlay / patch["path"]).read_text()):
+                meta = obj["metadata"]
+                annotations[(obj["kind"], meta["name"])] = dict(meta["annotations"])
+    return deleted, annotations
+
+
+def _conditional_docs(
+    text: str,
+    when: dict[tuple[str, str], str],
+    annotate: dict[tuple[str, str], dict[str, str]],
+) -> str:
+    """``text`` with each document named in ``when`` wrapped in that condition, and the
+    annotations of ``annotate`` added (under the cert-manager condition) after the name."""
+    out = []
+    for doc in _docs(text):
+        key = _key(doc)
+        if key in annotate:
+            if "\n  annotations:" in doc:
+                raise SystemExit(f"{key} has annotations already; merge them by hand")
+            block = "".join(f"    {k}: {v}\n" for k, v in annotate[key].items())
+            name_line = f"  name: {key[1]}\n"
+            doc = doc.replace(
+                name_line, name_line + CERT_MANAGER + "  annotations:\n" + block + END, 1
+            )
+        if key in when:
+            doc = when[key] + doc + END
+        out.append(doc)
+    return "---\n".join(out)
+
+
 def _templates() -> dict[str, str]:
     out: dict[str, str] = {}
     base = _kustomization(MANIFESTS / "base")
     components = {"webhook.yaml": "webhook", "extender.yaml": "extender"}
     components["reclaimer.yaml"] = "reclaimer"
+    deleted, annotate = _cert_manager_overlay()
+    when = dict.fromkeys(deleted, JOB_CERTS)
+    when[("ServiceAccount", "fairshare-reclaimer")] = RECLAIMER
     for name in base["resources"]:
         text = _guard_braces((MANIFESTS / "base" / name).read_text(encoding="utf-8"))
-        body = _substitute(text, components.get(name))
+        body = _substitute(_conditional_docs(text, when, annotate), components.get(name))
         if name == "namespace.yaml":
-            body = "{{- if .Values.createNamespace }}\n" + body + "{{- end }}\n"
-        if name == "reclaimer.yaml":
-            body = "{{- if .Values.reclaimer.enabled }}\n" + body + "{{- end }}\n"
+            body = "{{- if .Values.createNamespace }}\n" + body + END
+        if name in ("reclaimer.yaml", "rbac-reclaimer.yaml"):
+            body = RECLAIMER + body + END
         out[name] = HEADER % f"base/{name}" + body
+    certs = MANIFESTS / "overlays" / "cert-manager" / "certificates.yaml"
+    out["cert-manager.yaml"] = (
+        HEADER % "overlays/cert-manager/certificates.yaml"
+        + CERT_MANAGER
+        + _guard_braces(certs.read_text(encoding="utf-8"))
+        + END
+    )
     # The config ConfigMap (kustomize's configMapGenerator over base/config.yaml).
     (gen,) = base["configMapGenerator"]
     out["config.yaml"] = (
@@ -184,6 +254,18 @@ def _schema() -> dict[str, Any]:
                 },
             },
             "createNamespace": {"type": "boolean"},
+            "certificates": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "mode": {
+                        "enum": ["job", "cert-manager"],
+                        "description": "job: the `fairshare certs` Job makes the CA and "
+                        "certificates; cert-manager: Issuers and Certificates of cert-manager "
+                        "(v1.x, installed separately), CA injected into the webhooks",
+                    }
+                },
+            },
             "webhook": _component(replicas),
             "extender": _component(replicas),
             "reclaimer": {
@@ -234,6 +316,7 @@ def _values() -> str:
     values = {
         "image": {"repository": IMAGE, "tag": _image_tag(), "pullPolicy": "IfNotPresent"},
         "createNamespace": True,
+        "certificates": {"mode": "job"},
         "webhook": {"replicas": 2},
         "extender": {"replicas": 2},
         "reclaimer": {"enabled": True, "replicas": 2},
@@ -255,6 +338,8 @@ def _values() -> str:
         "# the extender; set config.schedulerName: fairshare-scheduler to route GPU pods to\n"
         "# it); none leaves the scheduler to you (patch the default one with\n"
         "# manifests/scheduler/default-scheduler-patch.yaml).\n"
+        "# certificates.mode: job (the `fairshare certs` Job) or cert-manager (installed\n"
+        "# separately; as manifests/overlays/cert-manager).\n"
         "# monitoring.enabled adds the ServiceMonitors, the PrometheusRule and the Grafana\n"
         "# dashboard (needs the Prometheus Operator's CRDs).\n"
     )
