@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -315,3 +316,23 @@ async def test_bad_input_is_one_line_and_exit_1(
         assert out.returncode == 1, (args, out.stdout, out.stderr)
         assert out.stderr.startswith(start), out.stderr
         assert out.stderr.count("\n") == 1 and out.stdout == "", out.stderr
+
+
+async def test_watch_redraws_until_interrupted(fairshare: FairshareDev, cluster: Cluster) -> None:
+    """`status --watch 1 -o json` prints a report per round until Ctrl-C, then exits 0."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "fairshare", "status", "--watch", "1", "-o", "json",
+        "--kubeconfig", str(cluster.kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    reports = 0
+    try:
+        while reports < 2:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+            assert line, "status --watch ended by itself"
+            reports += line.startswith(b'  "kind": "FairshareStatus"')
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err

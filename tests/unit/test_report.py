@@ -212,6 +212,23 @@ def test_explain_a_new_pod_over_the_limit_and_too_big() -> None:
     assert data["extender"]["verdict"] == "pending: no node fits now"
 
 
+def test_explain_names_health_and_model_reasons_per_node() -> None:
+    snap = snapshot()
+    sick = node("n2", gpus=4, conditions=[{"type": "GpuUnhealthy", "status": "True"}])
+    other = node("n3", gpus=4)
+    other["metadata"]["labels"]["nvidia.com/gpu.product"] = "H100"
+    snap.objects["Node"] += [sick, other]
+    new = pod(
+        "a-5", ns="a", gpu=1, phase="Pending", annotations={"fairshare.io/gpu-models": "A100"}
+    )
+    new["metadata"]["uid"] = "explain:a/a-5"
+    nodes = {n["node"]: n for n in explain(snap, new)["extender"]["nodes"]}
+    assert nodes["n1"]["fits"] is True
+    assert nodes["n2"]["reason"] == "GPU unhealthy: condition GpuUnhealthy=True"
+    assert nodes["n3"]["reason"] == "GPU model H100 not in A100"
+    assert nodes["n2"]["unresolvable"] and nodes["n3"]["unresolvable"]
+
+
 def test_explain_a_bound_pod() -> None:
     snap = snapshot()
     target = next(p for p in snap.objects["Pod"] if p["metadata"]["name"] == "a-1")
