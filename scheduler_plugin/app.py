@@ -16,9 +16,8 @@ refused POST un-assumes the pod.
 ``--client-ca``: the TLS port verifies any client certificate offered against that CA
 (``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
 without a verified one, so kube-scheduler must present a certificate while kubelet probes
-and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics`` (and people the read-only
-``/status`` page, ``statuspage``) on the same port, with no
-second port to expose. Default-deny: a new route is protected unless listed as public.
+and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics``, and people the read-only
+status page (``/status``, ``statuspage``), on the same port, with no second port to expose. Default-deny: a new route is protected unless listed as public.
 """
 
 from __future__ import annotations
