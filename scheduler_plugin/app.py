@@ -17,7 +17,8 @@ refused POST un-assumes the pod.
 (``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
 without a verified one, so kube-scheduler must present a certificate while kubelet probes
 and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics``, and people the read-only
-status page (``/status``, ``statuspage``), on the same port, with no second port to expose. Default-deny: a new route is protected unless listed as public.
+status page (``/status``, ``statuspage``), on the same port, with no second port to
+expose. Default-deny: a new route is protected unless listed as public.
 """
 
 from __future__ import annotations
