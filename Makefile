@@ -15,6 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -c "import _native; print('fairshare kernels:', _native.IMPLEMENTATION)"
+	-bash tools/install-chromium.sh
 	touch $@
 
 # Recompile the Cython kernels in place after editing a .pyx.
@@ -25,6 +26,8 @@ build: install
 # Without Go this step fails softly and the e2e tests skip saying why (CI fails).
 test: install build lint
 	-bash tools/e2e/build-bins.sh
+	-bash tools/promtool/build.sh
+	-bash tools/helm/build.sh
 	@echo "== pure-Python kernel twins (FAIRSHARE_NO_EXTENSIONS=1): native + unit suites"
 	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest tests/native tests/unit -q
 	@echo "== the whole suite on the compiled kernels (e2e last)"

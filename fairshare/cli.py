@@ -1,4 +1,5 @@
-"""The ``fairshare`` command line: config validation and the simulator.
+"""The ``fairshare`` command line: config validation, the simulator, the servers, and
+``status`` / ``explain`` against a live cluster.
 
 An adapter: it reads files and the environment and prints; the work is done by the
 pure core. Errors a user can cause (bad config, bad scenario, missing trace) print a
@@ -275,7 +276,7 @@ def _serve_args(p: argparse.ArgumentParser, *, port: int) -> None:
     p.add_argument(
         "--client-ca",
         help="CA file: require a client certificate signed by it on every path except "
-        "/healthz, /readyz and /metrics (needs --tls-cert/--tls-key)",
+        "/healthz, /readyz, /metrics and /status (needs --tls-cert/--tls-key)",
     )
     p.add_argument(
         "--not-ready-after",
@@ -435,6 +436,235 @@ def _reclaimer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    from fairshare.state import snapshot
+
+    p.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG or ~/.kube/config")
+    p.add_argument(
+        "--config-namespace",
+        default=snapshot.DEFAULT_CONFIG_NAMESPACE,
+        help="namespace of the fairshare config ConfigMap (default: %(default)s)",
+    )
+    p.add_argument(
+        "--config-name",
+        default=snapshot.DEFAULT_CONFIG_NAME,
+        help="name of the fairshare config ConfigMap (default: %(default)s)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=snapshot.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on the API after this long (default: %(default)s)",
+    )
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+
+
+def _live_state(args: argparse.Namespace) -> Any:
+    """List the cluster once and feed the servers' trackers (the extender's and the
+    webhook's); returns (snapshot, extender tracker, usage tracker)."""
+    import asyncio
+
+    from fairshare.state import snapshot
+
+    if not args.request_timeout > 0:
+        raise FairshareError("--request-timeout must be > 0 seconds")
+    snap = asyncio.run(
+        snapshot.take_snapshot(
+            kubeconfig=args.kubeconfig,
+            config_ref=(args.config_namespace, args.config_name),
+            timeout=args.request_timeout,
+        )
+    )
+    return (snap, *feed_trackers(snap))
+
+
+def feed_trackers(snap: Any) -> Any:
+    """The extender's ``ExtenderTracker`` and the webhook's ``UsageTracker``, each fed the
+    snapshot's lists through ``on_resync`` as their watches would feed them."""
+    from fairshare.state.usage import UsageTracker
+    from scheduler_plugin.tracking import ExtenderTracker
+
+    config = snap.config
+    tracker = ExtenderTracker(lambda: config)
+    snap.feed(tracker, ("Namespace", "Node", "Pod", "ResourceClaim"))
+    usage = UsageTracker(lambda: config)
+    snap.feed(usage)
+    return tracker, usage
+
+
+def _print_report(report: dict[str, Any], output: str, text: Callable[[Any], str]) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    elif output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(report, sort_keys=False))
+    else:
+        sys.stdout.write(text(report))
+    sys.stdout.flush()
+
+
+def _status_once(args: argparse.Namespace) -> dict[str, Any]:
+    from fairshare import report
+
+    snap, tracker, usage = _live_state(args)
+    return report.build_status(
+        config=snap.config,
+        state=tracker.state,
+        pending=tracker.pending_queue(),
+        mix=tracker.mix(),
+        quota=usage,
+        unreadable=tracker.unreadable,
+        scheduling_gated=scheduling_gated(snap),
+    )
+
+
+def scheduling_gated(snap: Any) -> set[str]:
+    """Uids of the snapshot's pods that still have ``spec.schedulingGates``."""
+    from fairshare.state import objects
+
+    return {
+        objects.pod_uid(p)
+        for p in snap.objects.get("Pod", [])
+        if (p.get("spec") or {}).get("schedulingGates")
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from fairshare import report
+
+    if args.watch is None:
+        _print_report(_status_once(args), args.output, report.render_status_text)
+        return 0
+    if not args.watch > 0:
+        print("error: --watch must be > 0 seconds", file=sys.stderr)
+        return 1
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            try:
+                data = _status_once(args)
+            except FairshareError as exc:
+                # A watch outlives a blip of the API: say so and try again next round.
+                print(f"error: {exc}", file=sys.stderr)
+            else:
+                if tty and args.output == "table":
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                    print(time.strftime("%H:%M:%S"), f"every {args.watch:g}s")
+                _print_report(data, args.output, report.render_status_text)
+                if not tty or args.output != "table":
+                    print("---" if args.output == "yaml" else "", flush=True)
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _explain_target(args: argparse.Namespace, snap: Any) -> dict[str, Any]:
+    """The pod to explain: from the cluster (NAMESPACE/POD) or a file (``-f``)."""
+    import yaml
+
+    if (args.pod is None) == (args.file is None):
+        raise FairshareError("give NAMESPACE/POD or -f pod.yaml (one of them)")
+    if args.file is not None:
+        try:
+            doc = yaml.safe_load(Path(args.file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise FairshareError(f"cannot read {args.file}: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("kind") != "Pod":
+            raise FairshareError(f"{args.file}: expected one object of kind: Pod")
+        meta = doc.setdefault("metadata", {})
+        if not isinstance(meta, dict) or not meta.get("name"):
+            raise FairshareError(f"{args.file}: metadata.name is missing")
+        meta["namespace"] = args.namespace or meta.get("namespace") or "default"
+        meta.setdefault("uid", f"explain:{meta['namespace']}/{meta['name']}")
+        return dict(doc)
+    ns, sep, name = str(args.pod).partition("/")
+    if not sep:
+        ns, name = args.namespace or "default", str(args.pod)
+    for pod in snap.objects.get("Pod", []):
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") == ns and meta.get("name") == name:
+            return dict(pod)
+    raise FairshareError(f"pod {ns}/{name} not found")
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from fairshare import report
+
+    snap, tracker, usage = _live_state(args)
+    pod = _explain_target(args, snap)
+    data = explain_report(snap, tracker, usage, pod)
+    _print_report(data, args.output, report.render_explain_text)
+    return 0
+
+
+def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> dict[str, Any]:
+    """``report.explain_pod`` for ``pod`` with the webhook's verdict (``review.judge`` on
+    the webhook's usage without the pod's own share, as if it were created now)."""
+    import uuid
+
+    from fairshare import report, resources, tenancy
+    from fairshare.state import objects
+    from webhook import review, wire
+
+    config = snap.config
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace")), str(meta.get("name"))
+    tenant = tenancy.resolve_tenant(ns, usage.namespace_labels(ns), config).tenant
+    own = usage.pods.get(usage.pod_names.get(f"{ns}/{name}", ""), (ns, {}))[1]
+    view = report.ExcludingView(usage, ns, own, tenant)
+    body = {
+        "apiVersion": wire.API_VERSION,
+        "kind": wire.KIND,
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": name,
+            "namespace": ns,
+            "operation": "CREATE",
+            "object": pod,
+            "dryRun": True,
+        },
+    }
+    verdict = review.judge(
+        wire.decode_review(json.dumps(body).encode()), view=view, config=config, phase="validate"
+    )
+    response = verdict.response
+    admission = report.AdmissionVerdict(
+        allowed=response.allowed,
+        message=response.status.message if response.status else "",
+        warnings=tuple(response.warnings),
+    )
+    uid = objects.pod_uid(pod)
+    req = tracker.pending.get(uid)
+    error = None
+    if req is None:
+        try:
+            req = objects.pod_request(
+                pod,
+                config=config,
+                tenant=objects.pod_tenant(
+                    pod, config=config, namespace_labels=tracker.namespace_labels
+                ),
+                index=tracker.state.index,
+            )
+        except resources.DemandError as exc:
+            error = str(exc)
+    return report.explain_pod(
+        config=config,
+        state=tracker.state,
+        pending=tracker.pending_queue(),
+        req=req,
+        namespace=ns,
+        name=name,
+        quota=view,
+        admission=admission,
+        demand_error=error,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairshare",
@@ -522,6 +752,31 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--kubeconfig", default=None, help="default: in-cluster config")
     cc.set_defaults(func=cmd_client_certs)
 
+    st = sub.add_parser(
+        "status",
+        help="per-tenant usage, shares and pods, and cluster GPU figures, from the live cluster",
+    )
+    _cluster_args(st)
+    st.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=5.0,
+        default=None,
+        metavar="SECONDS",
+        help="list again and redraw every SECONDS (default 5)",
+    )
+    st.set_defaults(func=cmd_status)
+    xp = sub.add_parser(
+        "explain",
+        help="what the webhook and the extender would say about a pod now",
+    )
+    xp.add_argument("pod", nargs="?", default=None, help="NAMESPACE/POD in the cluster")
+    xp.add_argument("-f", "--file", default=None, help="a Pod manifest not created yet")
+    xp.add_argument("-n", "--namespace", default=None, help="namespace for -f or a bare POD")
+    _cluster_args(xp)
+    xp.set_defaults(func=cmd_explain)
+
     wh = sub.add_parser("webhook", help="run the admission webhook (HTTPS)")
     _serve_args(wh, port=8443)
     wh.add_argument(
@@ -576,8 +831,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl fairshare ...``: the same commands as a kubectl plugin."""
+    return main(argv, prog="kubectl fairshare")
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "fairshare") -> int:
     parser = build_parser()
+    parser.prog = prog
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:

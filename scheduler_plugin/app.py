@@ -28,8 +28,9 @@ binds of the one before are in its ledger before it answers.
 ``--client-ca``: the TLS port verifies any client certificate offered against that CA
 (``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
 without a verified one, so kube-scheduler must present a certificate while kubelet probes
-and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics`` on the same port, with no
-second port to expose. Default-deny: a new route is protected unless listed as public.
+and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics``, and people the read-only
+status page (``/status``, ``statuspage``), on the same port, with no second port to
+expose. Default-deny: a new route is protected unless listed as public.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
 from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
-from scheduler_plugin import verbs, wire
+from scheduler_plugin import statuspage, verbs, wire
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender")
@@ -286,6 +287,7 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         app.router.add_post(f"{prefix}/preempt", preempt_handler)
         app.router.add_post(f"{prefix}/bind", bind_handler)
     serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
+    statuspage.add_routes(app, deps.tracker, deps.config)  # GET /status, /status.json
     app.cleanup_ctx.extend(deps.background)
     return app
 

@@ -29,8 +29,10 @@ from fairshare import runtime, tls
 
 log = logging.getLogger("fairshare.serving")
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes)."""
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status", "/status.json"})
+"""Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes,
+and the extender's read-only status page, which shows what the metrics already do plus
+pod names)."""
 
 
 def plain_text(text: str) -> str:

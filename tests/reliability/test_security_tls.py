@@ -258,7 +258,7 @@ def test_extender_refuses_verbs_without_a_client_certificate(extender_tls, pki, 
     assert status == 403
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/status", "/status.json"])
 def test_extender_probes_need_no_client_certificate(extender_tls, pki, path):
     assert call(extender_tls.port, client_context(pki), "GET", path)[0] == 200
 

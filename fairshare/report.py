@@ -1,0 +1,652 @@
+"""What ``fairshare status`` / ``explain`` and the extender's ``/status`` page show.
+
+Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
+prometheus_client. Every number comes from the code the servers run on the same state:
+shares from ``gating.current_shares``, fair shares from ``gating.fair_shares_for`` over
+``gating.demand_rows``, the gate from ``gating.check_fair_gate``, node fit and per-node
+reasons from ``placement.filter_nodes``, fragmentation from
+``placement.cluster_fragmentation``, quota usage from the webhook's ``UsageTracker``
+(passed in as a ``QuotaView``). Nothing here recomputes them another way.
+
+Design choices:
+
+* A report is a plain JSON-ready ``dict`` (``-o json|yaml`` print it as it is); text and
+  HTML are rendered from that dict only (``render_status_text``, ``render_status_html``),
+  so the three outputs cannot disagree.
+* Amounts are exact natural units as strings (``quantities.format_quantity``: ``"1.5"``
+  GPUs, ``"500m"`` CPU, ``"8Gi"``), shares are floats rounded to 4 places.
+* *Held by the gate* means what the extender's filter does: a pending pod that fits some
+  node now, for which ``check_fair_gate`` refuses. A pending pod that fits no node waits
+  for room (``pending``, with the first node's reason), not for the gate.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Protocol
+
+from fairshare import fairness, gating, quantities, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
+from fairshare.resources import GPU, MILLI_GPU, from_kernel_units
+from fairshare.state.cluster import ClusterState
+
+__all__ = [
+    "AdmissionVerdict",
+    "ExcludingView",
+    "QuotaView",
+    "build_status",
+    "explain_pod",
+    "render_explain_text",
+    "render_status_html",
+    "render_status_text",
+]
+
+
+class QuotaView(Protocol):
+    """The webhook's usage view (``UsageTracker``): what limits are checked against."""
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
+
+    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]: ...
+
+    def tenant_namespaces(self, tenant: str) -> Sequence[str]: ...
+
+    def max_device_memory(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class ExcludingView:
+    """``base`` without one pod's own usage: what admission would count were the pod
+    created now (an existing pod is already in the webhook's usage)."""
+
+    base: QuotaView
+    namespace: str
+    amounts: Mapping[str, Fraction]
+    tenant: str | None
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self.base.namespace_labels(namespace)
+
+    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
+        used = dict(self.base.tenant_usage(tenant))
+        if tenant == self.tenant:
+            for k, v in self.amounts.items():
+                used[k] = used.get(k, Fraction(0)) - v
+        return used
+
+    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
+        return self.base.tenant_namespaces(tenant)
+
+    def max_device_memory(self) -> int | None:
+        return self.base.max_device_memory()
+
+
+@dataclass(frozen=True)
+class AdmissionVerdict:
+    """What the webhook's ``review.judge`` answered (computed by the caller, which may
+    import the webhook; the core may not)."""
+
+    allowed: bool
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def _show(resource: str, amount: Fraction | None) -> str | None:
+    if amount is None:
+        return None
+    return quantities.format_quantity(amount, quantities.quantity_kind(resource))
+
+
+def _kernel(resource: str, value: float) -> Fraction:
+    return from_kernel_units(resource, value)
+
+
+def _round(x: float) -> float:
+    return round(float(x), 4)
+
+
+def _pod_name(req: PodRequest) -> str:
+    return f"{req.namespace}/{req.name}"
+
+
+def _gpu(milli: float) -> float:
+    return round(milli / MILLI_GPU, 3)
+
+
+def _fit_reason(state: ClusterState, req: PodRequest) -> tuple[int, str]:
+    """How many nodes fit ``req`` now, and one reason when none does."""
+    fr = filter_nodes(state, req, explain=True)
+    if fr.fits:
+        return len(fr.fits), ""
+    if not fr.failed:
+        return 0, "no nodes"
+    first = fr.failed[0]
+    return 0, f"{first.node}: {first.reason}" + (
+        f" (and {len(fr.failed) - 1} more node(s))" if len(fr.failed) > 1 else ""
+    )
+
+
+def build_status(
+    *,
+    config: FairShareConfig,
+    state: ClusterState,
+    pending: Sequence[PodRequest],
+    mix: WorkloadMix | None,
+    quota: QuotaView | None = None,
+    unreadable: Mapping[str, str] | None = None,
+    scheduling_gated: Collection[str] = (),
+) -> dict[str, Any]:
+    """The status report: tenants, cluster GPU figures, nodes' devices, held pods.
+
+    ``pending`` is the extender's pending queue, ``mix`` its workload mix; ``quota`` the
+    webhook's usage (the ``quotaUsed`` column; None where no such view is kept, e.g. the
+    extender's own page). ``scheduling_gated``: uids of pending pods that still have
+    ``spec.schedulingGates`` (kube-scheduler does not try them yet; they still count as
+    demand and as contenders, as the extender counts them).
+    """
+    queue = list(pending)
+    shares = gating.current_shares(state, config)
+    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    weights = tenancy.tenant_weights(config)
+    names = sorted(set(weights) | set(shares) | set(fair))
+    running: dict[str, int] = {}
+    for bp in state.pods.values():
+        if bp.tenant is not None:
+            running[bp.tenant] = running.get(bp.tenant, 0) + 1
+    waiting: dict[str, int] = {}
+    held: list[dict[str, Any]] = []
+    unplaced: list[dict[str, Any]] = []
+    # Pods of one tenant with one shape get one answer (fit and gate read only the
+    # tenant, the demand and the queue): judged once per shape, so a queue of thousands
+    # of replicas costs a handful of gate checks.
+    judged: dict[tuple[Any, ...], tuple[int, str, fairness.GateDecision | None]] = {}
+    for req in queue:
+        if req.uid in state.pods:
+            continue
+        tenant = req.tenant or ""
+        waiting[tenant] = waiting.get(tenant, 0) + 1
+        shape = (req.tenant, req.row, req.gpu_models, req.demand.gpu)
+        if shape not in judged:
+            fits, why = _fit_reason(state, req)
+            decision = None
+            if fits:
+                decision = gating.check_fair_gate(
+                    state, config=config, req=req, pending=queue, fair=fair
+                )
+            judged[shape] = (fits, why, decision)
+        fits, why, gate = judged[shape]
+        entry: dict[str, Any] = {"pod": _pod_name(req), "tenant": req.tenant, "fitsNodes": fits}
+        if gate is not None and not gate.allowed:
+            entry.update(
+                reason=gate.reason,
+                shareAfter=_round(gate.share_after),
+                fairShare=_round(gate.fair_share),
+                waitingFor=gate.waiting_for,
+            )
+            held.append(entry)
+        else:
+            entry["reason"] = why or "fits; waiting for the scheduler"
+            if req.uid in scheduling_gated:
+                entry["reason"] = f"has spec.schedulingGates (not scheduled yet); {entry['reason']}"
+            unplaced.append(entry)
+    held_by: dict[str, int] = {}
+    for entry in held:
+        held_by[entry["tenant"]] = held_by.get(entry["tenant"], 0) + 1
+    tenants = [
+        _tenant_row(
+            name,
+            config=config,
+            state=state,
+            quota=quota,
+            share=shares.get(name, 0.0),
+            fair=fair[name].share if name in fair else 0.0,
+            weight=weights.get(name, 1.0),
+            pods={
+                "running": running.get(name, 0),
+                "pending": waiting.get(name, 0),
+                "held": held_by.get(name, 0),
+            },
+        )
+        for name in names
+    ]
+    return {
+        "kind": "FairshareStatus",
+        "tenants": tenants,
+        "cluster": _cluster(state, mix),
+        "nodes": _nodes(state),
+        "heldPods": held,
+        "pendingPods": unplaced,
+        "unreadable": dict(sorted((unreadable or {}).items())),
+    }
+
+
+def _tenant_row(
+    name: str,
+    *,
+    config: FairShareConfig,
+    state: ClusterState,
+    quota: QuotaView | None,
+    share: float,
+    fair: float,
+    weight: float,
+    pods: dict[str, int],
+) -> dict[str, Any]:
+    spec = config.tenant(name)
+    guaranteed = spec.guaranteed_amounts() if spec else {}
+    limits = (spec.limit_amounts() if spec else None) or {}
+    bound = state.index.amounts(state.usage_of(name))
+    used_quota = dict(quota.tenant_usage(name)) if quota is not None else {}
+    resources = []
+    for res in sorted(
+        set(state.index.names) | set(guaranteed) | set(limits) | set(used_quota),
+        key=lambda r: (r != GPU, r),
+    ):
+        row: dict[str, Any] = {
+            "resource": res,
+            "used": _show(res, bound.get(res, Fraction(0))),
+            "guaranteed": _show(res, guaranteed.get(res)),
+            "limit": _show(res, limits.get(res)),
+        }
+        if quota is not None:
+            row["quotaUsed"] = _show(res, used_quota.get(res, Fraction(0)))
+        resources.append(row)
+    out: dict[str, Any] = {
+        "name": name,
+        "weight": weight,
+        "dominantShare": _round(share),
+        "fairShare": _round(fair),
+        "pods": pods,
+        "resources": resources,
+    }
+    if quota is not None:
+        out["namespaces"] = list(quota.tenant_namespaces(name))
+    return out
+
+
+def _cluster(state: ClusterState, mix: WorkloadMix | None) -> dict[str, Any]:
+    g = state.gpu_col
+    cap = state.total_capacity()[g]
+    free = state.total_free()[g]
+    frag = cluster_fragmentation(state, mix)
+    healthy = sum(1 for i in range(state.n_nodes) if state.healthy[i])
+    return {
+        "nodes": state.n_nodes,
+        "gpuHealthyNodes": healthy,
+        "gpus": _gpu(cap),
+        "gpusAllocated": _gpu(cap - free),
+        "gpusFree": _gpu(free),
+        "gpuAllocationRatio": _round((cap - free) / cap) if cap > 0 else 0.0,
+        "gpuFragmentation": _gpu(frag),
+        "gpuFragmentationRatio": _round(frag / cap) if cap > 0 else 0.0,
+    }
+
+
+def _nodes(state: ClusterState) -> list[dict[str, Any]]:
+    holders: dict[tuple[str, int], dict[str, float]] = {}
+    for bp in state.pods.values():
+        for dev, milli in bp.devices:
+            slot = holders.setdefault((bp.node, dev), {})
+            who = bp.tenant or "(no tenant)"
+            slot[who] = slot.get(who, 0.0) + milli
+    out = []
+    for i, info in enumerate(state.nodes):
+        devices = []
+        for d, free in enumerate(state.node_devices(i)):
+            if free < 0:
+                continue
+            held = holders.get((info.name, d), {})
+            devices.append(
+                {
+                    "index": d,
+                    "free": _gpu(free),
+                    "holders": {t: _gpu(m) for t, m in sorted(held.items())},
+                }
+            )
+        out.append(
+            {
+                "name": info.name,
+                "gpuModel": info.gpu_model,
+                "healthy": bool(state.healthy[i]),
+                "healthReason": info.health_reason,
+                "devices": devices,
+            }
+        )
+    return sorted(out, key=lambda n: n["name"])
+
+
+# -- explain -----------------------------------------------------------------------------
+
+
+def explain_pod(
+    *,
+    config: FairShareConfig,
+    state: ClusterState,
+    pending: Sequence[PodRequest],
+    req: PodRequest | None,
+    namespace: str,
+    name: str,
+    quota: QuotaView,
+    admission: AdmissionVerdict,
+    demand_error: str | None = None,
+) -> dict[str, Any]:
+    """What the webhook and the extender would say about one pod now.
+
+    ``req`` is the pod as the extender reads it (None when its resources cannot be
+    read: ``demand_error``); ``quota`` the webhook's usage without this pod's own share
+    (``ExcludingView``); ``admission`` the webhook's verdict on that view.
+    """
+    resolution = tenancy.resolve_tenant(namespace, quota.namespace_labels(namespace), config)
+    tenant = resolution.tenant
+    out: dict[str, Any] = {
+        "kind": "FairshareExplain",
+        "pod": f"{namespace}/{name}",
+        "tenant": tenant,
+        "tenantSource": resolution.source,
+        "webhook": {
+            "allowed": admission.allowed,
+            "message": admission.message,
+            "warnings": list(admission.warnings),
+        },
+    }
+    if demand_error is not None:
+        out["error"] = f"pod resources cannot be read: {demand_error}"
+        return out
+    assert req is not None
+    out["webhook"]["quota"] = _headroom(config, tenant, req, quota) if tenant else []
+    bound = state.pods.get(req.uid)
+    if bound is not None:
+        out["extender"] = {"boundTo": bound.node}
+        return out
+    queue = list(pending)
+    fr = filter_nodes(state, req, explain=True)
+    nodes: list[dict[str, Any]] = [
+        {"node": state.nodes[i].name, "fits": True, "reason": ""} for i in fr.fits
+    ]
+    nodes += [
+        {"node": f.node, "fits": False, "reason": f.reason, "unresolvable": f.unresolvable}
+        for f in fr.failed
+    ]
+    nodes.sort(key=lambda n: n["node"])
+    extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits)}
+    gate = gating.check_fair_gate(state, config=config, req=req, pending=queue)
+    shares = gating.current_shares(state, config)
+    if all(p.uid != req.uid for p in queue):
+        queue.append(req)
+    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    if tenant is not None:
+        extender["gate"] = {
+            "applies": gate is not None,
+            "allowed": gate is None or gate.allowed,
+            "currentShare": _round(shares.get(tenant, 0.0)),
+            "shareAfter": _round(gate.share_after) if gate else None,
+            "fairShare": _round(gate.fair_share if gate else fair[tenant].share)
+            if (gate or tenant in fair)
+            else 0.0,
+            "waitingFor": gate.waiting_for if gate else None,
+            "reason": gate.reason if gate else "",
+        }
+    if not fr.fits:
+        verdict = "pending: no node fits now"
+    elif gate is not None and not gate.allowed:
+        verdict = f"held by the fair-share gate: {gate.reason}"
+    else:
+        verdict = f"schedulable on {len(fr.fits)} node(s)"
+    extender["verdict"] = verdict
+    out["extender"] = extender
+    return out
+
+
+def _headroom(
+    config: FairShareConfig, tenant: str, req: PodRequest, quota: QuotaView
+) -> list[dict[str, Any]]:
+    spec = config.tenant(tenant)
+    limits = (spec.limit_amounts() if spec else None) or {}
+    used = quota.tenant_usage(tenant)
+    demand = req.demand.amounts
+    rows = []
+    for res in sorted(set(limits) | set(demand), key=lambda r: (r != GPU, r)):
+        u = used.get(res, Fraction(0))
+        want = demand.get(res, Fraction(0))
+        lim = limits.get(res)
+        rows.append(
+            {
+                "resource": res,
+                "used": _show(res, u),
+                "requested": _show(res, want),
+                "limit": _show(res, lim),
+                "headroom": _show(res, lim - u) if lim is not None else None,
+                "fits": lim is None or u + want <= lim,
+            }
+        )
+    return rows
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*headers).rstrip()]
+    lines += [fmt.format(*row).rstrip() for row in rows]
+    return lines
+
+
+def _counts(row: Mapping[str, Any]) -> bool:
+    """A resource row with anything to show (the text table leaves out the rest)."""
+    zero = (None, "0")
+    return any(row.get(k) not in zero for k in ("used", "quotaUsed", "guaranteed", "limit"))
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_status_text(report: Mapping[str, Any]) -> str:
+    """The status report as terminal text: one table per tenant, then the cluster."""
+    lines: list[str] = []
+    for t in report["tenants"]:
+        pods = t["pods"]
+        lines.append(
+            f"TENANT {t['name']}  weight {t['weight']:g}  "
+            f"dominant share {t['dominantShare']:.4f}  fair share {t['fairShare']:.4f}  "
+            f"pods: {pods['running']} running, {pods['pending']} pending, "
+            f"{pods['held']} held by the gate"
+        )
+        if t.get("namespaces") is not None:
+            lines.append(f"  namespaces: {', '.join(t['namespaces']) or '-'}")
+        quota = any("quotaUsed" in r for r in t["resources"])
+        headers = ["RESOURCE", "USED", *(["QUOTA-USED"] if quota else []), "GUARANTEED", "LIMIT"]
+        rows = [
+            [
+                r["resource"],
+                _cell(r["used"]),
+                *([_cell(r.get("quotaUsed"))] if quota else []),
+                _cell(r["guaranteed"]),
+                _cell(r["limit"]),
+            ]
+            for r in t["resources"]
+            if r["resource"] == GPU or _counts(r)
+        ]
+        lines += ["  " + line for line in _table(headers, rows)]
+        lines.append("")
+    c = report["cluster"]
+    lines.append(
+        f"CLUSTER  {c['nodes']} node(s)  GPUs {c['gpusAllocated']:g}/{c['gpus']:g} allocated "
+        f"({100 * c['gpuAllocationRatio']:.1f}%)  fragmentation {c['gpuFragmentation']:g} GPU "
+        f"({100 * c['gpuFragmentationRatio']:.1f}%)"
+    )
+    if report["heldPods"]:
+        lines.append("")
+        lines.append("HELD BY THE GATE")
+        lines += [f"  {p['pod']}: {p['reason']}" for p in report["heldPods"]]
+    if report["pendingPods"]:
+        lines.append("")
+        lines.append("PENDING")
+        lines += [f"  {p['pod']}: {p['reason']}" for p in report["pendingPods"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_explain_text(report: Mapping[str, Any]) -> str:
+    """The explain report as terminal text."""
+    lines = [f"POD {report['pod']}"]
+    lines.append(f"tenant: {report['tenant'] or '(none)'} (from {report['tenantSource']})")
+    wh = report["webhook"]
+    lines.append("")
+    lines.append("WEBHOOK (admission now): " + ("allowed" if wh["allowed"] else "denied"))
+    if wh["message"]:
+        lines.append(f"  {wh['message']}")
+    lines += [f"  warning: {w}" for w in wh["warnings"]]
+    if wh.get("quota"):
+        rows = [
+            [
+                q["resource"],
+                _cell(q["used"]),
+                _cell(q["requested"]),
+                _cell(q["limit"]),
+                _cell(q["headroom"]),
+                "yes" if q["fits"] else "NO",
+            ]
+            for q in wh["quota"]
+        ]
+        headers = ["RESOURCE", "USED", "REQUESTED", "LIMIT", "HEADROOM", "FITS"]
+        lines += ["  " + line for line in _table(headers, rows)]
+    if "error" in report:
+        lines += ["", f"EXTENDER: {report['error']}"]
+        return "\n".join(lines) + "\n"
+    ext = report["extender"]
+    lines.append("")
+    if "boundTo" in ext:
+        lines.append(f"EXTENDER: already bound to {ext['boundTo']}")
+        return "\n".join(lines) + "\n"
+    lines.append(f"EXTENDER (scheduling now): {ext['verdict']}")
+    gate = ext.get("gate")
+    if gate is not None:
+        after = "-" if gate["shareAfter"] is None else f"{gate['shareAfter']:.4f}"
+        lines.append(
+            f"  gate: current share {gate['currentShare']:.4f}, after this pod {after}, "
+            f"fair share {gate['fairShare']:.4f}"
+            + (f", waiting for {gate['waitingFor']}" if gate["waitingFor"] else "")
+        )
+    rows = [[n["node"], "fits" if n["fits"] else "no", n["reason"]] for n in ext["nodes"]]
+    lines += ["  " + line for line in _table(["NODE", "FIT", "REASON"], rows)]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#f7f8fa}
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
+.muted{color:#667}table{border-collapse:collapse;background:#fff;margin:.3em 0 1em}
+th,td{border:1px solid #d5d9e0;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.tenant{background:#fff;border:1px solid #d5d9e0;border-radius:6px;padding:.6em 1em;
+margin:.6em 0;display:inline-block;vertical-align:top;margin-right:1em}
+.bar{display:inline-block;height:.7em;background:#4a7bd0;border-radius:2px}
+.fair{display:inline-block;height:.7em;background:#c5d3ea;border-radius:2px}
+.dev{display:inline-block;width:7.5em;border:1px solid #b8c0cc;border-radius:4px;
+margin:2px;padding:2px 4px;font-size:12px;background:#fff}
+.dev.full{background:#fde9d9}.dev.part{background:#fff6d6}.bad{color:#b00020}
+.held{color:#8a4b00}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(_cell(value))
+
+
+def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
+    """The status report as one self-contained HTML page (inline CSS, no scripts or
+    external assets) that reloads itself every ``refresh`` seconds."""
+    c = report["cluster"]
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f'<meta http-equiv="refresh" content="{int(refresh)}">',
+        "<title>fairshare status</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>fairshare status</h1>",
+        f"<p class=muted id=cluster>{c['nodes']} node(s) &middot; GPUs "
+        f"<b id=gpus-allocated>{c['gpusAllocated']:g}</b> / <b id=gpus>{c['gpus']:g}</b> "
+        f"allocated ({100 * c['gpuAllocationRatio']:.1f}%) &middot; fragmentation "
+        f"{c['gpuFragmentation']:g} GPU ({100 * c['gpuFragmentationRatio']:.1f}%) &middot; "
+        f"refreshes every {int(refresh)} s</p>",
+        "<h2>Tenants</h2>",
+    ]
+    for t in report["tenants"]:
+        pods = t["pods"]
+        ds, fs = t["dominantShare"], t["fairShare"]
+        parts.append(f'<div class=tenant id="tenant-{_e(t["name"])}">')
+        parts.append(
+            f"<b>{_e(t['name'])}</b> <span class=muted>weight {t['weight']:g}</span><br>"
+            f"dominant share <b class=share>{ds:.4f}</b> "
+            f'<span class=bar style="width:{min(ds, 1) * 120:.0f}px"></span><br>'
+            f"fair share <b class=fair-share>{fs:.4f}</b> "
+            f'<span class=fair style="width:{min(fs, 1) * 120:.0f}px"></span><br>'
+            f"pods: <b class=running>{pods['running']}</b> running, "
+            f"<b class=pending>{pods['pending']}</b> pending, "
+            f"<b class=held-count>{pods['held']}</b> held by the gate"
+        )
+        quota = any("quotaUsed" in r for r in t["resources"])
+        head = "".join(
+            f"<th>{h}</th>"
+            for h in ["resource", "used", *(["quota used"] if quota else []), "guaranteed", "limit"]
+        )
+        parts.append(f"<table><tr>{head}</tr>")
+        for r in t["resources"]:
+            if r["resource"] != GPU and not _counts(r):
+                continue
+            cells = [r["used"], *([r.get("quotaUsed")] if quota else []), r["guaranteed"]]
+            cells.append(r["limit"])
+            tds = "".join(f"<td class=num>{_e(v)}</td>" for v in cells)
+            parts.append(f"<tr><td>{_e(r['resource'])}</td>{tds}</tr>")
+        parts.append("</table></div>")
+    parts.append("<h2>GPU devices</h2><table id=nodes><tr><th>node</th><th>model</th>")
+    parts.append("<th>health</th><th>devices (free GPU; tenants holding shares)</th></tr>")
+    for n in report["nodes"]:
+        devs = []
+        for d in n["devices"]:
+            used = 1 - d["free"]
+            cls = "full" if d["free"] <= 0 else ("part" if used > 0 else "")
+            who = ", ".join(f"{_e(t)} {g:g}" for t, g in d["holders"].items()) or "unused"
+            devs.append(
+                f'<span class="dev {cls}">gpu{d["index"]}: {d["free"]:g} free<br>{who}</span>'
+            )
+        health = "ok" if n["healthy"] else f"<span class=bad>{_e(n['healthReason'])}</span>"
+        parts.append(
+            f"<tr><td>{_e(n['name'])}</td><td>{_e(n['gpuModel'] or '-')}</td>"
+            f"<td>{health}</td><td>{''.join(devs) or '-'}</td></tr>"
+        )
+    parts.append("</table>")
+    parts.append("<h2>Pods the gate holds</h2>")
+    if report["heldPods"]:
+        parts.append("<table id=held><tr><th>pod</th><th>tenant</th><th>reason</th></tr>")
+        for p in report["heldPods"]:
+            parts.append(
+                f"<tr><td>{_e(p['pod'])}</td><td>{_e(p['tenant'])}</td>"
+                f"<td class=held>{_e(p['reason'])}</td></tr>"
+            )
+        parts.append("</table>")
+    else:
+        parts.append("<p class=muted id=held>none</p>")
+    if report["pendingPods"]:
+        parts.append("<h2>Other pending pods</h2>")
+        parts.append("<table id=pending><tr><th>pod</th><th>tenant</th><th>reason</th></tr>")
+        for p in report["pendingPods"]:
+            parts.append(
+                f"<tr><td>{_e(p['pod'])}</td><td>{_e(p['tenant'])}</td>"
+                f"<td>{_e(p['reason'])}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def to_json(report: Mapping[str, Any]) -> str:
+    """The report as indented JSON text."""
+    return json.dumps(report, indent=2) + "\n"

@@ -1,0 +1,138 @@
+"""One list of the cluster, for the ``status`` and ``explain`` commands.
+
+An adapter (it talks to the API through ``informers``): reads the fairshare config
+ConfigMap and lists every kind the servers watch, once, with the same list calls their
+reflectors make (``informers.api_calls``). The caller hands each list to the servers'
+own trackers through ``on_resync``, so the numbers come from the code the servers run.
+
+Errors a user can cause become one clear ``FairshareError`` line: no kubeconfig, an API
+that cannot be reached, a cluster without the fairshare ConfigMap, an invalid config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from fairshare.config import loading
+from fairshare.config.schema import FairShareConfig
+from fairshare.errors import ConfigError, FairshareError
+from fairshare.state import sources
+
+KINDS: Final = ("Namespace", "Node", "Pod", "PersistentVolumeClaim", sources.RESOURCE_CLAIM)
+DEFAULT_CONFIG_NAMESPACE: Final = "fairshare-system"
+DEFAULT_CONFIG_NAME: Final = "fairshare-config"
+DEFAULT_TIMEOUT: Final = 20.0
+
+
+@dataclass
+class Snapshot:
+    """The config and the listed objects of each kind (API JSON dicts)."""
+
+    config: FairShareConfig
+    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    server: str = ""
+
+    def feed(self, sink: sources.Sink, kinds: Sequence[str] = KINDS) -> None:
+        """Hand each kind's list to ``sink.on_resync`` (namespaces and nodes first)."""
+        for kind in kinds:
+            sink.on_resync(kind, list(self.objects.get(kind, [])))
+
+
+def default_kubeconfig() -> str:
+    """``$KUBECONFIG`` (its first file) or ``~/.kube/config``, as kubectl picks."""
+    env = os.environ.get("KUBECONFIG", "")
+    first = next((p for p in env.split(os.pathsep) if p), "")
+    return first or str(Path.home() / ".kube" / "config")
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+async def _read_config(api_client: Any, namespace: str, name: str) -> FairShareConfig:
+    from kubernetes_asyncio import client
+
+    v1: Any = client.CoreV1Api(api_client)
+    resp = await v1.read_namespaced_config_map(name, namespace, _preload_content=False)
+    body = await resp.read()
+    if resp.status == 404:
+        raise FairshareError(
+            f"fairshare is not installed in this cluster: ConfigMap {namespace}/{name} "
+            "not found (--config-namespace/--config-name pick another)"
+        )
+    if resp.status >= 300:
+        raise FairshareError(f"cannot read ConfigMap {namespace}/{name}: HTTP {resp.status}")
+    obj = json.loads(body)
+    text = (obj.get("data") or {}).get("config.yaml")
+    if text is None:
+        raise FairshareError(f"ConfigMap {namespace}/{name} has no key config.yaml")
+    try:
+        return loading.parse_config(text)
+    except ConfigError as exc:
+        first = exc.errors[0] if exc.errors else None
+        where = f": {first.path}: {first.message}" if first else ""
+        raise FairshareError(
+            f"ConfigMap {namespace}/{name} holds an invalid config ({len(exc.errors)} "
+            f"problem(s)){where}"
+        ) from exc
+
+
+async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
+    from fairshare.state import informers
+
+    config = await _read_config(api_client, *config_ref)
+    snap = Snapshot(config, server=str(api_client.configuration.host))
+    for kind in KINDS:
+        list_fn, _watch = informers.api_calls(api_client, kind)
+        try:
+            listed = await list_fn()
+        except informers.WatchError as exc:
+            if kind == sources.RESOURCE_CLAIM and exc.status == 404:
+                listed = {"items": []}  # no DRA API in this cluster: no claims
+            else:
+                raise FairshareError(f"cannot list {kind} objects: {exc}") from exc
+        snap.objects[kind] = [
+            {**item, "kind": kind} for item in listed.get("items") or [] if isinstance(item, dict)
+        ]
+    return snap
+
+
+async def take_snapshot(
+    *,
+    kubeconfig: str | None,
+    config_ref: tuple[str, str] = (DEFAULT_CONFIG_NAMESPACE, DEFAULT_CONFIG_NAME),
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Snapshot:
+    """The config and every kind, listed once. Raises ``FairshareError`` with one line."""
+    from fairshare.state import informers
+
+    path = kubeconfig or default_kubeconfig()
+    if not Path(path).is_file():
+        raise FairshareError(f"kubeconfig {path} not found (pass --kubeconfig)")
+    api_client = await informers.make_api_client(path)
+    host = str(api_client.configuration.host)
+    try:
+        async with api_client:
+            return await asyncio.wait_for(_take(api_client, config_ref), timeout)
+    except FairshareError:
+        raise
+    except TimeoutError as exc:
+        raise FairshareError(
+            f"the Kubernetes API at {host} did not answer in {timeout:g} s"
+        ) from exc
+    except OSError as exc:  # aiohttp's connection errors are OSErrors
+        raise FairshareError(f"cannot reach the Kubernetes API at {host}: {exc}") from exc
+    except Exception as exc:
+        status = _status_of(exc)
+        if status in (401, 403):
+            raise FairshareError(
+                f"the Kubernetes API at {host} refused the credentials of {path} (HTTP {status})"
+            ) from exc
+        raise FairshareError(f"cannot read the cluster at {host}: {exc}") from exc

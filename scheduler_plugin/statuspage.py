@@ -1,0 +1,81 @@
+"""The extender's read-only status page: ``GET /status`` (HTML) and ``/status.json``.
+
+An adapter: the report is ``fairshare.report.build_status`` on the tracker's hot state
+(the numbers the verbs decide with, and what ``fairshare status`` prints), rendered by
+``report.render_status_html``: one self-contained page, inline CSS, no script and no
+external asset, reloading itself every ``REFRESH_SECONDS``. The quota column is absent:
+the extender keeps no webhook usage (``fairshare status`` shows it).
+
+Access follows ``/metrics`` (``serving.PUBLIC_PATHS``): reachable without a client
+certificate on the extender's port, read-only, nothing a scrape does not already reveal
+beyond pod names; the NetworkPolicy limits who reaches the port at all.
+
+The report is built at most once per ``MIN_INTERVAL`` seconds while the state is
+unchanged, so a page left open (or many) costs the verbs nothing noticeable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from fairshare import report
+from fairshare.config.schema import FairShareConfig
+from scheduler_plugin.tracking import ExtenderTracker
+
+REFRESH_SECONDS = 10
+MIN_INTERVAL = 2.0
+
+
+class StatusPage:
+    """Builds (and briefly caches) the report from the tracker."""
+
+    def __init__(
+        self,
+        tracker: ExtenderTracker,
+        config: Callable[[], FairShareConfig],
+        *,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tracker = tracker
+        self.config = config
+        self.now = now
+        self._cached: tuple[Any, float, dict[str, Any]] | None = None
+
+    def report(self) -> dict[str, Any]:
+        t = self.tracker
+        key = (t.state.version, len(t.pending), id(self.config()))
+        now = self.now()
+        if self._cached is not None:
+            old_key, at, data = self._cached
+            if old_key == key and now - at < MIN_INTERVAL:
+                return data
+        data = report.build_status(
+            config=self.config(),
+            state=t.state,
+            pending=t.pending_queue(),
+            mix=t.mix(),
+            unreadable=t.unreadable,
+        )
+        self._cached = (key, now, data)
+        return data
+
+    async def html(self, request: web.Request) -> web.Response:
+        body = report.render_status_html(self.report(), refresh=REFRESH_SECONDS)
+        return web.Response(text=body, content_type="text/html", charset="utf-8")
+
+    async def json(self, request: web.Request) -> web.Response:
+        return web.json_response(self.report())
+
+
+def add_routes(
+    app: web.Application, tracker: ExtenderTracker, config: Callable[[], FairShareConfig]
+) -> StatusPage:
+    """``GET /status`` and ``GET /status.json`` on ``app``."""
+    page = StatusPage(tracker, config)
+    app.router.add_get("/status", page.html)
+    app.router.add_get("/status.json", page.json)
+    return page
