@@ -37,7 +37,7 @@ from fairshare.placement import (
     filter_nodes,
     score_context,
 )
-from fairshare.resources import ANN_GPU_DEVICES
+from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState
 from scheduler_plugin import filtering, preemption, wire
@@ -236,6 +236,10 @@ class BindPlan:
     annotations: Mapping[str, str] = field(default_factory=dict)
     binding: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
+    group: str = ""
+    """The shared GPU a fractional pod takes a share of ("" otherwise)."""
+    new_group: bool = False
+    """The pod is the first of its shared GPU (a handoff must set up the GPU)."""
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON (``Error`` empty when the plan is good)."""
@@ -310,12 +314,40 @@ def bind_plan(
         return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
     row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
+    group, new_group = _shared_gpu(state, req, args.node, devices)
+    if group:
+        annotations[ANN_GPU_GROUP] = group
     body = binding_body(
         name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
     )
     return BindPlan(
-        req.uid, req.name, req.namespace, args.node, req.tenant, row, devices, annotations, body
+        req.uid,
+        req.name,
+        req.namespace,
+        args.node,
+        req.tenant,
+        row,
+        devices,
+        annotations,
+        body,
+        group=group,
+        new_group=new_group,
     )
+
+
+def _shared_gpu(
+    state: ClusterState, req: PodRequest, node: str, devices: Sequence[tuple[int, float]]
+) -> tuple[str, bool]:
+    """(group id, is new) for a fractional pod's share; ("", False) for other pods.
+
+    A share on a slot that holds a shared GPU joins it; on a free slot it starts a new
+    one, named after the pod (``objects.new_group_id``)."""
+    if len(devices) != 1 or not objects.is_share(req):
+        return "", False
+    existing = state.group_at(node, devices[0][0])
+    if existing:
+        return existing, False
+    return objects.new_group_id(node, req.uid), True
 
 
 def _fragmentation_hint(
@@ -346,4 +378,5 @@ def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
         devices=plan.devices,
         tenant=plan.tenant,
         name=plan.name,
+        group=plan.group,
     )

@@ -30,6 +30,7 @@ Design choices:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,7 +43,7 @@ import yaml
 from fairshare import resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices
-from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
+from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 
 __all__ = [
@@ -55,10 +56,14 @@ __all__ = [
     "delete_pod",
     "format_gpu_devices",
     "is_bound",
+    "is_share",
     "is_terminal",
+    "legacy_group_id",
     "load_state_file",
+    "new_group_id",
     "node_gpu_health",
     "parse_gpu_devices",
+    "pod_group",
     "pod_request",
     "pod_tenant",
     "pod_uid",
@@ -311,17 +316,95 @@ def pod_request(
     )
 
 
-def _devices_for(state: ClusterState, req: PodRequest, i: int, annotation: str | None) -> Devices:
-    if annotation is not None:
-        try:
-            devs = parse_gpu_devices(annotation)
-        except ValueError:
-            devs = ()
-        if devs and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in devs):
-            return devs
+def new_group_id(node: str, uid: str) -> str:
+    """The id of a shared GPU first taken by pod ``uid`` on ``node``: deterministic,
+    unique while pod UIDs are, and a valid label value (``gpu-<12 hex>``)."""
+    return "gpu-" + hashlib.sha256(f"{node}/{uid}".encode()).hexdigest()[:12]
+
+
+def legacy_group_id(node: str, slot: int) -> str:
+    """The shared GPU of a fractional pod bound before groups existed (only
+    ``fairshare.io/gpu-devices: "<slot>:<milli>"``): one group per node slot."""
+    return "slot-" + hashlib.sha256(f"{node}/{slot}".encode()).hexdigest()[:12]
+
+
+def _whole_slots(state: ClusterState, i: int, count: int, hint: Devices) -> Devices:
+    """Whole GPUs are counts: any fully free slots (the annotated ones first)."""
+    devs = state.node_devices(i)
+    order = [d for d, _ in hint if d < len(devs)] + list(range(len(devs)))
+    picked: list[int] = []
+    for d in order:
+        if d not in picked and devs[d] >= MILLI_GPU and len(picked) < count:
+            picked.append(d)
+    if len(picked) < count:
+        # An overloaded node: keep the pod counted (on its annotated slots when valid).
+        present = [d for d in range(len(devs)) if devs[d] >= 0]
+        rest = [d for d, _ in hint if d in present] + present
+        for d in rest:
+            if d not in picked and len(picked) < count:
+                picked.append(d)
+    return tuple((d, float(MILLI_GPU)) for d in sorted(picked))
+
+
+def _share_slot(state: ClusterState, i: int, milli: float, group: str, hint: Devices) -> Devices:
+    """The slot of a fractional pod of shared GPU ``group``: the group's slot when the
+    ledger knows it, else the annotated slot if it has room and no other group holds it,
+    else the fullest slot with room that no other group holds (a whole-GPU pod may
+    have taken the old slot: its index means nothing), else the annotated slot (an
+    overloaded node), else none (the pod still counts, on no device)."""
+    node = state.nodes[i].name
+    known = state.groups.get(group)
+    if known is not None and known.node == node:
+        return ((known.slot, milli),)
+    devs = state.node_devices(i)
+    own = [d for d in range(len(devs)) if devs[d] >= 0 and state.group_at(node, d) is None]
+    for d, _ in hint:
+        if d in own and devs[d] >= milli:
+            return ((d, milli),)
+    fitting = sorted((devs[d], d) for d in own if devs[d] >= milli)
+    if fitting:
+        return ((fitting[0][1], milli),)
+    for d, _ in hint:
+        # No room anywhere: the node is overloaded; the annotated slot keeps it counted.
+        if d in own:
+            return ((d, milli),)
+    return ()
+
+
+def is_share(req: PodRequest) -> bool:
+    """A pod that asks for part of one GPU by annotation (fraction or GPU memory): it
+    holds a share of a shared GPU. MIG slices and whole GPUs are device-plugin resources."""
+    return req.demand.gpu.source in ("fraction", "memory") and req.demand.gpu.count == 1
+
+
+def pod_group(state: ClusterState, pod: Mapping[str, Any], req: PodRequest, node: str) -> str:
+    """The shared GPU a bound fractional pod belongs to ("" for other pods): its
+    ``fairshare.io/gpu-group``, or, for a pod bound before groups, one per annotated slot."""
+    if not is_share(req):
+        return ""
+    annotations = _str_map(_meta(pod).get("annotations"))
+    group = annotations.get(ANN_GPU_GROUP, "")
+    if group:
+        return group
+    devs = _parse_or_none(annotations.get(ANN_GPU_DEVICES, "")) or ()
+    if len(devs) == 1:
+        return legacy_group_id(node, devs[0][0])
+    return new_group_id(node, req.uid)
+
+
+def _devices_for(
+    state: ClusterState, req: PodRequest, i: int, annotation: str | None, group: str
+) -> Devices:
+    hint = (_parse_or_none(annotation) or ()) if annotation is not None else ()
     milli = req.gpu_milli_for(state.nodes[i].device_memory)
     if not math.isfinite(milli):
         return ()
+    if group:
+        return _share_slot(state, i, float(math.ceil(milli)), group, hint)
+    if milli >= MILLI_GPU:
+        return _whole_slots(state, i, req.gpu_count, hint)
+    if hint and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in hint):
+        return hint
     return choose_devices(state, req, i, milli=milli)
 
 
@@ -334,6 +417,10 @@ def apply_pod(
     the same node with the same row is left as it is (informer resyncs are no-ops). A pod
     whose node the state does not know yet is skipped (None): the caller re-applies pods
     when their node arrives. Raises ``resources.DemandError`` for unreadable resources.
+
+    A fractional pod joins its shared GPU (``fairshare.io/gpu-group``), so the shares
+    of one group land on one slot whatever order the pods come back in; whole-GPU pods
+    take any fully free slots (their slot index is not authoritative).
     """
     uid = pod_uid(pod)
     if is_terminal(pod) or not is_bound(pod):
@@ -349,13 +436,12 @@ def apply_pod(
     row = req.row
     if req.demand.wants_gpu:
         row = req.row_on(state.gpu_col, req.gpu_milli_for(state.nodes[i].device_memory))
+    group = pod_group(state, pod, req, node)
     old = state.pods.get(uid)
-    if old is not None and (old.node, old.row, old.tenant) == (node, row, tenant):
-        kept = _parse_or_none(annotation) if annotation is not None else None
-        if kept is None or kept == old.devices:
-            return old
+    if old is not None and (old.node, old.row, old.tenant, old.group) == (node, row, tenant, group):
+        return old
     state.unbind(uid)
-    devices = _devices_for(state, req, i, annotation) if req.demand.wants_gpu else ()
+    devices = _devices_for(state, req, i, annotation, group) if req.demand.wants_gpu else ()
     return state.bind(
         uid=uid,
         node=node,
@@ -364,6 +450,7 @@ def apply_pod(
         tenant=tenant,
         name=req.name,
         allow_overcommit=True,
+        group=group if devices else "",
     )
 
 
@@ -434,11 +521,17 @@ def load_state_file(source: Mapping[str, Any] | str | Path, config: FairShareCon
         loaded.namespace_labels[str(_meta(ns).get("name"))] = _str_map(_meta(ns).get("labels"))
     pods = [p for p in by_kind["Pod"] if not is_terminal(p)]
     bound = [p for p in pods if is_bound(p)]
-    # Annotated pods first: a guessed placement must not take a device they hold.
-    bound.sort(key=lambda p: ANN_GPU_DEVICES not in _str_map(_meta(p).get("annotations")))
+    # Shares of shared GPUs first (their groups take their slots), then other annotated
+    # pods: a guessed placement must not take a device they hold.
+    bound.sort(key=_load_order)
     for pod in bound + [p for p in pods if not is_bound(p)]:
         _load_pod(loaded, pod, config)
     return loaded
+
+
+def _load_order(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    annotations = _str_map(_meta(pod).get("annotations"))
+    return (ANN_GPU_GROUP not in annotations, ANN_GPU_DEVICES not in annotations)
 
 
 def _load_pod(loaded: LoadedState, pod: Mapping[str, Any], config: FairShareConfig) -> None:
