@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -56,6 +56,30 @@ async def bind_locally(plan: verbs.BindPlan) -> None:
     """The binder of ``--state`` runs: nothing to POST, the state is the cluster."""
 
 
+class BindHooks(Protocol):
+    """What a GPU handoff does around the Binding POST.
+
+    ``before_binding`` runs after the pod is accounted and before its Binding; it returns
+    the plan to POST (it may add annotations) or why the bind must fail (the pod is then
+    un-accounted and kube-scheduler retries it). ``after_binding`` runs once the Binding
+    was accepted; ``started`` is the ``time.monotonic()`` the bind call arrived at.
+    """
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str: ...
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None: ...
+
+
+class NoHandoff:
+    """The hooks of ``--state`` runs and of handoff ``none``: nothing around the Binding."""
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str:
+        return plan
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
+        return None
+
+
 @dataclass
 class ExtenderDeps:
     """Everything the handlers need, built by the caller (CLI or test)."""
@@ -66,11 +90,16 @@ class ExtenderDeps:
     metrics: metrics_mod.Metrics
     ready: Callable[[], bool]
     binder: Binder = bind_locally
+    hooks: BindHooks = field(default_factory=NoHandoff)
     bind_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     background: list[CleanupCtx] = field(default_factory=list)
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
+
+
+class HandoffError(Exception):
+    """A GPU handoff refused the bind (``BindHooks.before_binding``)."""
 
 
 def build_deps(
@@ -166,6 +195,7 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
 
 
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
+    started = time.monotonic()
     args = _decode(wire.decode_binding_args, body)
     state = deps.tracker.state
     held = state.pods.get(args.pod_uid) if args.pod_uid else None
@@ -198,6 +228,10 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
             return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
         deps.tracker.pending.pop(plan.uid, None)
     try:
+        handed = await deps.hooks.before_binding(plan)
+        if isinstance(handed, str):
+            raise HandoffError(handed)
+        plan = handed
         await deps.binder(plan)
     except Exception as exc:
         log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
@@ -208,6 +242,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
             if req is not None and plan.uid in deps.tracker.pods:
                 deps.tracker.pending.setdefault(plan.uid, req)
         return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
+    deps.hooks.after_binding(plan, started)
     return plan.result()
 
 
@@ -370,6 +405,18 @@ async def serve(
         )
     )
     deps.background.append(freeze_after_sync(rt.source.ready))
+    if api_client is not None:
+        from scheduler_plugin import reserving
+
+        controller = reserving.HandoffController(
+            api_client=api_client,
+            tracker=deps.tracker,
+            config=rt.holder.get,
+            registry=deps.registry,
+            synced=rt.source.ready,
+        )
+        deps.hooks = controller
+        deps.background.append(controller.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -48,6 +48,7 @@ from fairshare.placement import (
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState, StateError
+from scheduler_plugin import handoff
 
 GONE_MEMORY = 10_000
 """How many deleted pod uids to remember (a late filter call must not revive them)."""
@@ -83,6 +84,10 @@ class ExtenderTracker:
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
+    reservations: dict[str, handoff.Reservation] = field(default_factory=dict)
+    """Reservation pods of shared GPUs, by uid: not workload (their group holds the slot)."""
+    on_change: Callable[[], None] | None = None
+    """Called after a reservation pod or a bound pod changed (wakes the handoff sweep)."""
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
@@ -107,6 +112,8 @@ class ExtenderTracker:
         elif kind == "Pod":
             uids = {objects.pod_uid(p) for p in objects_}
             for uid in [u for u in self.pods if u not in uids]:
+                self._forget_pod(uid)
+            for uid in [u for u in self.reservations if u not in uids]:
                 self._forget_pod(uid)
             for pod in objects_:
                 self._pod(pod)
@@ -206,19 +213,31 @@ class ExtenderTracker:
         self._gone[uid] = None
         while len(self._gone) > GONE_MEMORY:
             self._gone.popitem(last=False)
+        if self.reservations.pop(uid, None) is not None:
+            self._changed()
+            return
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
-        objects.delete_pod(self.state, uid)
+        if objects.delete_pod(self.state, uid) is not None:
+            self._changed()
         self._mix_changes += 1
         if had_claims:
             self._recount_dra()
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _pod(self, pod: dict[str, Any]) -> None:
         uid = objects.pod_uid(pod)
         config = self.config()
+        if handoff.is_reservation_pod(pod, config.gpu_sharing.reservation):
+            self.reservations[uid] = handoff.reservation_of(pod)
+            self._changed()
+            return
         if objects.is_terminal(pod):
             self._forget_pod(uid)
             return
@@ -235,6 +254,8 @@ class ExtenderTracker:
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 objects.apply_pod(self.state, pod, config, tenant)
+                if self.on_change is not None and objects.is_share(req):
+                    self.on_change()
             else:
                 self.pending[uid] = req
         except (StateError, resources.DemandError) as exc:
