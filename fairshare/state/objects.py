@@ -123,12 +123,17 @@ _KEPT_SPEC: Final = ("nodeName", "nodeSelector", "overhead", "resourceClaims")
 _KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 _KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
 _ANN_PREFIX: Final = "fairshare.io/"
+_KEPT_ANNOTATIONS: Final = frozenset({"run.ai/reserve_for_gpu_index"})
+"""Other annotations kept: the GPU UUID a reservation pod reports."""
+LABEL_GPU_GROUP: Final = "runai-gpu-group"
+"""The shared GPU a reservation pod holds; its pods keep it and their ``app`` label."""
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a Pod the extender reads again later, as a smaller dict.
 
-    Kept: identity and timestamps, ``fairshare.io/*`` annotations, ``spec.nodeName``,
+    Kept: identity and timestamps, ``fairshare.io/*`` annotations (and a reservation pod's
+    reported GPU and its ``app`` and ``runai-gpu-group`` labels), ``spec.nodeName``,
     ``nodeSelector``, ``overhead``, ``resourceClaims``, each container's and init
     container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
     ``resourceClaimStatuses``. Every reader of a stored pod (``pod_uid``, ``is_bound``,
@@ -157,8 +162,13 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if annotations is not None:
         out_meta["annotations"] = {
-            k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_ANN_PREFIX)
+            k: v
+            for k, v in annotations.items()
+            if isinstance(k, str) and (k.startswith(_ANN_PREFIX) or k in _KEPT_ANNOTATIONS)
         }
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and LABEL_GPU_GROUP in labels:
+        out_meta["labels"] = {k: labels[k] for k in (LABEL_GPU_GROUP, "app") if k in labels}
     out: dict[str, Any] = {k: pod[k] for k in ("apiVersion", "kind") if k in pod}
     out["metadata"] = out_meta
     out["spec"] = out_spec
