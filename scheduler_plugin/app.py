@@ -69,6 +69,8 @@ class BindHooks(Protocol):
 
     def after_binding(self, plan: verbs.BindPlan, started: float) -> None: ...
 
+    async def binding_failed(self, plan: verbs.BindPlan) -> None: ...
+
 
 class NoHandoff:
     """The hooks of ``--state`` runs and of handoff ``none``: nothing around the Binding."""
@@ -78,6 +80,34 @@ class NoHandoff:
 
     def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
         return None
+
+    async def binding_failed(self, plan: verbs.BindPlan) -> None:
+        return None
+
+
+@dataclass
+class ChainedHooks:
+    """Several handoffs' hooks in turn (each acts only when the config selects it)."""
+
+    hooks: list[BindHooks]
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str:
+        for hook in self.hooks:
+            out = await hook.before_binding(plan)
+            if isinstance(out, str):
+                for done in self.hooks[: self.hooks.index(hook)]:
+                    await done.binding_failed(plan)
+                return out
+            plan = out
+        return plan
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
+        for hook in self.hooks:
+            hook.after_binding(plan, started)
+
+    async def binding_failed(self, plan: verbs.BindPlan) -> None:
+        for hook in self.hooks:
+            await hook.binding_failed(plan)
 
 
 @dataclass
@@ -235,6 +265,8 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         await deps.binder(plan)
     except Exception as exc:
         log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
+        if not isinstance(exc, HandoffError):
+            await deps.hooks.binding_failed(plan)
         async with deps.bind_lock:
             state.unbind(plan.uid)
             # Back to the queue only if the pod still exists (a 404 means it was deleted
@@ -406,7 +438,7 @@ async def serve(
     )
     deps.background.append(freeze_after_sync(rt.source.ready))
     if api_client is not None:
-        from scheduler_plugin import reserving
+        from scheduler_plugin import hami_hooks, reserving
 
         controller = reserving.HandoffController(
             api_client=api_client,
@@ -415,7 +447,10 @@ async def serve(
             registry=deps.registry,
             synced=rt.source.ready,
         )
-        deps.hooks = controller
+        hami = hami_hooks.HamiHooks(
+            api_client=api_client, tracker=deps.tracker, config=rt.holder.get
+        )
+        deps.hooks = ChainedHooks([controller, hami])
         deps.background.append(controller.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)

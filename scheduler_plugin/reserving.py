@@ -129,6 +129,9 @@ class HandoffController:
         err = await self._create_reservation(plan.group, plan.node, config)
         return plan if not err else f"cannot reserve the shared GPU on {plan.node}: {err}"
 
+    async def binding_failed(self, plan: verbs.BindPlan) -> None:
+        """Nothing to undo: the sweep deletes a reservation whose group stayed empty."""
+
     def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
         if plan.group:
             self.bound_at[plan.uid] = started
