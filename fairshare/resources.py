@@ -195,11 +195,16 @@ def gpu_demand(
 ) -> GpuDemand:
     """The pod's GPU shape: whole devices, a fraction, GPU memory, or MIG slices.
 
-    Whole devices (``nvidia.com/gpu``) win over annotations; a ``fairshare.io/gpu-fraction``
-    must lie in (0, 1]; ``fairshare.io/gpu-memory`` is a quantity; a MIG resource
-    ``nvidia.com/mig-<profile>: n`` is n slices of the profile's configured fraction.
+    Whole devices (``nvidia.com/gpu``) win over annotations, except ``nvidia.com/gpu: 1``
+    with a share annotation: that is the one replica HAMi's device plugin hands a shared
+    GPU's pod (handoff ``hami``; the webhook refuses the pair otherwise), so the share
+    counts. A ``fairshare.io/gpu-fraction`` must lie in (0, 1]; ``fairshare.io/gpu-memory``
+    is a quantity; a MIG resource ``nvidia.com/mig-<profile>: n`` is n slices of the
+    profile's configured fraction.
     """
     whole = requests.get(GPU, Fraction(0))
+    if whole == 1 and (ANN_GPU_FRACTION in annotations or ANN_GPU_MEMORY in annotations):
+        whole = Fraction(0)
     if whole:
         if whole.denominator != 1 or whole < 0:
             raise DemandError(f"{GPU} must be a whole number of devices, got {whole}")

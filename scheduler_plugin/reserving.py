@@ -94,6 +94,8 @@ class HandoffController:
         self.warned: set[str] = set()
         self.lost_warned: set[str] = set()
         self.done: set[str] = set()
+        self.deleting: dict[str, float] = {}
+        """Reservation pods whose delete was sent (the watch may still show them)."""
         self.handoff_seconds = Histogram(
             "fairshare_gpu_handoff_seconds",
             "Seconds from a fractional pod's bind to its GPU ConfigMap written "
@@ -260,6 +262,11 @@ class HandoffController:
             self.pending_create.pop(group, None)
 
     async def _delete(self, r: handoff.Reservation) -> None:
+        now = time.monotonic()
+        if now - self.deleting.get(r.uid, -handoff.CREATE_GRACE) < handoff.CREATE_GRACE:
+            return
+        self.deleting = {u: t for u, t in self.deleting.items() if now - t < handoff.CREATE_GRACE}
+        self.deleting[r.uid] = now
         status, data = await _call(
             self.core.delete_namespaced_pod(
                 r.name,
@@ -268,10 +275,11 @@ class HandoffController:
                 _preload_content=False,
             )
         )
-        if 200 <= status < 300 or status == 404:
+        if 200 <= status < 300:
             self.reservation_ops.labels("deleted").inc()
             log.info("reservation %s/%s of shared GPU %s deleted", r.namespace, r.name, r.group)
-        else:
+        elif status != 404:
+            self.deleting.pop(r.uid, None)
             log.warning("deleting reservation %s: HTTP %s %s", r.name, status, data.get("message"))
 
     async def _write(self, m: handoff.Member, uuid: str) -> None:

@@ -332,8 +332,11 @@ def _mutations(
     scheduler = (pod.get("spec") or {}).get("schedulerName")
     if config.scheduler_name and demand.wants_gpu and scheduler in (None, "", DEFAULT_SCHEDULER):
         builder.set_entry(("spec",), "schedulerName", config.scheduler_name)
-    if config.gpu_sharing.handoff == "reservation" and demand.gpu.source in ("fraction", "memory"):
-        gpu_handoff.handoff_ops(pod, builder, request_uid=request_uid)
+    if demand.gpu.source in ("fraction", "memory"):
+        if config.gpu_sharing.handoff == "reservation":
+            gpu_handoff.handoff_ops(pod, builder, request_uid=request_uid)
+        elif config.gpu_sharing.handoff == "hami":
+            gpu_handoff.hami_ops(pod, builder)
     return builder.ops
 
 

@@ -35,6 +35,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
@@ -243,13 +244,37 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     if not isinstance(name, str) or not name:
         raise StateError("node without metadata.name")
     healthy, reason = node_gpu_health(node, config.health)
+    allocatable = allocatable_from_node(node)
+    registered = hami_device_count(_str_map(_meta(node).get("annotations")))
+    if registered is not None and registered < allocatable.get(resources.GPU, 0):
+        # HAMi's device plugin advertises replicas (devices x splits): count devices.
+        allocatable[resources.GPU] = Fraction(registered)
     return state.add_node(
         name,
-        allocatable_from_node(node),
+        allocatable,
         labels=_str_map(_meta(node).get("labels")),
         gpu_healthy=healthy,
         health_reason=reason,
     )
+
+
+ANN_HAMI_REGISTER: Final = "hami.io/node-nvidia-register"
+
+
+def hami_device_count(annotations: Mapping[str, str]) -> int | None:
+    """GPUs HAMi's device plugin registered on the node (``hami.io/node-nvidia-register``,
+    a JSON list or the older ``…:``-separated list); None without (or with an unreadable)
+    annotation."""
+    text = annotations.get(ANN_HAMI_REGISTER, "").strip()
+    if not text:
+        return None
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return None
+        return len(items) if isinstance(items, list) else None
+    return len([p for p in text.split(":") if p.count(",") in (6, 8)]) or None
 
 
 def delete_node(state: ClusterState, name: str) -> list[BoundPod]:

@@ -100,3 +100,13 @@ def test_a_share_cannot_join_a_group_on_another_slot():
         st.bind(uid="y", node="a", row=[0.0] * st.n_res, devices=[(1, 500.0)], group="g")
     with pytest.raises(StateError, match="holds shared GPU g"):
         st.bind(uid="z", node="a", row=[0.0] * st.n_res, devices=[(0, 250.0)], group="h")
+
+
+def test_a_hami_node_has_its_registered_devices_not_the_replicas():
+    n = node("h", gpus=40)
+    n["metadata"]["annotations"] = {
+        "hami.io/node-nvidia-register": '[{"id":"GPU-a","count":10},{"id":"GPU-b","index":1}]'
+    }
+    st = state_with(n)
+    assert [v for v in st.node_devices(0) if v >= 0] == [1000.0, 1000.0]
+    assert objects.hami_device_count({"hami.io/node-nvidia-register": "a,10,1,100,T,0,true:"}) == 1

@@ -72,3 +72,36 @@ def test_bind_annotations_are_refused_at_create():
         pod = make_pod("p").annotations({key: "x"}).obj()
         got = gpu_sharing.check_gpu_sharing(pod, config=CONFIG)
         assert isinstance(got, Rejection) and "set by the fairshare scheduler" in got.problem
+
+
+HAMI = config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "gpuSharing": {"handoff": "hami"},
+    }
+)
+
+
+def test_hami_gives_the_gpu_container_one_replica_and_counts_the_share():
+    from fairshare.resources import pod_demand
+
+    pod = (
+        make_pod("p")
+        .ns("lab")
+        .annotations({"fairshare.io/gpu-fraction": "0.25"})
+        .req(cpu="1")
+        .obj()
+    )
+    builder = patches.PatchBuilder(pod)
+    gpu_handoff.hami_ops(pod, builder)
+    out = apply_patch(pod, [op.as_json() for op in builder.ops])
+    assert out["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    # Valid under hami (the replica), refused under the default handoff; the share counts.
+    assert not isinstance(gpu_sharing.check_gpu_sharing(out, config=HAMI), Rejection)
+    assert isinstance(gpu_sharing.check_gpu_sharing(out, config=CONFIG), Rejection)
+    demand = pod_demand(out, mig={})
+    assert (demand.gpu.source, str(demand.gpu.total)) == ("fraction", "1/4")
+    again = patches.PatchBuilder(out)
+    gpu_handoff.hami_ops(out, again)
+    assert again.ops == ()

@@ -1,4 +1,7 @@
-"""Handoff ``reservation`` at admission: point a fractional pod's GPU container at a ConfigMap.
+"""GPU handoffs at admission: prepare a fractional pod's GPU container for its shared GPU.
+
+Handoff ``hami``: the container gets ``nvidia.com/gpu: 1`` (``hami_ops``). Handoff
+``reservation`` (the rest of this docstring) points it at a ConfigMap.
 
 Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
 prometheus_client.
@@ -26,7 +29,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from fairshare.resources import ANN_GPU_CONFIGMAP, ANN_GPU_CONTAINER
+from fairshare.resources import ANN_GPU_CONFIGMAP, ANN_GPU_CONTAINER, GPU
 from webhook import patches
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "VOLUME_NAME",
     "configmap_name",
     "gpu_container_index",
+    "hami_ops",
     "handoff_ops",
 ]
 
@@ -126,3 +130,25 @@ def handoff_ops(pod: Mapping[str, Any], builder: patches.PatchBuilder, *, reques
     ops += _list_ops(("spec", "volumes"), spec.get("volumes"), [volume])
     builder.extend(ops)
     return name
+
+
+def hami_ops(pod: Mapping[str, Any], builder: patches.PatchBuilder) -> None:
+    """Handoff ``hami``: the GPU container of a fractional pod asks for the one
+    ``nvidia.com/gpu`` replica HAMi's device plugin allocates the shared GPU through (the
+    share, not the replica, is what fairshare counts)."""
+    index = gpu_container_index(pod)
+    if not isinstance(index, int):
+        return
+    container = (pod.get("spec") or {})["containers"][index]
+    base = ("spec", "containers", str(index), "resources")
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    if not isinstance(resources, Mapping):
+        op = patches.add(patches.pointer(*base), {"limits": {GPU: "1"}})
+    elif not isinstance(limits, Mapping):
+        op = patches.add(patches.pointer(*base, "limits"), {GPU: "1"})
+    elif str(limits.get(GPU)) != "1":
+        op = patches.add(patches.pointer(*base, "limits", GPU), "1")
+    else:
+        return
+    builder.extend([op])

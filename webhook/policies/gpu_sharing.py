@@ -188,7 +188,8 @@ def _check_resources(
         allowed = "one of " + ", ".join(KNOWN_ANNOTATIONS)
         return Rejection(f"annotation {ANN_GPU_FRACTION}", annotations[shared[0]], problem, allowed)
     whole = requests.get(GPU, Fraction(0))
-    if shared and whole > 0:
+    hami_replica = config.gpu_sharing.handoff == "hami" and whole == 1
+    if shared and whole > 0 and not hami_replica:
         problem = f"cannot be combined with a whole-GPU request ({GPU}: {_show_gpu(whole)})"
         allowed = f"either the annotation or {GPU}, not both"
         return Rejection(f"annotation {shared[0]}", annotations[shared[0]], problem, allowed)
