@@ -140,6 +140,8 @@ class UsageTracker:
             return
         try:
             amounts = dict(resources.pod_demand(pod, mig=self.config().mig_fractions()).amounts)
+            if ns == self.config().gpu_sharing.reservation.namespace:
+                amounts = {}  # GPU reservation pods: their shared GPU's pods count it
         except DemandError as exc:
             self.unreadable[key] = str(exc)
             amounts = {}
