@@ -6,7 +6,7 @@ what fairshare writes with ``device.DecodePodDevices``, ``device.UnMarshalNodeDe
 ``device.DecodeNodeDevices`` and ``nodelock.ParseNodeLock``. Nothing of HAMi is in the
 repository. HAMi comes from the Go module proxy; where the proxy does not serve it, point
 ``FAIRSHARE_HAMI_SRC`` at a HAMi source tree of the pinned version
-(``git -C HAMi archive v2.8.3 | tar x -C DIR``). Skipped only when Go is absent.
+(``git -C HAMi archive v2.9.0 | tar x -C DIR``). Skipped only when Go is absent.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import pytest
 
 from scheduler_plugin import hami
 
-HAMI_TAG = "v2.8.3"
-HAMI_PSEUDO = "v0.0.0-20260519083325-8f039ad22bfc"
-"""v2.8.3 (commit 8f039ad2): HAMi's go.mod has no /v2 suffix, so its version is a pseudo one."""
+HAMI_TAG = "v2.9.0"
+HAMI_PSEUDO = "v0.0.0-20260519091452-3a006c6ae2f0"
+"""v2.9.0 (commit 3a006c6a): HAMi's go.mod has no /v2 suffix, so its version is a pseudo one.
+From v2.9 DecodePodDevices keeps containers without devices (index = container) and
+returns its errors; v2.8 dropped both."""
 CACHE = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairshare" / "hami-decoder"
 )
@@ -104,7 +106,7 @@ def decoder() -> Path:
         return binary
     where.mkdir(parents=True, exist_ok=True)
     (where / "main.go").write_text(MAIN_GO)
-    module = "module fairshare.test/hamidecode\n\ngo 1.25\n\n"
+    module = "module fairshare.test/hamidecode\n\ngo 1.26\n\n"
     if src:
         hami_mod = (Path(src) / "go.mod").read_text()
         module += "require github.com/Project-HAMi/HAMi v0.0.0\n\n"
