@@ -109,11 +109,19 @@ def reservation_name(node: str, group: str) -> str:
 
 def reservation_pod(group: str, node: str, policy: ReservationHandoff) -> dict[str, Any]:
     """The reservation pod of shared GPU ``group`` on ``node``."""
-    one = {GPU: "1"}
+    # Small but not BestEffort: a reservation evicted under node pressure frees a GPU its
+    # sharers still use.
+    requests = {GPU: "1", "cpu": "10m", "memory": "64Mi"}
+    limits = {GPU: "1", "memory": "128Mi"}
     container: dict[str, Any] = {
         "name": "gpu-reporter",
         "image": policy.image,
-        "resources": {"requests": dict(one), "limits": dict(one)},
+        "resources": {"requests": requests, "limits": limits},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {

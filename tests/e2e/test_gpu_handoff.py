@@ -117,8 +117,8 @@ async def test_two_halves_share_one_reservation_and_whole_gpus_count_it(
     assert b.metadata.annotations[ANN_GROUP] == group
     res = await one_reservation(api, group)
     assert res.spec.node_name == node
-    limits = res.spec.containers[0].resources.limits
-    assert limits == {"nvidia.com/gpu": "1"} == res.spec.containers[0].resources.requests
+    resources = res.spec.containers[0].resources
+    assert resources.limits["nvidia.com/gpu"] == resources.requests["nvidia.com/gpu"] == "1"
 
     gpu = fake_uuid()
     t0 = time.monotonic()

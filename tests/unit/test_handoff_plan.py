@@ -37,8 +37,8 @@ def test_the_reservation_pod_holds_one_gpu_on_its_node_and_says_its_group():
     assert pod["spec"]["nodeName"] == "node-1"
     container = pod["spec"]["containers"][0]
     assert container["resources"] == {
-        "requests": {"nvidia.com/gpu": "1"},
-        "limits": {"nvidia.com/gpu": "1"},
+        "requests": {"nvidia.com/gpu": "1", "cpu": "10m", "memory": "64Mi"},
+        "limits": {"nvidia.com/gpu": "1", "memory": "128Mi"},
     }
     assert container["command"] == ["fairshare", "gpu-reporter"]
     assert pod["metadata"]["labels"] == {
