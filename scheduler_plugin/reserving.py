@@ -298,7 +298,7 @@ class HandoffController:
             self.core.create_namespaced_config_map(m.namespace, body, _preload_content=False)
         )
         if status == 409:
-            status, data = await self._replace_own(m, body)
+            status, data = await self._existing(m)
         if not 200 <= status < 300:
             if status == 409:
                 self.warned.add(m.uid)
@@ -327,27 +327,22 @@ class HandoffController:
         await self._event(m, REASON_READY, f"GPU {uuid} handed over in ConfigMap {m.configmap}",
                           warning=False)  # fmt: skip
 
-    async def _replace_own(
-        self, m: handoff.Member, body: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
-        """The ConfigMap exists: rewrite it only if it is this pod's own."""
+    async def _existing(self, m: handoff.Member) -> tuple[int, dict[str, Any]]:
+        """The ConfigMap exists: done if it is this pod's own (written before a restart,
+        the group's UUID never changes), else a conflict. Never rewritten: the extender
+        may create ConfigMaps but not update any."""
         status, current = await _call(
             self.core.read_namespaced_config_map(m.configmap, m.namespace, _preload_content=False)
         )
         if status != 200:
             return status, current
         owners = (current.get("metadata") or {}).get("ownerReferences") or []
-        if not any(o.get("uid") == m.uid for o in owners):
-            return 409, {
-                "message": f"ConfigMap {m.namespace}/{m.configmap} exists and is not this "
-                "pod's: the GPU was not handed over; recreate the pod under another name"
-            }
-        body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
-        return await _call(
-            self.core.replace_namespaced_config_map(
-                m.configmap, m.namespace, body, _preload_content=False
-            )
-        )
+        if any(o.get("uid") == m.uid for o in owners):
+            return 200, current
+        return 409, {
+            "message": f"ConfigMap {m.namespace}/{m.configmap} exists and is not this pod's: "
+            "its GPU was not handed over; recreate the pod under another name"
+        }
 
     async def _event(
         self, m: handoff.Member, reason: str, message: str, *, warning: bool = True
