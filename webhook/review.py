@@ -334,7 +334,12 @@ def _mutations(
         builder.set_entry(("spec",), "schedulerName", config.scheduler_name)
     if demand.gpu.source in ("fraction", "memory"):
         if config.gpu_sharing.handoff == "reservation":
-            gpu_handoff.handoff_ops(pod, builder, request_uid=request_uid)
+            gpu_handoff.handoff_ops(
+                pod,
+                builder,
+                request_uid=request_uid,
+                runtime_class=config.gpu_sharing.reservation.runtime_class_name,
+            )
         elif config.gpu_sharing.handoff == "hami":
             gpu_handoff.hami_ops(pod, builder)
     return builder.ops

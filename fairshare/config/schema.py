@@ -352,8 +352,8 @@ class ReservationHandoff(_Model):
     """Value of the `app` label on reservation pods (how the extender finds them)."""
 
     runtime_class_name: DnsLabel | None = None
-    """runtimeClassName of the reservation pods, e.g. "nvidia" where the NVIDIA runtime is
-    not the node's default (default none)."""
+    """runtimeClassName of the reservation pods, and of fractional pods that set none, e.g.
+    "nvidia" where the NVIDIA runtime is not the node's default (default none)."""
 
     report_timeout_seconds: float = Field(default=60.0, gt=0)
     """How long after bind a shared GPU may stay without a reported UUID before its pods

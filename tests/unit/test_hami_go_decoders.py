@@ -100,10 +100,11 @@ def decoder() -> Path:
     if shutil.which("go") is None:
         pytest.skip("Go is not installed: HAMi's decoders cannot be built")
     src = os.environ.get("FAIRSHARE_HAMI_SRC")
+    for built in (CACHE / HAMI_TAG / "hamidecode", CACHE / f"{HAMI_TAG}-local" / "hamidecode"):
+        if built.is_file() and (built.parent / "main.go").read_text() == MAIN_GO:
+            return built
     where = CACHE / (HAMI_TAG + ("-local" if src else ""))
     binary = where / "hamidecode"
-    if binary.is_file():
-        return binary
     where.mkdir(parents=True, exist_ok=True)
     (where / "main.go").write_text(MAIN_GO)
     module = "module fairshare.test/hamidecode\n\ngo 1.26\n\n"

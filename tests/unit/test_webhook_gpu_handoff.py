@@ -105,3 +105,22 @@ def test_hami_gives_the_gpu_container_one_replica_and_counts_the_share():
     again = patches.PatchBuilder(out)
     gpu_handoff.hami_ops(out, again)
     assert again.ops == ()
+
+
+def test_the_runtime_class_is_set_only_where_the_pod_chose_none():
+    pod = (
+        make_pod("p").ns("lab").annotations({"fairshare.io/gpu-fraction": "0.5"}).req(cpu="1").obj()
+    )
+    builder = patches.PatchBuilder(pod)
+    gpu_handoff.handoff_ops(pod, builder, request_uid="u", runtime_class="nvidia")
+    assert (
+        apply_patch(pod, [op.as_json() for op in builder.ops])["spec"]["runtimeClassName"]
+        == "nvidia"
+    )
+    pod["spec"]["runtimeClassName"] = "kata-nvidia"
+    builder = patches.PatchBuilder(pod)
+    gpu_handoff.handoff_ops(pod, builder, request_uid="u", runtime_class="nvidia")
+    assert (
+        apply_patch(pod, [op.as_json() for op in builder.ops])["spec"]["runtimeClassName"]
+        == "kata-nvidia"
+    )

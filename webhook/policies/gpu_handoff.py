@@ -20,7 +20,9 @@ change after creation, so the webhook prepares the pod at create:
   ``NVIDIA_VISIBLE_DEVICES`` and ``GPU_PORTION`` from required ``configMapKeyRef``s to it,
   so the nvidia container runtime injects that GPU;
 * the pod gets an unmounted ConfigMap volume of it, so the kubelet does not start the
-  pod's containers before the extender wrote it.
+  pod's containers before the extender wrote it;
+* with ``gpuSharing.reservation.runtimeClassName`` set, a pod without a
+  ``runtimeClassName`` gets that one (the NVIDIA runtime reads the variable).
 """
 
 from __future__ import annotations
@@ -111,7 +113,13 @@ def _list_ops(
     return ops
 
 
-def handoff_ops(pod: Mapping[str, Any], builder: patches.PatchBuilder, *, request_uid: str) -> str:
+def handoff_ops(
+    pod: Mapping[str, Any],
+    builder: patches.PatchBuilder,
+    *,
+    request_uid: str,
+    runtime_class: str | None = None,
+) -> str:
     """Add the handoff's ops for a fractional pod to ``builder``'s; returns the ConfigMap
     name. The pod must have passed ``gpu_sharing.check_gpu_sharing`` (its GPU container
     exists)."""
@@ -129,6 +137,9 @@ def handoff_ops(pod: Mapping[str, Any], builder: patches.PatchBuilder, *, reques
     volume = {"name": VOLUME_NAME, "configMap": {"name": name}}
     ops += _list_ops(("spec", "volumes"), spec.get("volumes"), [volume])
     builder.extend(ops)
+    if runtime_class and not spec.get("runtimeClassName"):
+        # The NVIDIA runtime is what reads NVIDIA_VISIBLE_DEVICES (a pod's own choice stays).
+        builder.set_entry(("spec",), "runtimeClassName", runtime_class)
     return name
 
 
