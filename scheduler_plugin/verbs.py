@@ -314,7 +314,7 @@ def bind_plan(
         return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
     row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
-    group, new_group = _shared_gpu(state, req, args.node, devices)
+    group, new_group = objects.share_group(state, req, args.node, devices)
     if group:
         annotations[ANN_GPU_GROUP] = group
     body = binding_body(
@@ -333,21 +333,6 @@ def bind_plan(
         group=group,
         new_group=new_group,
     )
-
-
-def _shared_gpu(
-    state: ClusterState, req: PodRequest, node: str, devices: Sequence[tuple[int, float]]
-) -> tuple[str, bool]:
-    """(group id, is new) for a fractional pod's share; ("", False) for other pods.
-
-    A share on a slot that holds a shared GPU joins it; on a free slot it starts a new
-    one, named after the pod (``objects.new_group_id``)."""
-    if len(devices) != 1 or not objects.is_share(req):
-        return "", False
-    existing = state.group_at(node, devices[0][0])
-    if existing:
-        return existing, False
-    return objects.new_group_id(node, req.uid), True
 
 
 def _fragmentation_hint(

@@ -68,6 +68,7 @@ __all__ = [
     "pod_request",
     "pod_tenant",
     "pod_uid",
+    "share_group",
     "slim_pod",
 ]
 
@@ -410,6 +411,21 @@ def is_share(req: PodRequest) -> bool:
     """A pod that asks for part of one GPU by annotation (fraction or GPU memory): it
     holds a share of a shared GPU. MIG slices and whole GPUs are device-plugin resources."""
     return req.demand.gpu.source in ("fraction", "memory") and req.demand.gpu.count == 1
+
+
+def share_group(
+    state: ClusterState, req: PodRequest, node: str, devices: Sequence[tuple[int, float]]
+) -> tuple[str, bool]:
+    """(group id, is new) for a fractional pod placed on ``devices`` of ``node``; ("",
+    False) for other pods. A share on a slot that holds a shared GPU joins it; on a free
+    slot it starts a new one, named after the pod (``new_group_id``). The extender's bind
+    and the simulator both use it."""
+    if len(devices) != 1 or not is_share(req):
+        return "", False
+    existing = state.group_at(node, devices[0][0])
+    if existing:
+        return existing, False
+    return new_group_id(node, req.uid), True
 
 
 def pod_group(state: ClusterState, pod: Mapping[str, Any], req: PodRequest, node: str) -> str:

@@ -110,3 +110,19 @@ def test_a_hami_node_has_its_registered_devices_not_the_replicas():
     st = state_with(n)
     assert [v for v in st.node_devices(0) if v >= 0] == [1000.0, 1000.0]
     assert objects.hami_device_count({"hami.io/node-nvidia-register": "a,10,1,100,T,0,true:"}) == 1
+
+
+def test_share_group_joins_or_starts_a_group_and_ignores_whole_gpus():
+    st = state_with(node("a", gpus=1))
+    req = objects.pod_request(
+        pod("s1", phase="Pending", annotations={"fairshare.io/gpu-fraction": "0.5"}),
+        config=CONFIG,
+        tenant="prod",
+        index=st.index,
+    )
+    assert objects.share_group(st, req, "a", [(0, 500.0)]) == (
+        objects.new_group_id("a", req.uid),
+        True,
+    )
+    whole = objects.pod_request(pod("w", gpu=1), config=CONFIG, tenant="prod", index=st.index)
+    assert objects.share_group(st, whole, "a", [(0, 1000.0)]) == ("", False)
