@@ -93,6 +93,7 @@ class HandoffController:
         self.waiting_since: dict[str, float] = {}
         self.warned: set[str] = set()
         self.lost_warned: set[str] = set()
+        """Pods told that their shared GPU lost its reservation."""
         self.done: set[str] = set()
         self.deleting: dict[str, float] = {}
         """Reservation pods whose delete was sent (the watch may still show them)."""
@@ -212,6 +213,9 @@ class HandoffController:
         for m in (m for _, ms in groups.values() for m in ms):
             if not m.uuid and m.uid not in self.done:
                 self.waiting_since.setdefault(m.uid, now)
+        for seen in {r.group for r in self.tracker.reservations.values()}:
+            # The watch shows it: no longer "created, maybe not seen yet".
+            self.pending_create.pop(seen, None)
         plan = handoff.plan_sweep(
             groups=groups,
             reservations=list(self.tracker.reservations.values()),
@@ -245,11 +249,11 @@ class HandoffController:
                 "(image, runtimeClass, device plugin).",
             )
         for group in plan.lost:
-            if group in self.lost_warned:
-                continue
-            self.lost_warned.add(group)
-            self.problems.labels("reservation_lost").inc()
-            for m in groups[group][1]:
+            fresh = [m for m in groups[group][1] if m.uid not in self.lost_warned]
+            if fresh:
+                self.problems.labels("reservation_lost").inc()
+            for m in fresh:
+                self.lost_warned.add(m.uid)
                 await self._event(
                     m,
                     REASON_LOST,
@@ -257,7 +261,7 @@ class HandoffController:
                     "for the pods sharing it and may be given to another pod; delete and "
                     "recreate this pod to get a reserved GPU again.",
                 )
-        self.lost_warned &= set(groups)
+        self.lost_warned &= live
         for group in [g for g, t in self.pending_create.items() if now - t > handoff.CREATE_GRACE]:
             self.pending_create.pop(group, None)
 

@@ -228,3 +228,41 @@ async def test_a_report_that_never_comes_is_explained_and_a_late_one_still_works
     await wait_pod(
         api, namespace, "p", lambda x: x.metadata.annotations.get(ANN_UUID) == gpu, timeout=30
     )
+
+
+async def test_a_lost_reservation_is_surfaced_or_replaced_before_any_pod_got_its_gpu(
+    fairshare: FairshareDev, api: client.ApiClient, namespace: str, make_gpu_node: Any
+) -> None:
+    core = client.CoreV1Api(api)
+    node = unique("handoff")
+    await make_gpu_node(node, gpus=2)
+    # Running on its GPU: losing the reservation is a Warning on the pod (it keeps running).
+    await core.create_namespaced_pod(namespace, half("run", node))
+    run = await bound(api, namespace, "run")
+    running = run.metadata.annotations[ANN_GROUP]
+    res = await one_reservation(api, running)
+    await report(api, res, fake_uuid())
+    await handed_gpu(api, namespace, run)
+    await core.delete_namespaced_pod(res.metadata.name, RESERVATION_NS, grace_period_seconds=0)
+    event = await wait_event(
+        api, namespace, involved_name="run", reason="GPUReservationLost", timeout=30
+    )
+    assert event.type == "Warning"
+    assert not await reservations(api, running)  # not recreated: it could be another GPU
+
+    # Not yet on a GPU: the reservation is simply created again. (0.75 does not fit beside
+    # "run", so it starts a shared GPU of its own on the other device.)
+    await core.create_namespaced_pod(namespace, half("wait", node, "0.75"))
+    wait = await bound(api, namespace, "wait")
+    waiting = wait.metadata.annotations[ANN_GROUP]
+    first = await one_reservation(api, waiting)
+    await core.delete_namespaced_pod(first.metadata.name, RESERVATION_NS, grace_period_seconds=0)
+
+    async def replaced() -> client.V1Pod | None:
+        found = await reservations(api, waiting)
+        return next((p for p in found if p.metadata.uid != first.metadata.uid), None)
+
+    again = await wait_for(replaced, timeout=60, what=f"a new reservation of {waiting}")
+    gpu = fake_uuid()
+    await report(api, again, gpu)
+    assert await handed_gpu(api, namespace, wait) == gpu
