@@ -97,3 +97,32 @@ def test_configmap_is_owned_by_the_pod():
     assert cm["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"}
     ]
+
+
+def test_the_tracker_keeps_reservation_pods_out_of_the_ledger_even_slimmed():
+    from fairshare.config.loading import config_from_mapping
+    from fairshare.state import objects
+    from scheduler_plugin.tracking import ExtenderTracker
+
+    config = config_from_mapping({"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig"})
+    tracker = ExtenderTracker(lambda: config)
+    tracker.on_event(
+        "Node",
+        "ADDED",
+        {
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "nvidia.com/gpu": "2"}},
+        },
+    )
+    pod = handoff.reservation_pod("gpu-abc", "n1", POLICY)
+    pod["metadata"]["uid"] = "r1"
+    pod["metadata"]["annotations"][handoff.ANN_RESERVED_UUID] = "GPU-1"
+    changes: list[int] = []
+    tracker.on_change = lambda: changes.append(1)
+    # The informers hand the tracker slim pods: the labels and the report must survive.
+    tracker.on_resync("Pod", [objects.slim_pod(pod)])
+    assert "r1" not in tracker.state.pods and "r1" not in tracker.pods
+    assert tracker.reservations["r1"].group == "gpu-abc"
+    assert tracker.reservations["r1"].uuid == "GPU-1" and changes
+    tracker.on_event("Pod", "DELETED", pod)
+    assert not tracker.reservations
