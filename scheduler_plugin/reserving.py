@@ -249,6 +249,8 @@ class HandoffController:
                 "(image, runtimeClass, device plugin).",
             )
         for group in plan.lost:
+            # Its GPU is no longer held: no new share may join it.
+            self.tracker.state.close_group(group)
             fresh = [m for m in groups[group][1] if m.uid not in self.lost_warned]
             if fresh:
                 self.problems.labels("reservation_lost").inc()

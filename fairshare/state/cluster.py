@@ -75,6 +75,8 @@ class SharedGpu:
     node: str
     slot: int
     members: set[str] = field(default_factory=set)
+    closed: float = 0.0
+    """Milli-GPU of the slot held back by ``close_group`` (no new shares join)."""
 
 
 @dataclass
@@ -348,6 +350,28 @@ class ClusterState:
             del self.groups[group]
             if self.slot_group.get((shared.node, shared.slot)) == group:
                 del self.slot_group[(shared.node, shared.slot)]
+            self._reopen(shared)
+
+    def close_group(self, group: str) -> None:
+        """No new share joins shared GPU ``group`` (its GPU is no longer held): the room
+        left on its slot is held back until the group ends."""
+        shared = self.groups.get(group)
+        i = self.node_index.get(shared.node) if shared is not None else None
+        if shared is None or i is None or shared.closed or shared.slot >= self.max_dev:
+            return
+        at = i * self.max_dev + shared.slot
+        if self.dev_free[at] > 0:
+            shared.closed = self.dev_free[at]
+            self.dev_free[at] = 0.0
+            self._pod_changes += 1
+
+    def _reopen(self, shared: SharedGpu) -> None:
+        i = self.node_index.get(shared.node)
+        if shared.closed and i is not None and shared.slot < self.max_dev:
+            at = i * self.max_dev + shared.slot
+            if self.dev_free[at] >= 0:
+                self.dev_free[at] += shared.closed
+        shared.closed = 0.0
 
     def group_at(self, node: str, slot: int) -> str | None:
         """The shared GPU on ``slot`` of ``node``, if any."""

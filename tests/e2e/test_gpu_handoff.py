@@ -234,8 +234,9 @@ async def test_a_lost_reservation_is_surfaced_or_replaced_before_any_pod_got_its
     fairshare: FairshareDev, api: client.ApiClient, namespace: str, make_gpu_node: Any
 ) -> None:
     core = client.CoreV1Api(api)
-    node = unique("handoff")
-    await make_gpu_node(node, gpus=2)
+    node, other = unique("handoff"), unique("handoff")
+    await make_gpu_node(node, gpus=1)
+    await make_gpu_node(other, gpus=1)
     # Running on its GPU: losing the reservation is a Warning on the pod (it keeps running).
     await core.create_namespaced_pod(namespace, half("run", node))
     run = await bound(api, namespace, "run")
@@ -249,10 +250,14 @@ async def test_a_lost_reservation_is_surfaced_or_replaced_before_any_pod_got_its
     )
     assert event.type == "Warning"
     assert not await reservations(api, running)  # not recreated: it could be another GPU
+    # No new share joins that shared GPU, though a quarter would fit beside "run".
+    await core.create_namespaced_pod(namespace, half("late", node, "0.25"))
+    await wait_event(api, namespace, involved_name="late", reason="FailedScheduling", timeout=30)
+    await asyncio.sleep(3)
+    assert not (await core.read_namespaced_pod("late", namespace)).spec.node_name
 
-    # Not yet on a GPU: the reservation is simply created again. (0.75 does not fit beside
-    # "run", so it starts a shared GPU of its own on the other device.)
-    await core.create_namespaced_pod(namespace, half("wait", node, "0.75"))
+    # Not yet on a GPU: a lost reservation is simply created again.
+    await core.create_namespaced_pod(namespace, half("wait", other, "0.25"))
     wait = await bound(api, namespace, "wait")
     waiting = wait.metadata.annotations[ANN_GROUP]
     first = await one_reservation(api, waiting)

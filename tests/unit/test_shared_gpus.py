@@ -126,3 +126,23 @@ def test_share_group_joins_or_starts_a_group_and_ignores_whole_gpus():
     )
     whole = objects.pod_request(pod("w", gpu=1), config=CONFIG, tenant="prod", index=st.index)
     assert objects.share_group(st, whole, "a", [(0, 1000.0)]) == ("", False)
+
+
+def test_a_closed_group_takes_no_new_share_until_it_ends():
+    st = state_with(node("a", gpus=2))
+    objects.apply_pod(st, share("s", "0.25", group="g"), CONFIG, "prod")
+    slot = st.groups["g"].slot
+    st.close_group("g")
+    assert st.node_devices(0)[slot] == 0.0
+    req = objects.pod_request(
+        pod("n", phase="Pending", annotations={"fairshare.io/gpu-fraction": "0.25"}),
+        config=CONFIG,
+        tenant="prod",
+        index=st.index,
+    )
+    plan = verbs.bind_plan(
+        wire.ExtenderBindingArgs("n", "prod", req.uid, "a"), state=st, pending=[req]
+    )
+    assert plan.devices[0][0] != slot and plan.new_group
+    st.unbind("uid-s")
+    assert st.node_devices(0)[slot] == 1000.0 and "g" not in st.groups
