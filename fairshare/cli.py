@@ -384,6 +384,42 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+def cmd_gpu_reporter(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import logging
+    import os
+
+    from fairshare import gpu_reporter
+    from fairshare.state import informers
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s: %(message)s"
+    )
+
+    async def main() -> None:
+        from kubernetes_asyncio import client
+
+        api_client = await informers.make_api_client(args.kubeconfig)
+        async with api_client:
+            core = client.CoreV1Api(api_client)
+
+            async def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
+                try:
+                    await core.patch_namespaced_pod(name, namespace, body)
+                except client.ApiException as exc:
+                    raise FairshareError(
+                        f"cannot annotate pod {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+                    ) from exc
+                logging.info("reported %s on pod %s/%s", body, namespace, name)
+
+            await gpu_reporter.run(dict(os.environ), patch)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+    return 0
+
+
 def cmd_reclaimer(args: argparse.Namespace) -> int:
     import socket
 
@@ -823,6 +859,13 @@ def build_parser() -> argparse.ArgumentParser:
         "leads (select it in the Service)",
     )
     ext.set_defaults(func=cmd_extender)
+    rep = sub.add_parser(
+        "gpu-reporter",
+        help="in a reservation pod: report the GPU it holds on the pod, then wait",
+    )
+    rep.add_argument("--kubeconfig", default=None, help="default: the in-cluster service account")
+    rep.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    rep.set_defaults(func=cmd_gpu_reporter)
     rec = sub.add_parser(
         "reclaimer", help="run the reclaim controller (evicts borrowed pods for guarantees)"
     )

@@ -38,6 +38,14 @@ MIG_PREFIX: Final = "nvidia.com/mig-"
 ANN_GPU_FRACTION: Final = "fairshare.io/gpu-fraction"
 ANN_GPU_MEMORY: Final = "fairshare.io/gpu-memory"
 ANN_GPU_DEVICES: Final = "fairshare.io/gpu-devices"
+ANN_GPU_GROUP: Final = "fairshare.io/gpu-group"
+"""Set at bind on a fractional pod: the id of the shared GPU it holds a share of."""
+ANN_GPU_UUID: Final = "fairshare.io/gpu-uuid"
+"""Set once the handoff learned it: the UUID of the physical GPU behind the shared GPU."""
+ANN_GPU_CONFIGMAP: Final = "fairshare.io/gpu-configmap"
+"""Set by the webhook (handoff ``reservation``): the ConfigMap bind writes the GPU into."""
+ANN_GPU_CONTAINER: Final = "fairshare.io/gpu-container"
+"""Optional, set by the user: the container that gets the shared GPU (default: the first)."""
 LABEL_TENANT: Final = "fairshare.io/tenant"
 
 MILLI_GPU: Final = 1000
@@ -189,11 +197,16 @@ def gpu_demand(
 ) -> GpuDemand:
     """The pod's GPU shape: whole devices, a fraction, GPU memory, or MIG slices.
 
-    Whole devices (``nvidia.com/gpu``) win over annotations; a ``fairshare.io/gpu-fraction``
-    must lie in (0, 1]; ``fairshare.io/gpu-memory`` is a quantity; a MIG resource
-    ``nvidia.com/mig-<profile>: n`` is n slices of the profile's configured fraction.
+    Whole devices (``nvidia.com/gpu``) win over annotations, except ``nvidia.com/gpu: 1``
+    with a share annotation: that is the one replica HAMi's device plugin hands a shared
+    GPU's pod (handoff ``hami``; the webhook refuses the pair otherwise), so the share
+    counts. A ``fairshare.io/gpu-fraction`` must lie in (0, 1]; ``fairshare.io/gpu-memory``
+    is a quantity; a MIG resource ``nvidia.com/mig-<profile>: n`` is n slices of the
+    profile's configured fraction.
     """
     whole = requests.get(GPU, Fraction(0))
+    if whole == 1 and (ANN_GPU_FRACTION in annotations or ANN_GPU_MEMORY in annotations):
+        whole = Fraction(0)
     if whole:
         if whole.denominator != 1 or whole < 0:
             raise DemandError(f"{GPU} must be a whole number of devices, got {whole}")

@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -80,6 +80,60 @@ def _always() -> bool:
     return True
 
 
+class BindHooks(Protocol):
+    """What a GPU handoff does around the Binding POST.
+
+    ``before_binding`` runs after the pod is accounted and before its Binding; it returns
+    the plan to POST (it may add annotations) or why the bind must fail (the pod is then
+    un-accounted and kube-scheduler retries it). ``after_binding`` runs once the Binding
+    was accepted; ``started`` is the ``time.monotonic()`` the bind call arrived at.
+    """
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str: ...
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None: ...
+
+    async def binding_failed(self, plan: verbs.BindPlan) -> None: ...
+
+
+class NoHandoff:
+    """The hooks of ``--state`` runs and of handoff ``none``: nothing around the Binding."""
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str:
+        return plan
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
+        return None
+
+    async def binding_failed(self, plan: verbs.BindPlan) -> None:
+        return None
+
+
+@dataclass
+class ChainedHooks:
+    """Several handoffs' hooks in turn (each acts only when the config selects it)."""
+
+    hooks: list[BindHooks]
+
+    async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str:
+        for hook in self.hooks:
+            out = await hook.before_binding(plan)
+            if isinstance(out, str):
+                for done in self.hooks[: self.hooks.index(hook)]:
+                    await done.binding_failed(plan)
+                return out
+            plan = out
+        return plan
+
+    def after_binding(self, plan: verbs.BindPlan, started: float) -> None:
+        for hook in self.hooks:
+            hook.after_binding(plan, started)
+
+    async def binding_failed(self, plan: verbs.BindPlan) -> None:
+        for hook in self.hooks:
+            await hook.binding_failed(plan)
+
+
 @dataclass
 class ExtenderDeps:
     """Everything the handlers need, built by the caller (CLI or test)."""
@@ -90,6 +144,7 @@ class ExtenderDeps:
     metrics: metrics_mod.Metrics
     ready: Callable[[], bool]
     binder: Binder = bind_locally
+    hooks: BindHooks = field(default_factory=NoHandoff)
     bind_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     background: list[CleanupCtx] = field(default_factory=list)
     leading: Callable[[], bool] = _always
@@ -98,6 +153,10 @@ class ExtenderDeps:
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
+
+
+class HandoffError(Exception):
+    """A GPU handoff refused the bind (``BindHooks.before_binding``)."""
 
 
 def build_deps(
@@ -205,6 +264,7 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
 
 
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
+    started = time.monotonic()
     args = _decode(wire.decode_binding_args, body)
     state = deps.tracker.state
     held = state.pods.get(args.pod_uid) if args.pod_uid else None
@@ -242,9 +302,15 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         deps.tracker.pending.pop(plan.uid, None)
     deps.binds_in_flight += 1
     try:
+        handed = await deps.hooks.before_binding(plan)
+        if isinstance(handed, str):
+            raise HandoffError(handed)
+        plan = handed
         await deps.binder(plan)
     except Exception as exc:
         log.warning("binding %s/%s to %s failed: %s", plan.namespace, plan.name, plan.node, exc)
+        if not isinstance(exc, HandoffError):
+            await deps.hooks.binding_failed(plan)
         async with deps.bind_lock:
             deps.tracker.state.unbind(plan.uid)
             # Back to the queue only if the pod still exists (a 404 means it was deleted
@@ -254,6 +320,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
     finally:
         deps.binds_in_flight -= 1
+    deps.hooks.after_binding(plan, started)
     return plan.result()
 
 
@@ -503,6 +570,22 @@ async def serve(
         )
     )
     deps.background.append(freeze_after_sync(rt.source.ready))
+    if api_client is not None:
+        from scheduler_plugin import hami_hooks, reserving
+
+        controller = reserving.HandoffController(
+            api_client=api_client,
+            tracker=deps.tracker,
+            config=rt.holder.get,
+            registry=deps.registry,
+            synced=rt.source.ready,
+            is_leader=lambda: deps.leading(),  # with --lease, only the leader sweeps
+        )
+        hami = hami_hooks.HamiHooks(
+            api_client=api_client, tracker=deps.tracker, config=rt.holder.get
+        )
+        deps.hooks = ChainedHooks([controller, hami])
+        deps.background.append(controller.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

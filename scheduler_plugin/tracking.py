@@ -54,6 +54,7 @@ from fairshare.placement import (
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects, usage
 from fairshare.state.cluster import ClusterState, StateError
+from scheduler_plugin import handoff
 
 KIND_PVC = "PersistentVolumeClaim"
 
@@ -120,6 +121,10 @@ class ExtenderTracker:
     """Bound PersistentVolumeClaims by uid: (namespace, storage bytes requested)."""
     storage_usage: dict[str, float] = field(default_factory=dict)
     """Bytes added to each tenant's ``storage`` column for its bound PVCs."""
+    reservations: dict[str, handoff.Reservation] = field(default_factory=dict)
+    """Reservation pods of shared GPUs, by uid: not workload (their group holds the slot)."""
+    on_change: Callable[[], None] | None = None
+    """Called after a reservation pod or a bound pod changed (wakes the handoff sweep)."""
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
@@ -182,6 +187,12 @@ class ExtenderTracker:
         fresh.volume_claims = dict(self.volume_claims)
         fresh._recount_storage()
         fresh._gone = self._gone
+        # Shared GPUs: reservation pods, and groups closed because their GPU was lost.
+        fresh.reservations = dict(self.reservations)
+        fresh.on_change = self.on_change
+        for gid, shared in old.groups.items():
+            if shared.closed:
+                new.close_group(gid)
         fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
         fresh.config = self.config
         fresh._columns_of = config
@@ -204,6 +215,8 @@ class ExtenderTracker:
                     tenant=held.tenant,
                     name=held.name,
                     allow_overcommit=True,
+                    mig=held.mig,
+                    group=held.group,
                 )
         fresh.pods = dict(self.pods)
         fresh.pending = {
@@ -234,6 +247,8 @@ class ExtenderTracker:
                 tenant=held.tenant,
                 name=held.name,
                 allow_overcommit=True,
+                mig=held.mig,
+                group=held.group,
             )
             fresh.pending.pop(uid, None)
 
@@ -254,6 +269,8 @@ class ExtenderTracker:
         elif kind == "Pod":
             uids = {objects.pod_uid(p) for p in objects_}
             for uid in [u for u in self.pods if u not in uids]:
+                self._forget_pod(uid)
+            for uid in [u for u in self.reservations if u not in uids]:
                 self._forget_pod(uid)
             for pod in objects_:
                 self._pod(pod)
@@ -425,6 +442,9 @@ class ExtenderTracker:
         self._gone[uid] = None
         while len(self._gone) > GONE_MEMORY:
             self._gone.popitem(last=False)
+        if self.reservations.pop(uid, None) is not None:
+            self._changed()
+            return
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
         self.gated.discard(uid)
@@ -432,14 +452,23 @@ class ExtenderTracker:
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
         self.unreadable.pop(uid, None)
-        objects.delete_pod(self.state, uid)
+        if objects.delete_pod(self.state, uid) is not None:
+            self._changed()
         self._mix_changes += 1
         if had_claims:
             self._recount_dra()
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _pod(self, pod: dict[str, Any]) -> None:
         uid = objects.pod_uid(pod)
         config = self.config()
+        if handoff.is_reservation_pod(pod, config.gpu_sharing.reservation):
+            self.reservations[uid] = handoff.reservation_of(pod)
+            self._changed()
+            return
         if objects.is_terminal(pod):
             self._forget_pod(uid)
             return
@@ -467,6 +496,8 @@ class ExtenderTracker:
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
                 objects.apply_pod(self.state, pod, config, tenant)
+                if self.on_change is not None and objects.is_share(req):
+                    self.on_change()
             else:
                 self.pending[uid] = req
         except (StateError, resources.DemandError) as exc:

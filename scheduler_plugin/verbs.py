@@ -40,7 +40,7 @@ from fairshare.placement import (
     mig_use,
     score_context,
 )
-from fairshare.resources import ANN_GPU_DEVICES
+from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState
 from scheduler_plugin import filtering, preemption, wire
@@ -273,6 +273,10 @@ class BindPlan:
     error: str = ""
     mig: tuple[str, int] | None = None
     """(MIG profile, slices) the pod takes instead of devices."""
+    group: str = ""
+    """The shared GPU a fractional pod takes a share of ("" otherwise)."""
+    new_group: bool = False
+    """The pod is the first of its shared GPU (a handoff must set up the GPU)."""
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON (``Error`` empty when the plan is good)."""
@@ -352,6 +356,9 @@ def bind_plan(
             return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
         row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
+    group, new_group = objects.share_group(state, req, args.node, devices)
+    if group:
+        annotations[ANN_GPU_GROUP] = group
     body = binding_body(
         name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
     )
@@ -366,6 +373,8 @@ def bind_plan(
         annotations,
         body,
         mig=slices,
+        group=group,
+        new_group=new_group,
     )
 
 
@@ -398,4 +407,5 @@ def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
         tenant=plan.tenant,
         name=plan.name,
         mig=plan.mig,
+        group=plan.group,
     )

@@ -140,6 +140,10 @@ class PatchBuilder:
             node = node[where[i]]
             self._created[where[: i + 1]] = node
 
+    def extend(self, ops: Iterable[PatchOp]) -> None:
+        """Append ops built elsewhere (list entries, which ``set_entry`` does not cover)."""
+        self._ops.extend(ops)
+
     def set_field(self, path: Sequence[str], value: Any) -> None:
         """Make the field at ``path`` equal ``value`` (its parent map must exist)."""
         self.set_entry(path[:-1], path[-1], value)

@@ -44,7 +44,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_usage
 from fairshare.tenancy import TenantResolution, resolve_tenant
 from webhook import patches, reservations, wire
-from webhook.policies import config_guard, gpu_sharing, quota
+from webhook.policies import config_guard, gpu_handoff, gpu_sharing, quota
 from webhook.view import TenantUsageView
 
 __all__ = [
@@ -283,7 +283,14 @@ def _judge_pod(
     if tenant is None and resolution.source == "deny-gpu" and demand.wants_gpu:
         return _deny((NoTenant(namespace),), warnings=warnings)
     if phase == "mutate":
-        patch = _mutations(pod, tenant=tenant, sharing=sharing, demand=demand, config=config)
+        patch = _mutations(
+            pod,
+            tenant=tenant,
+            sharing=sharing,
+            demand=demand,
+            config=config,
+            request_uid=request.uid,
+        )
         return Verdict(wire.allow(patch=patch, warnings=warnings))
     if tenant is None:
         return Verdict(wire.allow(warnings=warnings))
@@ -300,6 +307,7 @@ def _mutations(
     sharing: gpu_sharing.Normalised,
     demand: PodDemand,
     config: FairShareConfig,
+    request_uid: str = "",
 ) -> tuple[patches.PatchOp, ...]:
     builder = patches.PatchBuilder(pod)
     if tenant is not None:
@@ -309,6 +317,16 @@ def _mutations(
     scheduler = (pod.get("spec") or {}).get("schedulerName")
     if config.scheduler_name and demand.wants_gpu and scheduler in (None, "", DEFAULT_SCHEDULER):
         builder.set_entry(("spec",), "schedulerName", config.scheduler_name)
+    if demand.gpu.source in ("fraction", "memory"):
+        if config.gpu_sharing.handoff == "reservation":
+            gpu_handoff.handoff_ops(
+                pod,
+                builder,
+                request_uid=request_uid,
+                runtime_class=config.gpu_sharing.reservation.runtime_class_name,
+            )
+        elif config.gpu_sharing.handoff == "hami":
+            gpu_handoff.hami_ops(pod, builder)
     return builder.ops
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "FairShareConfig",
     "GpuSharing",
     "HealthPolicy",
+    "ReservationHandoff",
     "ResourceSpec",
     "ScoringWeights",
     "Tenant",
@@ -331,8 +332,46 @@ class DefaultTenantPolicy(_Model):
     """The catch-all tenant used by mode "tenant" (default "default")."""
 
 
+class ReservationHandoff(_Model):
+    """Handoff ``reservation``: a pod per shared GPU holds it on the node and reports its UUID."""
+
+    namespace: DnsLabel = "fairshare-reservation"
+    """Namespace of the reservation pods (default "fairshare-reservation")."""
+
+    image: str = Field(default="ghcr.io/fairshare/fairshare:0.1.0", min_length=1)
+    """Image of the reservation pods. It must report the GPU it was given: fairshare's own
+    image runs `fairshare gpu-reporter`; KAI's resource-reservation image works too (then
+    set `command: []`). Default: fairshare's image."""
+
+    command: tuple[str, ...] = ("fairshare", "gpu-reporter")
+    """The reservation container's command (empty: the image's entrypoint)."""
+
+    service_account: DnsLabel = "fairshare-gpu-reporter"
+    """ServiceAccount of the reservation pods: it may patch pods in `namespace`."""
+
+    app_label: DnsLabel = "fairshare-gpu-reservation"
+    """Value of the `app` label on reservation pods (how the extender finds them)."""
+
+    runtime_class_name: DnsLabel | None = Field(default=None, examples=["nvidia"])
+    """runtimeClassName of the reservation pods, and of fractional pods that set none, e.g.
+    "nvidia" where the NVIDIA runtime is not the node's default (default none)."""
+
+    report_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long after bind a shared GPU may stay without a reported UUID before its pods
+    get a Warning event (default 60)."""
+
+
 class GpuSharing(_Model):
     """Rules for fractional GPU requests (fairshare.io/gpu-fraction, fairshare.io/gpu-memory)."""
+
+    handoff: Literal["reservation", "hami", "none"] = "reservation"
+    """How a shared GPU reaches the containers. "reservation" (default): a reservation pod
+    holds the GPU on the node and each fractional pod gets NVIDIA_VISIBLE_DEVICES from a
+    ConfigMap bind writes (stock NVIDIA device plugin). "hami": HAMi's pod annotations,
+    for HAMi's device plugin. "none": accounting only (nothing on the node reads it)."""
+
+    reservation: ReservationHandoff = Field(default_factory=ReservationHandoff)
+    """Settings of the "reservation" handoff."""
 
     fraction_step: UnitFraction = "0.05"
     """Fractions are whole multiples of this step (a fraction in (0, 1], default "0.05")."""

@@ -43,6 +43,7 @@ from fairshare.placement import (
 )
 from fairshare.resources import ResourceIndex
 from fairshare.state.cluster import ClusterState
+from fairshare.state.objects import share_group
 
 Policy = Literal["ours", "bestfit", "fgd"]
 POLICIES: tuple[str, ...] = ("ours", "bestfit", "fgd")
@@ -250,8 +251,15 @@ class Simulation:
         milli = fr.gpu_milli.get(best, 0.0)
         devs = choose_devices(self.state, req, best, milli=milli, hint=scored.devices.get(best, -1))
         node = self.state.nodes[best].name
+        group, _ = share_group(self.state, req, node, devs)
         self.state.bind(
-            uid=uid, node=node, row=req.row, devices=devs, tenant=req.tenant, name=req.name
+            uid=uid,
+            node=node,
+            row=req.row,
+            devices=devs,
+            tenant=req.tenant,
+            name=req.name,
+            group=group,
         )
         del self.pending[uid]
         if req.tenant is not None:

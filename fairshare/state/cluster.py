@@ -68,9 +68,28 @@ class BoundPod:
     tenant: str | None
     node: str
     row: tuple[float, ...]
-    devices: tuple[tuple[int, float], ...]  # (device index, milli-GPU)
+    devices: tuple[tuple[int, float], ...]  # (device slot, milli-GPU)
     name: str = ""
     mig: tuple[str, int] | None = None  # (MIG profile, slices) when placed on MIG slices
+    group: str = ""
+    """The shared GPU this fractional pod holds a share of ("" for whole-GPU pods)."""
+
+
+@dataclass
+class SharedGpu:
+    """A logical shared GPU: the slot fractional pods split, with an id.
+
+    The slot is a row of the node's device array; which physical GPU backs it is
+    decided on the node (the kubelet and device plugin) and learned as ``uuid`` once a
+    handoff reports it. Whole-GPU pods are counts: their slot index means nothing.
+    """
+
+    id: str
+    node: str
+    slot: int
+    members: set[str] = field(default_factory=set)
+    closed: float = 0.0
+    """Milli-GPU of the slot held back by ``close_group`` (no new shares join)."""
 
 
 @dataclass
@@ -95,6 +114,10 @@ class ClusterState:
     """MIG slices held per node and profile (nodes with none held are absent)."""
     mig_nodes: int = 0
     """How many nodes have MIG slices (0 keeps the filter on its fast path)."""
+    groups: dict[str, SharedGpu] = field(default_factory=dict)
+    """Shared GPUs by id (a group lives while one of its pods is bound)."""
+    slot_group: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(node, slot) -> the shared GPU that slot holds."""
     _nodes_version: int = 0
     _pod_changes: int = 0
     _cap_cache: tuple[int, list[float]] | None = None
@@ -326,9 +349,14 @@ class ClusterState:
         name: str = "",
         allow_overcommit: bool = False,
         mig: tuple[str, int] | None = None,
+        group: str = "",
     ) -> BoundPod:
         """Account a pod on ``node``: subtract its row and its device shares, or the
-        MIG slices ``mig`` = (profile, count) it holds instead of devices."""
+        MIG slices ``mig`` = (profile, count) it holds instead of devices.
+
+        ``group``: the shared GPU the pod's one device share belongs to; it is created
+        on the share's slot, or joined (then the share must be on the group's slot).
+        """
         if uid in self.pods:
             raise StateError(f"pod {uid} is already bound to {self.pods[uid].node}")
         if node not in self.node_index:
@@ -342,6 +370,8 @@ class ClusterState:
                 raise StateError(f"device {dev} on {node}: negative share {milli:g}")
             merged[int(dev)] = merged.get(int(dev), 0.0) + float(math.ceil(milli))
         devs = tuple(sorted(merged.items()))
+        if group:
+            self._check_group(group, node, devs)
         if not allow_overcommit:
             for dev, milli in devs:
                 if not 0 <= dev < d or self.dev_free[i * d + dev] < milli:
@@ -356,8 +386,14 @@ class ClusterState:
             self._used[k] += row[k]
         for dev, milli in devs:
             self.dev_free[i * d + dev] -= milli
-        pod = BoundPod(uid, tenant, node, tuple(row), devs, name, mig)
+        pod = BoundPod(uid, tenant, node, tuple(row), devs, name, mig=mig, group=group)
         self.pods[uid] = pod
+        if group:
+            shared = self.groups.get(group)
+            if shared is None:
+                shared = self.groups[group] = SharedGpu(group, node, devs[0][0])
+                self.slot_group[(node, shared.slot)] = group
+            shared.members.add(uid)
         self._pod_changes += 1
         if tenant is not None:
             usage = self.tenant_usage.setdefault(tenant, [0.0] * r)
@@ -373,6 +409,8 @@ class ClusterState:
         if pod is None:
             return None
         self._pod_changes += 1
+        if pod.group:
+            self._leave_group(pod.group, uid)
         i = self.node_index.get(pod.node)
         r, d = self.n_res, self.max_dev
         if i is not None:
@@ -399,6 +437,55 @@ class ClusterState:
             held = self.node_tenant_gpu.get(pod.node, {})
             held[pod.tenant] = held.get(pod.tenant, 0.0) - pod.row[self.gpu_col]
         return pod
+
+    def _check_group(self, group: str, node: str, devs: Sequence[tuple[int, float]]) -> None:
+        if len(devs) != 1:
+            raise StateError(f"shared GPU {group}: a share is one device, got {len(devs)}")
+        shared = self.groups.get(group)
+        slot = devs[0][0]
+        if shared is not None and (shared.node, shared.slot) != (node, slot):
+            raise StateError(
+                f"shared GPU {group} is slot {shared.slot} of {shared.node}, not {slot} of {node}"
+            )
+        other = self.slot_group.get((node, slot))
+        if other is not None and other != group:
+            raise StateError(f"slot {slot} of {node} holds shared GPU {other}, not {group}")
+
+    def _leave_group(self, group: str, uid: str) -> None:
+        shared = self.groups.get(group)
+        if shared is None:
+            return
+        shared.members.discard(uid)
+        if not shared.members:
+            del self.groups[group]
+            if self.slot_group.get((shared.node, shared.slot)) == group:
+                del self.slot_group[(shared.node, shared.slot)]
+            self._reopen(shared)
+
+    def close_group(self, group: str) -> None:
+        """No new share joins shared GPU ``group`` (its GPU is no longer held): the room
+        left on its slot is held back until the group ends."""
+        shared = self.groups.get(group)
+        i = self.node_index.get(shared.node) if shared is not None else None
+        if shared is None or i is None or shared.closed or shared.slot >= self.max_dev:
+            return
+        at = i * self.max_dev + shared.slot
+        if self.dev_free[at] > 0:
+            shared.closed = self.dev_free[at]
+            self.dev_free[at] = 0.0
+            self._pod_changes += 1
+
+    def _reopen(self, shared: SharedGpu) -> None:
+        i = self.node_index.get(shared.node)
+        if shared.closed and i is not None and shared.slot < self.max_dev:
+            at = i * self.max_dev + shared.slot
+            if self.dev_free[at] >= 0:
+                self.dev_free[at] += shared.closed
+        shared.closed = 0.0
+
+    def group_at(self, node: str, slot: int) -> str | None:
+        """The shared GPU on ``slot`` of ``node``, if any."""
+        return self.slot_group.get((node, slot))
 
     # -- totals --------------------------------------------------------------
 

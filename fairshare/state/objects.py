@@ -30,6 +30,7 @@ Design choices:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,7 +44,7 @@ import yaml
 from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
-from fairshare.resources import ANN_GPU_DEVICES, MILLI_GPU, ResourceIndex
+from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 
 __all__ = [
@@ -56,14 +57,19 @@ __all__ = [
     "delete_pod",
     "format_gpu_devices",
     "is_bound",
+    "is_share",
     "is_terminal",
     "largest_device_memory",
+    "legacy_group_id",
     "load_state_file",
+    "new_group_id",
     "node_gpu_health",
     "parse_gpu_devices",
+    "pod_group",
     "pod_request",
     "pod_tenant",
     "pod_uid",
+    "share_group",
     "slim_pod",
 ]
 
@@ -128,12 +134,17 @@ _KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 _KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
 _ANN_PREFIX: Final = "fairshare.io/"
 _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+_KEPT_ANNOTATIONS: Final = frozenset({"run.ai/reserve_for_gpu_index"})
+"""Other annotations kept: the GPU UUID a reservation pod reports."""
+LABEL_GPU_GROUP: Final = "runai-gpu-group"
+"""The shared GPU a reservation pod holds; its pods keep it and their ``app`` label."""
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a Pod the extender reads again later, as a smaller dict.
 
-    Kept: identity and timestamps, ``fairshare.io/*`` annotations, ``spec.nodeName``,
+    Kept: identity and timestamps, ``fairshare.io/*`` annotations (and a reservation pod's
+    reported GPU and its ``app`` and ``runai-gpu-group`` labels), ``spec.nodeName``,
     ``nodeSelector``, ``overhead``, ``resourceClaims``, ``schedulerName``,
     ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
     (what ``eligibility`` reads), each container's and init
@@ -176,8 +187,13 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
     if annotations is not None:
         out_meta["annotations"] = {
-            k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(_ANN_PREFIX)
+            k: v
+            for k, v in annotations.items()
+            if isinstance(k, str) and (k.startswith(_ANN_PREFIX) or k in _KEPT_ANNOTATIONS)
         }
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and LABEL_GPU_GROUP in labels:
+        out_meta["labels"] = {k: labels[k] for k in (LABEL_GPU_GROUP, "app") if k in labels}
     out: dict[str, Any] = {k: pod[k] for k in ("apiVersion", "kind") if k in pod}
     out["metadata"] = out_meta
     out["spec"] = out_spec
@@ -257,6 +273,10 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     healthy, reason = node_gpu_health(node, config.health)
     labels = _str_map(_meta(node).get("labels"))
     allocatable = allocatable_from_node(node)
+    registered = hami_device_count(_str_map(_meta(node).get("annotations")))
+    if registered is not None and registered < allocatable.get(resources.GPU, 0):
+        # HAMi's device plugin advertises replicas (devices x splits): count devices.
+        allocatable[resources.GPU] = Fraction(registered)
     fractions = config.mig_fractions()
     slices = mig.node_slices(allocatable, labels, fractions)
     if slices.has_slices:
@@ -289,6 +309,25 @@ def node_taints(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             if all(isinstance(p, str) for p in parts):
                 out.append((parts[0], parts[1], parts[2]))
     return out
+
+
+ANN_HAMI_REGISTER: Final = "hami.io/node-nvidia-register"
+
+
+def hami_device_count(annotations: Mapping[str, str]) -> int | None:
+    """GPUs HAMi's device plugin registered on the node (``hami.io/node-nvidia-register``,
+    a JSON list or the older ``…:``-separated list); None without (or with an unreadable)
+    annotation."""
+    text = annotations.get(ANN_HAMI_REGISTER, "").strip()
+    if not text:
+        return None
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return None
+        return len(items) if isinstance(items, list) else None
+    return len([p for p in text.split(":") if p.count(",") in (6, 8)]) or None
 
 
 def delete_node(state: ClusterState, name: str) -> list[BoundPod]:
@@ -387,17 +426,110 @@ def pod_request(
     )
 
 
-def _devices_for(state: ClusterState, req: PodRequest, i: int, annotation: str | None) -> Devices:
-    if annotation is not None:
-        try:
-            devs = parse_gpu_devices(annotation)
-        except ValueError:
-            devs = ()
-        if devs and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in devs):
-            return devs
+def new_group_id(node: str, uid: str) -> str:
+    """The id of a shared GPU first taken by pod ``uid`` on ``node``: deterministic,
+    unique while pod UIDs are, and a valid label value (``gpu-<12 hex>``)."""
+    return "gpu-" + hashlib.sha256(f"{node}/{uid}".encode()).hexdigest()[:12]
+
+
+def legacy_group_id(node: str, slot: int) -> str:
+    """The shared GPU of a fractional pod bound before groups existed (only
+    ``fairshare.io/gpu-devices: "<slot>:<milli>"``): one group per node slot."""
+    return "slot-" + hashlib.sha256(f"{node}/{slot}".encode()).hexdigest()[:12]
+
+
+def _whole_slots(state: ClusterState, i: int, count: int, hint: Devices) -> Devices:
+    """Whole GPUs are counts: any fully free slots (the annotated ones first)."""
+    devs = state.node_devices(i)
+    order = [d for d, _ in hint if d < len(devs)] + list(range(len(devs)))
+    picked: list[int] = []
+    for d in order:
+        if d not in picked and devs[d] >= MILLI_GPU and len(picked) < count:
+            picked.append(d)
+    if len(picked) < count:
+        # An overloaded node: keep the pod counted (on its annotated slots when valid).
+        present = [d for d in range(len(devs)) if devs[d] >= 0]
+        rest = [d for d, _ in hint if d in present] + present
+        for d in rest:
+            if d not in picked and len(picked) < count:
+                picked.append(d)
+    return tuple((d, float(MILLI_GPU)) for d in sorted(picked))
+
+
+def _share_slot(state: ClusterState, i: int, milli: float, group: str, hint: Devices) -> Devices:
+    """The slot of a fractional pod of shared GPU ``group``: the group's slot when the
+    ledger knows it, else the annotated slot if it has room and no other group holds it,
+    else the fullest slot with room that no other group holds (a whole-GPU pod may
+    have taken the old slot: its index means nothing), else the annotated slot (an
+    overloaded node), else none (the pod still counts, on no device)."""
+    node = state.nodes[i].name
+    known = state.groups.get(group)
+    if known is not None and known.node == node:
+        return ((known.slot, milli),)
+    devs = state.node_devices(i)
+    own = [d for d in range(len(devs)) if devs[d] >= 0 and state.group_at(node, d) is None]
+    for d, _ in hint:
+        if d in own and devs[d] >= milli:
+            return ((d, milli),)
+    fitting = sorted((devs[d], d) for d in own if devs[d] >= milli)
+    if fitting:
+        return ((fitting[0][1], milli),)
+    for d, _ in hint:
+        # No room anywhere: the node is overloaded; the annotated slot keeps it counted.
+        if d in own:
+            return ((d, milli),)
+    return ()
+
+
+def is_share(req: PodRequest) -> bool:
+    """A pod that asks for part of one GPU by annotation (fraction or GPU memory): it
+    holds a share of a shared GPU. MIG slices and whole GPUs are device-plugin resources."""
+    return req.demand.gpu.source in ("fraction", "memory") and req.demand.gpu.count == 1
+
+
+def share_group(
+    state: ClusterState, req: PodRequest, node: str, devices: Sequence[tuple[int, float]]
+) -> tuple[str, bool]:
+    """(group id, is new) for a fractional pod placed on ``devices`` of ``node``; ("",
+    False) for other pods. A share on a slot that holds a shared GPU joins it; on a free
+    slot it starts a new one, named after the pod (``new_group_id``). The extender's bind
+    and the simulator both use it."""
+    if len(devices) != 1 or not is_share(req):
+        return "", False
+    existing = state.group_at(node, devices[0][0])
+    if existing:
+        return existing, False
+    return new_group_id(node, req.uid), True
+
+
+def pod_group(state: ClusterState, pod: Mapping[str, Any], req: PodRequest, node: str) -> str:
+    """The shared GPU a bound fractional pod belongs to ("" for other pods): its
+    ``fairshare.io/gpu-group``, or, for a pod bound before groups, one per annotated slot."""
+    if not is_share(req):
+        return ""
+    annotations = _str_map(_meta(pod).get("annotations"))
+    group = annotations.get(ANN_GPU_GROUP, "")
+    if group:
+        return group
+    devs = _parse_or_none(annotations.get(ANN_GPU_DEVICES, "")) or ()
+    if len(devs) == 1:
+        return legacy_group_id(node, devs[0][0])
+    return new_group_id(node, req.uid)
+
+
+def _devices_for(
+    state: ClusterState, req: PodRequest, i: int, annotation: str | None, group: str
+) -> Devices:
+    hint = (_parse_or_none(annotation) or ()) if annotation is not None else ()
     milli = req.gpu_milli_for(state.nodes[i].device_memory)
     if not math.isfinite(milli):
         return ()
+    if group:
+        return _share_slot(state, i, float(math.ceil(milli)), group, hint)
+    if milli >= MILLI_GPU:
+        return _whole_slots(state, i, req.gpu_count, hint)
+    if hint and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in hint):
+        return hint
     return choose_devices(state, req, i, milli=milli)
 
 
@@ -410,6 +542,10 @@ def apply_pod(
     the same node with the same row is left as it is (informer resyncs are no-ops). A pod
     whose node the state does not know yet is skipped (None): the caller re-applies pods
     when their node arrives. Raises ``resources.DemandError`` for unreadable resources.
+
+    A fractional pod joins its shared GPU (``fairshare.io/gpu-group``), so the shares
+    of one group land on one slot whatever order the pods come back in; whole-GPU pods
+    take any fully free slots (their slot index is not authoritative).
     """
     uid = pod_uid(pod)
     if is_terminal(pod) or not is_bound(pod):
@@ -437,15 +573,14 @@ def apply_pod(
         # A GPU-memory pod on a node of unknown device memory keeps the row's share of
         # the largest device (or a whole GPU), as the webhook counts it: never 0.
         row = req.row_on(state.gpu_col, req.gpu_milli_for(node_memory))
+    group = pod_group(state, pod, req, node)
     old = state.pods.get(uid)
-    if old is not None and (old.node, old.row, old.tenant) == (node, row, tenant):
-        kept = _parse_or_none(annotation) if annotation is not None else None
-        if kept is None or kept == old.devices:
-            return old
+    if old is not None and (old.node, old.row, old.tenant, old.group) == (node, row, tenant, group):
+        return old
     state.unbind(uid)
     devices: Devices = ()
     if req.demand.wants_gpu and slices is None:
-        devices = _devices_for(state, req, i, annotation)
+        devices = _devices_for(state, req, i, annotation, group)
     return state.bind(
         uid=uid,
         node=node,
@@ -455,6 +590,7 @@ def apply_pod(
         name=req.name,
         allow_overcommit=True,
         mig=slices,
+        group=group if devices else "",
     )
 
 
@@ -525,11 +661,17 @@ def load_state_file(source: Mapping[str, Any] | str | Path, config: FairShareCon
         loaded.namespace_labels[str(_meta(ns).get("name"))] = _str_map(_meta(ns).get("labels"))
     pods = [p for p in by_kind["Pod"] if not is_terminal(p)]
     bound = [p for p in pods if is_bound(p)]
-    # Annotated pods first: a guessed placement must not take a device they hold.
-    bound.sort(key=lambda p: ANN_GPU_DEVICES not in _str_map(_meta(p).get("annotations")))
+    # Shares of shared GPUs first (their groups take their slots), then other annotated
+    # pods: a guessed placement must not take a device they hold.
+    bound.sort(key=_load_order)
     for pod in bound + [p for p in pods if not is_bound(p)]:
         _load_pod(loaded, pod, config)
     return loaded
+
+
+def _load_order(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    annotations = _str_map(_meta(pod).get("annotations"))
+    return (ANN_GPU_GROUP not in annotations, ANN_GPU_DEVICES not in annotations)
 
 
 def _load_pod(loaded: LoadedState, pod: Mapping[str, Any], config: FairShareConfig) -> None:

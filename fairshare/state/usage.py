@@ -195,10 +195,12 @@ class UsageTracker:
             self.pod_names.pop(name, None)
             return
         try:
-            # Read by the one rule admission and reservations use (resources.pod_usage).
             demand = resources.pod_demand(pod, mig=self.config().mig_fractions())
             amounts = dict(demand.amounts)
-            if demand.gpu.memory is not None:
+            if ns == self.config().gpu_sharing.reservation.namespace:
+                amounts = {}  # GPU reservation pods: their shared GPU's pods count it
+            elif demand.gpu.memory is not None:
+                # Read by the one rule admission and reservations use (resources.pod_usage).
                 node = (pod.get("spec") or {}).get("nodeName") or None
                 self.memory_pods[key] = (ns, demand, str(node) if node else None)
                 amounts = self._memory_usage(demand, self.memory_pods[key][2])

@@ -58,6 +58,8 @@ pytestmark = pytest.mark.e2e
 
 OVERLAY = ROOT / "manifests" / "overlays" / "second-scheduler"
 NAMESPACE = "fairshare-system"
+RESERVATION_NAMESPACE = "fairshare-reservation"
+REPORTER = "fairshare-gpu-reporter"
 FIELD_MANAGER = "fairshare-e2e-manifests"
 SA_PREFIX = f"system:serviceaccount:{NAMESPACE}:"
 
@@ -132,6 +134,13 @@ def applied(cluster: Cluster, rendered: list[dict[str, Any]]) -> Iterator[dict[s
     created_namespace = False
     real: list[dict[str, Any]] = []
     to_delete: list[dict[str, Any]] = []
+    # The dev servers' reservation pods run as this ServiceAccount: keep it if it was there.
+    reporter_existed = (
+        cluster.kubectl(
+            "-n", RESERVATION_NAMESPACE, "get", "serviceaccount", REPORTER, check=False
+        ).returncode
+        == 0
+    )
     try:
         if not namespace_exists(cluster, NAMESPACE):
             real += server_side_apply(cluster, namespaces, dry_run=False)
@@ -139,7 +148,12 @@ def applied(cluster: Cluster, rendered: list[dict[str, Any]]) -> Iterator[dict[s
         else:
             real += server_side_apply(cluster, namespaces, dry_run=True)
         rbac = [o for o in rendered if o["kind"] in REAL_KINDS]
-        to_delete = rbac
+        to_delete = [
+            o
+            for o in rbac
+            if not (reporter_existed and o["kind"] == "ServiceAccount"
+                    and o["metadata"]["name"] == REPORTER)
+        ]  # fmt: skip
         real += server_side_apply(cluster, rbac, dry_run=False)
         rest = [o for o in rendered if o["kind"] not in REAL_KINDS | {"Namespace"}]
         dry = server_side_apply(cluster, rest, dry_run=True)
@@ -251,6 +265,10 @@ CAN = [
     ("fairshare-extender", "watch", "configmaps", SYS),
     ("fairshare-extender", "update", "leases", SYS),
     ("fairshare-extender", "create", "leases", SYS),
+    # Handoff "reservation": the pods' GPU ConfigMaps, and reservation pods in their namespace.
+    ("fairshare-extender", "create", "configmaps", ALL),
+    ("fairshare-extender", "create", "pods", ("-n", RESERVATION_NAMESPACE)),
+    ("fairshare-extender", "delete", "pods", ("-n", RESERVATION_NAMESPACE)),
     ("fairshare-certs", "create", "secrets", SYS),
     ("fairshare-certs", "update", "secrets/fairshare-webhook-tls", SYS),
     ("fairshare-certs", "get", "secrets/fairshare-client-ca", SYS),
@@ -280,6 +298,8 @@ CANNOT = [
     ("fairshare-extender", "list", "secrets", SYS),
     ("fairshare-extender", "patch", "nodes", ALL),
     ("fairshare-extender", "update", "configmaps", SYS),
+    ("fairshare-extender", "update", "configmaps", ALL),
+    ("fairshare-extender", "create", "pods", ALL),
     ("fairshare-certs", "get", "secrets", ELSEWHERE),
     ("fairshare-certs", "get", "secrets", ("-n", "default")),
     ("fairshare-certs", "list", "secrets", ALL),

@@ -212,7 +212,12 @@ def test_fractional_pod_lands_on_a_device_with_room():
     )
     # Device 0 has 250 free: too small; device 1 takes it.
     assert plan.devices == ((1, 500.0),)
-    assert plan.annotations == {"fairshare.io/gpu-devices": "1:500"}
+    # A new shared GPU on device 1, named after the pod; device 0 keeps big's (legacy) group.
+    assert plan.annotations == {
+        "fairshare.io/gpu-devices": "1:500",
+        "fairshare.io/gpu-group": objects.new_group_id("a", req.uid),
+    }
+    assert plan.new_group and st.group_at("a", 0) == objects.legacy_group_id("a", 0)
 
 
 def test_total_gpu_free_is_not_enough_without_one_device_with_room():

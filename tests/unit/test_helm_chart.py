@@ -163,10 +163,12 @@ def _objects(text: str) -> dict[tuple[str, str], dict[str, Any]]:
     ("sets", "targets"),
     [
         (["monitoring.enabled=true"], ["overlays/second-scheduler", "monitoring"]),
-        (["scheduler.mode=none"], ["base"]),
+        (["scheduler.mode=none"], ["base", "gpu-reservation"]),
+        (["scheduler.mode=none", "gpuHandoff.mode=none"], ["base"]),
+        (["scheduler.mode=none", "gpuHandoff.mode=hami"], ["base", "hami"]),
         (["certificates.mode=cert-manager"], ["overlays/cert-manager"]),
     ],
-    ids=["second-scheduler+monitoring", "base", "cert-manager"],
+    ids=["second-scheduler+monitoring", "base", "base-no-handoff", "base+hami", "cert-manager"],
 )
 def test_helm_renders_what_kustomize_renders(
     helm: str, sets: list[str], targets: list[str]

@@ -25,11 +25,19 @@ MANIFESTS = ROOT / "manifests"
 KUBECTL = ROOT / ".e2e" / "bin" / "kubectl"
 
 NAMESPACE = "fairshare-system"
+RESERVATION_NAMESPACE = "fairshare-reservation"
+"""gpu-reservation/: the reservation pods' namespace (gpuSharing.reservation.namespace)."""
 IMAGE = "ghcr.io/fairshare/fairshare:0.1.0"
 SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.36.3"
 EXTENDER_URL = "https://fairshare-extender.fairshare-system.svc:8888"
 NS_LABEL = "kubernetes.io/metadata.name"
 
+REPORTER = "fairshare-gpu-reporter"
+RESERVATION_OBJECTS = {
+    RESERVATION_NAMESPACE,
+    REPORTER,
+    "fairshare-extender-reservations",
+}
 SECOND_SCHEDULER_CONFIG = MANIFESTS / "overlays" / "second-scheduler" / "scheduler-config.yaml"
 DEFAULT_SCHEDULER_PATCH = MANIFESTS / "scheduler" / "default-scheduler-patch.yaml"
 OVERLAYS = ("second-scheduler", "cert-manager")
@@ -676,8 +684,25 @@ def test_bindings_name_existing_service_accounts(binding: Doc) -> None:
     accounts = {sa["metadata"]["name"] for sa in objects("ServiceAccount")}
     for subject in binding["subjects"]:
         assert subject["kind"] == "ServiceAccount"
-        assert subject["namespace"] == NAMESPACE
+        want = RESERVATION_NAMESPACE if subject["name"] == REPORTER else NAMESPACE
+        assert subject["namespace"] == want
         assert subject["name"] in accounts
+
+
+def test_reservation_objects_match_the_config_defaults() -> None:
+    from fairshare.config.schema import ReservationHandoff
+
+    policy = ReservationHandoff()
+    (kust,) = load(MANIFESTS / "gpu-reservation" / "kustomization.yaml")
+    assert kust["namespace"] == policy.namespace == RESERVATION_NAMESPACE
+    assert policy.service_account == REPORTER
+    assert policy.image == IMAGE
+    (role,) = [r for r in objects("Role") if r["metadata"]["name"] == REPORTER]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]
+    (ext,) = [
+        r for r in objects("Role") if r["metadata"]["name"] == "fairshare-extender-reservations"
+    ]
+    assert ext["rules"][0]["verbs"] == ["create", "delete"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -894,6 +919,8 @@ def test_kustomize_renders(target: str) -> None:
             assert ns is None
         elif doc["metadata"]["name"] == "fairshare-scheduler-authentication-reader":
             assert ns == "kube-system"
+        elif target != "base" and doc["metadata"]["name"] in RESERVATION_OBJECTS:
+            assert ns == RESERVATION_NAMESPACE, (doc["kind"], doc["metadata"]["name"])
         else:
             assert ns == NAMESPACE, (doc["kind"], doc["metadata"]["name"])
     # The ConfigMap the servers read is the generated example config, under its fixed name.

@@ -102,6 +102,9 @@ def test_fractional_pods_share_devices():
         for dev, milli in pod.devices:
             per_device[dev] = per_device.get(dev, 0.0) + milli
     assert per_device == {0: 1000.0, 1: 1000.0}
+    # Two shared GPUs of two pods each, as the extender's ledger keeps them.
+    assert sorted(len(g.members) for g in sim.state.groups.values()) == [2, 2]
+    assert {g.slot for g in sim.state.groups.values()} == {0, 1}
 
 
 def test_unhealthy_nodes_get_no_gpu_pods():

@@ -19,7 +19,8 @@ MEM = "fairshare.io/gpu-memory"
 FRAC_PATH = "/metadata/annotations/fairshare.io~1gpu-fraction"
 MEM_PATH = "/metadata/annotations/fairshare.io~1gpu-memory"
 GI = 1024**3
-KNOWN = "fairshare.io/gpu-fraction, fairshare.io/gpu-memory"
+SHARES = "fairshare.io/gpu-fraction, fairshare.io/gpu-memory"
+KNOWN = SHARES + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap"
 ALLOWED_FRAC = 'a multiple of 0.05 from 0.05 to 0.95 (e.g. "0.5"), or a whole nvidia.com/gpu'
 
 
@@ -162,7 +163,7 @@ def test_rejections(
     ("annotations", "requests", "allowed"),
     [
         ({FRAC: "0.33"}, {}, ALLOWED_FRAC),
-        ({FRAC: "0.5", MEM: "8Gi"}, {}, f"one of {KNOWN}"),
+        ({FRAC: "0.5", MEM: "8Gi"}, {}, f"one of {SHARES}"),
         (
             {FRAC: "0.5"},
             {"nvidia.com/gpu": "1"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from fractions import Fraction as F
 from typing import Any
@@ -82,6 +83,32 @@ def make_request(
         },
     }
     return wire.decode_review(json.dumps(body).encode())
+
+
+# Handoff "reservation" (the default) for a fractional pod named "pod" with one container
+# "c0" and no env or volumes; the hex comes from the request UID of make_request.
+HANDOFF_CM = (
+    "pod-" + hashlib.sha256(b"705ab4f5-6393-11e8-b7cc-42010a800002").hexdigest()[:5] + "-gpu"
+)
+HANDOFF = (
+    PatchOp("add", "/metadata/annotations/fairshare.io~1gpu-configmap", HANDOFF_CM),
+    PatchOp(
+        "add",
+        "/spec/containers/0/env",
+        [
+            {
+                "name": name,
+                "valueFrom": {"configMapKeyRef": {"name": HANDOFF_CM, "key": name}},
+            }
+            for name in ("NVIDIA_VISIBLE_DEVICES", "GPU_PORTION")
+        ],
+    ),
+    PatchOp(
+        "add",
+        "/spec/volumes",
+        [{"name": "fairshare-gpu-handoff", "configMap": {"name": HANDOFF_CM}}],
+    ),
+)
 
 
 def gpu_pod(ns: str = "nlp-train", gpu: Any = 1, name: str = "p") -> dict[str, Any]:
@@ -351,6 +378,7 @@ def test_config_map_is_only_judged_when_registered() -> None:
                 PatchOp("add", "/metadata/labels", {"fairshare.io/tenant": "vision"}),
                 PatchOp("add", "/metadata/annotations/fairshare.io~1gpu-fraction", "0.5"),
                 SCHED,
+                *HANDOFF,
             ),
         ),
         (

@@ -194,7 +194,11 @@ def test_bind_response_and_binding_body():
     assert list(binding) == ["apiVersion", "kind", "metadata", "target"]
     assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}
     # research-nb-0 holds half of device 2: best fit puts the other half there.
-    assert binding["metadata"]["annotations"] == {"fairshare.io/gpu-devices": "2:500"}
+    # It joins research-nb-0's shared GPU (bound before groups: named after its slot).
+    assert binding["metadata"]["annotations"] == {
+        "fairshare.io/gpu-devices": "2:500",
+        "fairshare.io/gpu-group": "slot-2e816b93d693",
+    }
 
 
 def regenerate() -> None:

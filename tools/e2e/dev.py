@@ -53,7 +53,15 @@ SYSTEM_NAMESPACE = "fairshare-system"
 CONFIGMAP = "fairshare-config"
 CONFIG_KEY = "config.yaml"
 WEBHOOK_NAME = "fairshare-dev"
-EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", SYSTEM_NAMESPACE)
+RESERVATION_NAMESPACE = "fairshare-reservation"
+"""Where the extender puts reservation pods (gpuSharing.reservation.namespace, default)."""
+EXCLUDED_NAMESPACES = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    SYSTEM_NAMESPACE,
+    RESERVATION_NAMESPACE,
+)
 SERVERS = ("webhook", "extender")
 READY_TIMEOUT = 60.0
 
@@ -218,9 +226,21 @@ def configmap(config_yaml: str) -> dict[str, Any]:
 
 
 def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
-    """Namespace fairshare-system and the ConfigMap (created or replaced)."""
+    """Namespace fairshare-system and the ConfigMap (created or replaced), and the
+    reservation pods' namespace and ServiceAccount (the extender runs with the
+    cluster's admin credentials here, so no RBAC is needed)."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
-    apply(state, namespace, configmap(config_yaml))
+    reservations = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": RESERVATION_NAMESPACE},
+    }
+    reporter = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "fairshare-gpu-reporter", "namespace": RESERVATION_NAMESPACE},
+    }
+    apply(state, namespace, configmap(config_yaml), reservations, reporter)
 
 
 # --------------------------------------------------------------------------------------------

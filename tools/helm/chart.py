@@ -141,6 +141,27 @@ def _conditional_docs(
     return "---\n".join(out)
 
 
+CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding"})
+
+
+def _kustomized_docs(folder: Path) -> str:
+    """A plain kustomization's resources as YAML, with its ``namespace:`` written into
+    every namespaced object (what ``kubectl kustomize`` does for such a folder)."""
+    spec = _kustomization(folder)
+    docs = []
+    for name in spec["resources"]:
+        for doc in yaml.safe_load_all((folder / name).read_text(encoding="utf-8")):
+            if not doc:
+                continue
+            if spec.get("namespace") and doc["kind"] not in CLUSTER_SCOPED:
+                doc["metadata"]["namespace"] = spec["namespace"]
+            text = _guard_braces(yaml.safe_dump(doc, sort_keys=False))
+            if doc["kind"] == "Namespace":
+                text = "{{- if .Values.createNamespace }}\n" + text + END
+            docs.append(text)
+    return "---\n".join(docs)
+
+
 def _templates() -> dict[str, str]:
     out: dict[str, str] = {}
     base = _kustomization(MANIFESTS / "base")
@@ -205,6 +226,15 @@ def _templates() -> dict[str, str]:
         + '{{ .Files.Get "files/scheduler-config.yaml" | indent 4 }}\n'
         + "{{- end }}\n"
     )
+    # The GPU handoff's objects: manifests/gpu-reservation (mode reservation) or
+    # manifests/hami (mode hami); gpuHandoff.mode should match config.gpuSharing.handoff.
+    for mode, folder in (("reservation", "gpu-reservation"), ("hami", "hami")):
+        out[f"{folder}.yaml"] = (
+            HEADER % f"{folder}/"
+            + f'{{{{- if eq .Values.gpuHandoff.mode "{mode}" }}}}\n'
+            + _kustomized_docs(MANIFESTS / folder)
+            + END
+        )
     # Monitoring (manifests/monitoring), when monitoring.enabled.
     mon = MANIFESTS / "monitoring"
     for name in _kustomization(mon)["resources"]:
@@ -293,6 +323,19 @@ def _schema() -> dict[str, Any]:
                 "additionalProperties": False,
                 "properties": {"enabled": {"type": "boolean"}},
             },
+            "gpuHandoff": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "mode": {
+                        "enum": ["reservation", "hami", "none"],
+                        "description": "the objects of config.gpuSharing.handoff: "
+                        "reservation: the reservation namespace, the reporter's ServiceAccount "
+                        "and the extender's rights there; hami: the extender may patch Nodes "
+                        "(HAMi's node lock); none: nothing",
+                    }
+                },
+            },
             "config": config,
         },
         "$defs": defs,
@@ -327,6 +370,7 @@ def _values() -> str:
             "replicas": 2,
         },
         "monitoring": {"enabled": False},
+        "gpuHandoff": {"mode": "reservation"},
         "config": config,
     }
     head = (

@@ -36,19 +36,26 @@ from typing import Any, Final
 from fairshare import quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import (
+    ANN_GPU_CONFIGMAP,
+    ANN_GPU_CONTAINER,
     ANN_GPU_DEVICES,
     ANN_GPU_FRACTION,
+    ANN_GPU_GROUP,
     ANN_GPU_MEMORY,
+    ANN_GPU_UUID,
     GPU,
     MIG_PREFIX,
     DemandError,
     pod_resource_requests,
 )
 from webhook import patches
+from webhook.policies import gpu_handoff
 
 __all__ = [
     "ANNOTATION_PREFIX",
+    "BIND_ANNOTATIONS",
     "KNOWN_ANNOTATIONS",
+    "OTHER_ANNOTATIONS",
     "Normalised",
     "Rejection",
     "allowed_fractions",
@@ -58,7 +65,12 @@ __all__ = [
 
 ANNOTATION_PREFIX: Final = "fairshare.io/"
 KNOWN_ANNOTATIONS: Final = (ANN_GPU_FRACTION, ANN_GPU_MEMORY)
-"""The ``fairshare.io/`` annotations a user may set on a pod."""
+"""The ``fairshare.io/`` annotations that ask for part of a GPU."""
+OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP)
+"""Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
+the shared GPU, and the handoff's ConfigMap (the mutating webhook sets it)."""
+BIND_ANNOTATIONS: Final = (ANN_GPU_DEVICES, ANN_GPU_GROUP, ANN_GPU_UUID)
+"""Written by the extender when it binds the pod (refused at create)."""
 
 
 @dataclass(frozen=True)
@@ -155,11 +167,11 @@ def _check_memory(raw: str, config: FairShareConfig, device_memory: int | None) 
 
 
 def _check_keys(annotations: Mapping[str, str]) -> Rejection | None:
-    known = ", ".join(KNOWN_ANNOTATIONS)
+    known = ", ".join(KNOWN_ANNOTATIONS + OTHER_ANNOTATIONS)
     for key in sorted(annotations):
-        if not key.startswith(ANNOTATION_PREFIX) or key in KNOWN_ANNOTATIONS:
+        if not key.startswith(ANNOTATION_PREFIX) or key in KNOWN_ANNOTATIONS + OTHER_ANNOTATIONS:
             continue
-        if key == ANN_GPU_DEVICES:
+        if key in BIND_ANNOTATIONS:
             problem = "is set by the fairshare scheduler when it binds the pod"
         else:
             problem = "unknown fairshare.io annotation"
@@ -176,7 +188,8 @@ def _check_resources(
         allowed = "one of " + ", ".join(KNOWN_ANNOTATIONS)
         return Rejection(f"annotation {ANN_GPU_FRACTION}", annotations[shared[0]], problem, allowed)
     whole = requests.get(GPU, Fraction(0))
-    if shared and whole > 0:
+    hami_replica = config.gpu_sharing.handoff == "hami" and whole == 1
+    if shared and whole > 0 and not hami_replica:
         problem = f"cannot be combined with a whole-GPU request ({GPU}: {_show_gpu(whole)})"
         allowed = f"either the annotation or {GPU}, not both"
         return Rejection(f"annotation {shared[0]}", annotations[shared[0]], problem, allowed)
@@ -212,6 +225,14 @@ def check_gpu_sharing(
     rejection = _check_resources(requests, annotations, config)
     if rejection is not None:
         return rejection
+    if ANN_GPU_CONTAINER in annotations:
+        where = gpu_handoff.gpu_container_index(pod)
+        if isinstance(where, str):
+            names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or ()]
+            allowed = "one of the pod's containers: " + ", ".join(names)
+            return Rejection(
+                f"annotation {ANN_GPU_CONTAINER}", annotations[ANN_GPU_CONTAINER], where, allowed
+            )
     canonical: dict[str, str] = {}
     if ANN_GPU_FRACTION in annotations:
         checked = _check_fraction(str(annotations[ANN_GPU_FRACTION]), config)
