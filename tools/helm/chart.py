@@ -155,10 +155,9 @@ def _kustomized_docs(folder: Path) -> str:
                 continue
             if spec.get("namespace") and doc["kind"] not in CLUSTER_SCOPED:
                 doc["metadata"]["namespace"] = spec["namespace"]
-            text = _guard_braces(yaml.safe_dump(doc, sort_keys=False))
-            if doc["kind"] == "Namespace":
-                text = "{{- if .Values.createNamespace }}\n" + text + END
-            docs.append(text)
+            # Its own namespace (the reservation pods') is always made: createNamespace and
+            # `helm --create-namespace` are about the release's namespace only.
+            docs.append(_guard_braces(yaml.safe_dump(doc, sort_keys=False)))
     return "---\n".join(docs)
 
 
