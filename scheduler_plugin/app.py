@@ -547,7 +547,11 @@ async def serve(
         from scheduler_plugin import binding
 
         api_client = await informers.make_api_client(kubeconfig)
-        binder = binding.api_binder(api_client)
+        timeout = binding.bind_timeout(
+            election.lease_duration if election else None,
+            election.renew_deadline if election else None,
+        )
+        binder = binding.api_binder(api_client, timeout=timeout)
     deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
     box["m"] = deps.metrics
     deps.metrics.set_extender_leader(election is None)

@@ -22,14 +22,35 @@ class BindingError(Exception):
     """The API server refused the Binding (the message carries its status and reason)."""
 
 
-def api_binder(api_client: Any) -> Callable[[BindPlan], Awaitable[None]]:
-    """A binder that creates ``plan.binding`` through ``pods/binding``."""
+BIND_TIMEOUT = 5.0
+"""Seconds a Binding POST may take (kube-scheduler's default extender httpTimeout)."""
+
+
+def bind_timeout(lease_duration: float | None, renew_deadline: float | None) -> float:
+    """How long one Binding POST may take. With leader election it must end before
+    another replica can take the Lease after this one stopped renewing
+    (``lease_duration - renew_deadline``), so a bind of the old term cannot land after
+    the new leader's catch-up list and double-book a device."""
+    if lease_duration is None or renew_deadline is None:
+        return BIND_TIMEOUT
+    return max(0.5, min(BIND_TIMEOUT, (lease_duration - renew_deadline) * 0.8))
+
+
+def api_binder(
+    api_client: Any, *, timeout: float = BIND_TIMEOUT
+) -> Callable[[BindPlan], Awaitable[None]]:
+    """A binder that creates ``plan.binding`` through ``pods/binding``, giving up (and
+    failing the bind, which kube-scheduler retries) after ``timeout`` seconds."""
     v1 = _client.CoreV1Api(api_client)
 
     async def bind(plan: BindPlan) -> None:
         # Raw JSON in and out: the generated V1Binding model rejects some valid replies.
         resp = await v1.create_namespaced_pod_binding(
-            plan.name, plan.namespace, dict(plan.binding), _preload_content=False
+            plan.name,
+            plan.namespace,
+            dict(plan.binding),
+            _preload_content=False,
+            _request_timeout=timeout,
         )
         # With _preload_content=False the client hands back error statuses unraised.
         if resp.status >= 300:
