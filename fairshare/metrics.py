@@ -95,6 +95,26 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         r = registry
+        self.gpu_handoff_seconds = Histogram(
+            "fairshare_gpu_handoff_seconds",
+            "Seconds from a fractional pod's bind to its GPU ConfigMap written "
+            "(the reservation pod's report included)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        self.gpu_handoff_problems = Counter(
+            "fairshare_gpu_handoff_problems_total",
+            "Shared-GPU handoff problems surfaced on pods, by problem "
+            "(report_timeout, reservation_lost, configmap_conflict, api_error)",
+            ["problem"],
+            registry=r,
+        )
+        self.gpu_reservations = Counter(
+            "fairshare_gpu_reservations_total",
+            "Reservation pods created and deleted, by action",
+            ["action"],
+            registry=r,
+        )
         self.admission_requests = Counter(
             "fairshare_admission_requests_total",
             "Admission reviews answered, by operation, decision and reason code.",

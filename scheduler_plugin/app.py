@@ -581,7 +581,7 @@ async def serve(
             api_client=api_client,
             tracker=deps.tracker,
             config=rt.holder.get,
-            registry=deps.registry,
+            metrics=deps.metrics,
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),  # with --lease, only the leader sweeps
         )

@@ -33,9 +33,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from kubernetes_asyncio import client as k8s_client
-from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from fairshare.config.schema import FairShareConfig
+from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
 from scheduler_plugin import handoff, verbs
 from scheduler_plugin.tracking import ExtenderTracker
@@ -77,7 +77,7 @@ class HandoffController:
         api_client: Any,
         tracker: ExtenderTracker,
         config: Callable[[], FairShareConfig],
-        registry: CollectorRegistry,
+        metrics: Metrics,
         synced: asyncio.Event,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -97,26 +97,9 @@ class HandoffController:
         self.done: set[str] = set()
         self.deleting: dict[str, float] = {}
         """Reservation pods whose delete was sent (the watch may still show them)."""
-        self.handoff_seconds = Histogram(
-            "fairshare_gpu_handoff_seconds",
-            "Seconds from a fractional pod's bind to its GPU ConfigMap written "
-            "(the reservation pod's report included)",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
-            registry=registry,
-        )
-        self.problems = Counter(
-            "fairshare_gpu_handoff_problems_total",
-            "Shared-GPU handoff problems surfaced on pods, by problem "
-            "(report_timeout, reservation_lost, configmap_conflict, api_error)",
-            ["problem"],
-            registry=registry,
-        )
-        self.reservation_ops = Counter(
-            "fairshare_gpu_reservations_total",
-            "Reservation pods created and deleted, by action",
-            ["action"],
-            registry=registry,
-        )
+        self.handoff_seconds = metrics.gpu_handoff_seconds
+        self.problems = metrics.gpu_handoff_problems
+        self.reservation_ops = metrics.gpu_reservations
         tracker.on_change = self.wake.set
 
     # -- bind hooks ---------------------------------------------------------------------

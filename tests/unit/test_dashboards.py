@@ -305,6 +305,7 @@ def test_required_alerts_exist() -> None:
         "FairshareTenantStarved": "fairshare_tenant_gated_pods",
         "FairshareTLSCertExpiringSoon": "fairshare_tls_cert_expiry_timestamp_seconds",
         "FairshareExtenderNoSingleLeader": "fairshare_extender_leader",
+        "FairshareGpuHandoffProblems": "fairshare_gpu_handoff_problems_total",
     }
     for alert, metric in expected.items():
         assert alert in rules, f"missing alert {alert}"
