@@ -1,10 +1,15 @@
 """`fairshare status` / `explain` and the extender's /status page on the real control plane.
 
 Two tenants on one 4-GPU kwok node. Tenant A (limit 3 GPUs) runs two 1-GPU pods; tenant B
-has three 1-GPU pods waiting behind a Kubernetes scheduling gate (pending, in the
-extender's queue, fitting the node). The fair allocation over that demand is half the
-GPUs each, so A's third pod (0.75 of the cluster after it) is held by the fair-share gate
-while B waits, and A's fourth pod is denied by the webhook (3 used + 1 > 3).
+has three 1-GPU pods behind a Kubernetes scheduling gate (pending, listed, but not
+waiting: kube-scheduler does not try them, so they hold nobody back) and two runnable
+1-GPU pods. A's third pod a-3 and B's two runnable pods become runnable at the same
+moment (they select a node label that is added only then), and a-3 (of a higher
+priority) is tried first: the fair allocation is half the GPUs each, a-3 would put A at
+0.75 while B waits with pods that fit, so the fair-share gate refuses it (its
+FailedScheduling event). B's two pods then fill the node, and a-3 stays pending for want
+of a GPU, no longer held (B has nothing left that could run). A's fourth pod is denied by
+the webhook (3 counted, a-3 included, + 1 > 3).
 
 The CLI runs as a subprocess with the e2e kubeconfig, as a user would run it; the page is
 opened in headless Chromium (Debian's `chromium`, driven by Playwright), which must show
@@ -20,7 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +51,17 @@ pytestmark = pytest.mark.e2e
 
 POOL = "fairshare-e2e/pool"
 HOLD = "fairshare-e2e/hold"
+OPEN = "fairshare-e2e/open"
 
 
-def gpu_pod(name: str, pool: str, *, gated: bool = False) -> dict[str, Any]:
+def gpu_pod(
+    name: str,
+    pool: str,
+    *,
+    gated: bool = False,
+    on_open: bool = False,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -62,6 +75,10 @@ def gpu_pod(name: str, pool: str, *, gated: bool = False) -> dict[str, Any]:
     }
     if gated:
         spec["schedulingGates"] = [{"name": HOLD}]
+    if on_open:  # runnable only once the node has the OPEN label
+        spec["nodeSelector"][OPEN] = "yes"
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
@@ -96,7 +113,7 @@ async def scene(
     api: client.ApiClient,
     make_gpu_node: Callable[..., Awaitable[client.V1Node]],
     tenant_namespace: Callable[[str], Awaitable[str]],
-) -> dict[str, Any]:
+) -> AsyncIterator[dict[str, Any]]:
     # A fresh extender: no pending pods left over from other tests in its queue.
     await asyncio.to_thread(fairshare.restart_extender)
     node = unique("status")
@@ -110,30 +127,62 @@ async def scene(
     )
     na, nb = await tenant_namespace(ta), await tenant_namespace(tb)
     core = client.CoreV1Api(api)
-    for i in (1, 2, 3):
-        await core.create_namespaced_pod(nb, gpu_pod(f"b-{i}", node, gated=True))
-    for i in (1, 2):
-        await core.create_namespaced_pod(na, gpu_pod(f"a-{i}", node))
-        await wait_pod(api, na, f"a-{i}", lambda p: bool(p.spec.node_name), what="bound")
-    await asyncio.sleep(0.5)  # the extender accounts the bind a moment after the API shows it
-    await core.create_namespaced_pod(na, gpu_pod("a-3", node))
-    await wait_event(
-        api, na, involved_name="a-3", reason="FailedScheduling", contains="above its fair share"
+    # a-3 goes first in kube-scheduler's queue; it never preempts (with preemption it
+    # would evict a pod of B's once the node is full).
+    first = unique("status-first")
+    await client.SchedulingV1Api(api).create_priority_class(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": first},
+            "value": 1000,
+            "preemptionPolicy": "Never",
+        }
     )
-    with pytest.raises(ApiException) as denied:
-        await core.create_namespaced_pod(na, gpu_pod("a-4", node))
-    assert denied.value.status == 403
-    return {
-        "node": node,
-        "a": ta,
-        "b": tb,
-        "na": na,
-        "nb": nb,
-        "kubeconfig": fairshare.cluster.kubeconfig,
-        "kubectl": fairshare.cluster.kubectl_path,
-        "denied": json.loads(denied.value.body)["message"],
-        "dev": fairshare,
-    }
+    try:
+        for i in (1, 2, 3):
+            await core.create_namespaced_pod(nb, gpu_pod(f"b-{i}", node, gated=True))
+        for i in (1, 2):
+            await core.create_namespaced_pod(na, gpu_pod(f"a-{i}", node))
+            await wait_pod(api, na, f"a-{i}", lambda p: bool(p.spec.node_name), what="bound")
+        await asyncio.sleep(0.5)  # the extender accounts the bind a moment after the API shows it
+        # No node has the OPEN label yet: none of these can run, and the gated b-1..b-3
+        # never count as waiting, so nothing is held back yet.
+        await core.patch_node(node, {"metadata": {"labels": {OPEN: None}}})
+        for i in (4, 5):
+            await core.create_namespaced_pod(nb, gpu_pod(f"b-{i}", node, on_open=True))
+        await core.create_namespaced_pod(
+            na, gpu_pod("a-3", node, on_open=True, priority_class=first)
+        )
+        for ns, name in ((nb, "b-4"), (nb, "b-5"), (na, "a-3")):
+            await wait_event(api, ns, involved_name=name, reason="FailedScheduling")
+        # Past kube-scheduler's first backoff (1 s): the label moves all three to the
+        # active queue together, where a-3 comes first by priority.
+        await asyncio.sleep(2.5)
+        await core.patch_node(node, {"metadata": {"labels": {OPEN: "yes"}}})
+        refused = await wait_event(
+            api, na, involved_name="a-3", reason="FailedScheduling", contains="above its fair share"
+        )
+        for i in (4, 5):
+            await wait_pod(api, nb, f"b-{i}", lambda p: bool(p.spec.node_name), what="bound")
+        await asyncio.sleep(0.5)  # the extender accounts the binds
+        with pytest.raises(ApiException) as denied:
+            await core.create_namespaced_pod(na, gpu_pod("a-4", node))
+        assert denied.value.status == 403
+        yield {
+            "node": node,
+            "a": ta,
+            "b": tb,
+            "na": na,
+            "nb": nb,
+            "kubeconfig": fairshare.cluster.kubeconfig,
+            "kubectl": fairshare.cluster.kubectl_path,
+            "refused": refused.message,
+            "denied": json.loads(denied.value.body)["message"],
+            "dev": fairshare,
+        }
+    finally:
+        await client.SchedulingV1Api(api).delete_priority_class(first)
 
 
 # For the README: FAIRSHARE_STATUS_CAPTURE=DIR writes the CLI's text output and a
@@ -147,22 +196,27 @@ def capture(name: str, text: str) -> None:
 
 
 HELD = "tenant {a} above its fair share (0.75 > 0.50) while {b} waits"
+FULL = f"Insufficient {GPU} (free 0, requested 1)"
 
 
 async def test_status_explain_and_page_agree_on_the_cluster(
     scene: dict[str, Any], tmp_path: Path
 ) -> None:
     kc, a, b, na, nb, node = (scene[k] for k in ("kubeconfig", "a", "b", "na", "nb", "node"))
-    held = HELD.format(a=a, b=b)
+    # The gate refused a-3 while B's two runnable pods waited (kube-scheduler's event).
+    assert HELD.format(a=a, b=b) in scene["refused"], scene["refused"]
+    # Now B's pods hold the other half of the node: a-3 waits for a GPU, not for the
+    # gate; B's gated pods are pending too (and no longer fit either).
+    full = f"{node}: {FULL}"
 
     # -- status ------------------------------------------------------------------------
     data = await asyncio.to_thread(cli_json, kc, "status")
     assert data["cluster"]["gpus"] == 4, "another test's GPU node is still in the cluster"
     ta, tb = tenant_of(data, a), tenant_of(data, b)
-    assert ta["pods"] == {"running": 2, "pending": 1, "held": 1}
-    assert tb["pods"] == {"running": 0, "pending": 3, "held": 0}
+    assert ta["pods"] == {"running": 2, "pending": 1, "held": 0}
+    assert tb["pods"] == {"running": 2, "pending": 3, "held": 0}
     assert (ta["dominantShare"], ta["fairShare"]) == (0.5, 0.5)
-    assert (tb["dominantShare"], tb["fairShare"]) == (0.0, 0.5)
+    assert (tb["dominantShare"], tb["fairShare"]) == (0.5, 0.5)
     assert gpu_row(ta) == {
         "resource": GPU,
         "used": "2",
@@ -170,24 +224,39 @@ async def test_status_explain_and_page_agree_on_the_cluster(
         "limit": "3",
         "quotaUsed": "3",
     }
-    assert gpu_row(tb)["guaranteed"] == "1" and gpu_row(tb)["quotaUsed"] == "3"
+    # The webhook counts B's bound pods and its three gated ones.
+    assert gpu_row(tb) == {
+        "resource": GPU,
+        "used": "2",
+        "guaranteed": "1",
+        "limit": None,
+        "quotaUsed": "5",
+    }
     assert ta["namespaces"] == [na] and tb["namespaces"] == [nb]
-    assert [(p["pod"], p["reason"]) for p in data["heldPods"]] == [(f"{na}/a-3", held)]
-    gated = "has spec.schedulingGates (not scheduled yet); fits; waiting for the scheduler"
-    assert sorted((p["pod"], p["reason"]) for p in data["pendingPods"]) == [
-        (f"{nb}/b-{i}", gated) for i in (1, 2, 3)
+    assert data["heldPods"] == []
+    gated = f"has spec.schedulingGates (not scheduled yet); {full}"
+    assert sorted((p["pod"], p["reason"], p["fitsNodes"]) for p in data["pendingPods"]) == [
+        (f"{na}/a-3", full, 0),
+        *((f"{nb}/b-{i}", gated, 0) for i in (1, 2, 3)),
     ]
     c = data["cluster"]
-    assert (c["gpusAllocated"], c["gpuAllocationRatio"]) == (2, 0.5)
+    assert (c["gpusAllocated"], c["gpuAllocationRatio"]) == (4, 1.0)
     (n,) = [x for x in data["nodes"] if x["name"] == node]
-    assert [d["holders"] for d in n["devices"]] == [{a: 1.0}, {a: 1.0}, {}, {}]
+    assert [d["holders"] for d in n["devices"]] == [{a: 1.0}, {a: 1.0}, {b: 1.0}, {b: 1.0}]
 
     text = await asyncio.to_thread(run_cli, kc, "status")
     assert text.returncode == 0, text.stderr
-    assert f"TENANT {a}  weight 1  dominant share 0.5000  fair share 0.5000" in text.stdout
-    assert "pods: 2 running, 1 pending, 1 held by the gate" in text.stdout
-    assert f"{na}/a-3: {held}" in text.stdout
-    assert "GPUs 2/4 allocated (50.0%)" in text.stdout
+    assert (
+        f"TENANT {a}  weight 1  dominant share 0.5000  fair share 0.5000  "
+        "pods: 2 running, 1 pending, 0 held by the gate"
+    ) in text.stdout
+    assert (
+        f"TENANT {b}  weight 1  dominant share 0.5000  fair share 0.5000  "
+        "pods: 2 running, 3 pending, 0 held by the gate"
+    ) in text.stdout
+    assert "HELD BY THE GATE" not in text.stdout
+    assert f"  {na}/a-3: {full}\n" in text.stdout
+    assert "GPUs 4/4 allocated (100.0%)" in text.stdout
     capture("status.txt", text.stdout)
 
     # The same as a kubectl plugin (the `kubectl-fairshare` console script on the PATH).
@@ -202,9 +271,10 @@ async def test_status_explain_and_page_agree_on_the_cluster(
         check=False,
     )
     assert plugin.returncode == 0, plugin.stderr
-    assert tenant_of(json.loads(plugin.stdout), a)["pods"] == ta["pods"]
+    report = json.loads(plugin.stdout)
+    assert (tenant_of(report, a)["pods"], tenant_of(report, b)["pods"]) == (ta["pods"], tb["pods"])
 
-    # -- explain: the held pod, and the denied one from a file -----------------------------
+    # -- explain: the pending pod, and the denied one from a file --------------------------
     ex = await asyncio.to_thread(cli_json, kc, "explain", f"{na}/a-3")
     assert ex["tenant"] == a and ex["webhook"]["allowed"] is True
     (quota,) = [q for q in ex["webhook"]["quota"] if q["resource"] == GPU]
@@ -214,11 +284,20 @@ async def test_status_explain_and_page_agree_on_the_cluster(
         "3",
         "1",
     )
-    assert ex["extender"]["verdict"] == f"held by the fair-share gate: {held}"
-    gate = ex["extender"]["gate"]
-    assert (gate["currentShare"], gate["shareAfter"], gate["fairShare"]) == (0.5, 0.75, 0.5)
-    assert gate["waitingFor"] == b
-    assert {"node": node, "fits": True, "reason": ""} in ex["extender"]["nodes"]
+    assert ex["extender"]["verdict"] == "pending: no node fits now"
+    assert ex["extender"]["fitsNodes"] == 0
+    # Still above its fair share after it, but B has no pod that could run: not held.
+    assert ex["extender"]["gate"] == {
+        "applies": True,
+        "allowed": True,
+        "currentShare": 0.5,
+        "shareAfter": 0.75,
+        "fairShare": 0.5,
+        "waitingFor": None,
+        "reason": "",
+    }
+    nodes = ex["extender"]["nodes"]
+    assert {"node": node, "fits": False, "reason": FULL, "unresolvable": False} in nodes
 
     manifest = tmp_path / "a-4.yaml"
     manifest.write_text(yaml.safe_dump(gpu_pod("a-4", node)))
@@ -233,8 +312,11 @@ async def test_status_explain_and_page_agree_on_the_cluster(
     assert "WEBHOOK (admission now): denied" in text4.stdout
     capture("explain-denied.txt", text4.stdout)
     text3 = await asyncio.to_thread(run_cli, kc, "explain", f"{na}/a-3")
-    assert f"EXTENDER (scheduling now): held by the fair-share gate: {held}" in text3.stdout
-    capture("explain-held.txt", text3.stdout)
+    assert "EXTENDER (scheduling now): pending: no node fits now\n" in text3.stdout
+    assert (
+        "  gate: current share 0.5000, after this pod 0.7500, fair share 0.5000\n" in text3.stdout
+    )
+    capture("explain-pending.txt", text3.stdout)
 
     # -- the extender's page, in Chromium ---------------------------------------------------
     dev = scene["dev"]
@@ -244,10 +326,12 @@ async def test_status_explain_and_page_agree_on_the_cluster(
         ctx = dev.handles.client_context("extender")
         _, body = await asyncio.to_thread(cluster_module().http_get, url + ".json", ctx)
         page = json.loads(body)
-        return bool(tenant_of(page, a)["pods"]["held"] == 1)
+        return bool(
+            tenant_of(page, a)["pods"] == ta["pods"] and tenant_of(page, b)["pods"] == tb["pods"]
+        )
 
-    await wait_for(page_caught_up, timeout=30, what="the extender's page to show the held pod")
-    await asyncio.to_thread(check_page_in_chromium, url, a=a, b=b, na=na, held=held)
+    await wait_for(page_caught_up, timeout=30, what="the extender's page to show B's binds")
+    await asyncio.to_thread(check_page_in_chromium, url, a=a, b=b, na=na, reason=full)
 
 
 def chromium_path() -> str:
@@ -257,7 +341,7 @@ def chromium_path() -> str:
     return path
 
 
-def check_page_in_chromium(url: str, *, a: str, b: str, na: str, held: str) -> None:
+def check_page_in_chromium(url: str, *, a: str, b: str, na: str, reason: str) -> None:
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()
@@ -272,14 +356,18 @@ def check_page_in_chromium(url: str, *, a: str, b: str, na: str, held: str) -> N
             card = page.locator(f"#tenant-{a}")
             assert card.locator(".running").inner_text() == "2"
             assert card.locator(".pending").inner_text() == "1"
-            assert card.locator(".held-count").inner_text() == "1"
+            assert card.locator(".held-count").inner_text() == "0"
             assert card.locator(".share").inner_text() == "0.5000"
             assert card.locator(".fair-share").inner_text() == "0.5000"
-            assert page.locator(f"#tenant-{b} .pending").inner_text() == "3"
-            assert page.locator("#gpus-allocated").inner_text() == "2"
+            card_b = page.locator(f"#tenant-{b}")
+            assert card_b.locator(".running").inner_text() == "2"
+            assert card_b.locator(".pending").inner_text() == "3"
+            assert card_b.locator(".share").inner_text() == "0.5000"
+            assert page.locator("#gpus-allocated").inner_text() == "4"
             assert page.locator("#gpus").inner_text() == "4"
-            rows = page.locator("#held tr").all_inner_texts()
-            assert any(f"{na}/a-3" in r and held in r for r in rows), rows
+            assert page.locator("#held").inner_text() == "none"
+            rows = page.locator("#pending tr").all_inner_texts()
+            assert any(f"{na}/a-3" in r and reason in r for r in rows), rows
             if CAPTURE:
                 page.screenshot(path=str(Path(CAPTURE) / "status-page.png"), full_page=True)
         finally:
