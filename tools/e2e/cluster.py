@@ -44,6 +44,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -626,8 +627,28 @@ def kwok_config() -> str:
 # Processes
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A free loopback port below the kernel's ephemeral range: the kernel never hands
+    those to outgoing connections, so a component restarted on the same port (a fault
+    test) cannot find it taken by some client socket meanwhile."""
+    low = max(1024, min(_ephemeral_low(), 65536) - 12000)
+    high = max(low + 1000, _ephemeral_low() - 1)
+    for _ in range(200):
+        port = random.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # fall back to the kernel's
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 
