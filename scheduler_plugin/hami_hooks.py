@@ -24,7 +24,7 @@ from fairshare import quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import ANN_GPU_CONTAINER, ANN_GPU_MEMORY
 from scheduler_plugin import hami, verbs
-from scheduler_plugin.reserving import _call
+from scheduler_plugin.leader import call_raw
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.hami")
@@ -46,7 +46,7 @@ class HamiHooks:
     async def before_binding(self, plan: verbs.BindPlan) -> verbs.BindPlan | str:
         if self.config().gpu_sharing.handoff != "hami" or not plan.devices:
             return plan
-        status, node = await _call(self.core.read_node(plan.node, _preload_content=False))
+        status, node = await call_raw(self.core.read_node(plan.node, _preload_content=False))
         if status != 200:
             return f"reading node {plan.node}: HTTP {status}"
         meta = node.get("metadata") or {}
@@ -103,7 +103,9 @@ class HamiHooks:
         holder = hami.lock_holder(current, now=now, namespace=plan.namespace, name=plan.name)
         if holder is not None and holder != "?":
             ns, name = holder.split("/", 1)
-            status, _ = await _call(self.core.read_namespaced_pod(name, ns, _preload_content=False))
+            status, _ = await call_raw(
+                self.core.read_namespaced_pod(name, ns, _preload_content=False)
+            )
             if status != 404:
                 return (
                     f"node {plan.node} is locked by HAMi for pod {holder} ({current}); "
@@ -117,7 +119,7 @@ class HamiHooks:
                 "annotations": {hami.ANN_LOCK: hami.lock_value(now, plan.namespace, plan.name)},
             }
         }
-        status, data = await _call(self.core.patch_node(plan.node, body, _preload_content=False))
+        status, data = await call_raw(self.core.patch_node(plan.node, body, _preload_content=False))
         if status == 409:
             return f"node {plan.node} changed while taking HAMi's lock; retry"
         if not 200 <= status < 300:
@@ -133,6 +135,6 @@ class HamiHooks:
         if node is None:
             return
         body = {"metadata": {"annotations": {hami.ANN_LOCK: None}}}
-        status, _ = await _call(self.core.patch_node(node, body, _preload_content=False))
+        status, _ = await call_raw(self.core.patch_node(node, body, _preload_content=False))
         if not 200 <= status < 300:
             log.warning("releasing HAMi's lock on %s: HTTP %s", node, status)

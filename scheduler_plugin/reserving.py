@@ -26,10 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from kubernetes_asyncio import client as k8s_client
@@ -38,6 +37,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
 from scheduler_plugin import handoff, verbs
+from scheduler_plugin.leader import call_raw
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.handoff")
@@ -49,19 +49,6 @@ REASON_TIMEOUT: Final = "GPUReportTimeout"
 REASON_LOST: Final = "GPUReservationLost"
 REASON_CONFLICT: Final = "GPUConfigMapConflict"
 REASON_READY: Final = "GPUAssigned"
-
-
-async def _call(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
-    resp = await request
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
-        data = {"message": raw[:200].decode("utf-8", "replace")}
-    return int(resp.status), data if isinstance(data, dict) else {}
 
 
 def _portion(milli: float) -> str:
@@ -127,7 +114,7 @@ class HandoffController:
     async def _create_reservation(self, group: str, node: str, config: FairShareConfig) -> str:
         policy = config.gpu_sharing.reservation
         body = handoff.reservation_pod(group, node, policy)
-        status, data = await _call(
+        status, data = await call_raw(
             self.core.create_namespaced_pod(policy.namespace, body, _preload_content=False)
         )
         if status == 409:
@@ -256,7 +243,7 @@ class HandoffController:
             return
         self.deleting = {u: t for u, t in self.deleting.items() if now - t < handoff.CREATE_GRACE}
         self.deleting[r.uid] = now
-        status, data = await _call(
+        status, data = await call_raw(
             self.core.delete_namespaced_pod(
                 r.name,
                 r.namespace,
@@ -283,7 +270,7 @@ class HandoffController:
             uuid=uuid,
             portion=_portion(bound.devices[0][1]),
         )
-        status, data = await _call(
+        status, data = await call_raw(
             self.core.create_namespaced_config_map(m.namespace, body, _preload_content=False)
         )
         if status == 409:
@@ -303,7 +290,7 @@ class HandoffController:
         if started is not None:
             self.handoff_seconds.observe(time.monotonic() - started)
         self.waiting_since.pop(m.uid, None)
-        status, _ = await _call(
+        status, _ = await call_raw(
             self.core.patch_namespaced_pod(
                 m.name,
                 m.namespace,
@@ -320,7 +307,7 @@ class HandoffController:
         """The ConfigMap exists: done if it is this pod's own (written before a restart,
         the group's UUID never changes), else a conflict. Never rewritten: the extender
         may create ConfigMaps but not update any."""
-        status, current = await _call(
+        status, current = await call_raw(
             self.core.read_namespaced_config_map(m.configmap, m.namespace, _preload_content=False)
         )
         if status != 200:
@@ -356,7 +343,7 @@ class HandoffController:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        status, _ = await _call(
+        status, _ = await call_raw(
             self.core.create_namespaced_event(m.namespace, body, _preload_content=False)
         )
         if not 200 <= status < 300:

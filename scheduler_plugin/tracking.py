@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ from fairshare.placement import (
 )
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects, usage
-from fairshare.state.cluster import ClusterState, StateError
+from fairshare.state.cluster import BoundPod, ClusterState, StateError
 from scheduler_plugin import handoff
 
 KIND_PVC = "PersistentVolumeClaim"
@@ -84,6 +84,22 @@ def slim_node(node: dict[str, Any]) -> dict[str, Any]:
         drop = ("images", "daemonEndpoints", "nodeInfo", "volumesInUse", "volumesAttached")
         out["status"] = {k: v for k, v in status.items() if k not in drop}
     return out
+
+
+def _rebind(state: ClusterState, held: BoundPod, row: Sequence[float]) -> None:
+    """Account ``held`` (from another state) again in ``state`` with the kernel ``row``:
+    same node, devices, MIG slices and shared GPU."""
+    state.bind(
+        uid=held.uid,
+        node=held.node,
+        row=row,
+        devices=held.devices,
+        tenant=held.tenant,
+        name=held.name,
+        allow_overcommit=True,
+        mig=held.mig,
+        group=held.group,
+    )
 
 
 def _claim_key(claim: dict[str, Any]) -> str:
@@ -205,19 +221,9 @@ class ExtenderTracker:
         def cut(row: tuple[float, ...]) -> tuple[float, ...]:
             return tuple(row[c] for c in cols)
 
-        for uid, held in old.pods.items():
+        for held in old.pods.values():
             if held.node in new.node_index:
-                new.bind(
-                    uid=uid,
-                    node=held.node,
-                    row=cut(held.row),
-                    devices=held.devices,
-                    tenant=held.tenant,
-                    name=held.name,
-                    allow_overcommit=True,
-                    mig=held.mig,
-                    group=held.group,
-                )
+                _rebind(new, held, cut(held.row))
         fresh.pods = dict(self.pods)
         fresh.pending = {
             uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
@@ -238,18 +244,7 @@ class ExtenderTracker:
             # Assumed binds (accounted at bind, not yet reported by the watch) stay held.
             if uid in new.pods or uid not in self.pods or held.node not in new.node_index:
                 continue
-            row = new.index.kernel_vector(old.index.amounts(held.row))
-            new.bind(
-                uid=uid,
-                node=held.node,
-                row=row,
-                devices=held.devices,
-                tenant=held.tenant,
-                name=held.name,
-                allow_overcommit=True,
-                mig=held.mig,
-                group=held.group,
-            )
+            _rebind(new, held, new.index.kernel_vector(old.index.amounts(held.row)))
             fresh.pending.pop(uid, None)
 
     # -- sink ------------------------------------------------------------------
