@@ -412,12 +412,11 @@ class ScoringWeights(_Model):
     """FGD fragmentation gradient: how much the placement grows the GPU capacity the
     observed workload mix can no longer use (Weng et al., ATC'23) (default 1)."""
 
-    packing: Weight = 0.01
+    packing: Weight = 0.02
     """Best-fit packing: least weighted CPU+GPU left over on the node. A small weight
-    breaks FGD's near-ties towards fuller nodes; at 0.01 it outweighs at most about
-    0.04 GPU of fragmentation gradient (FGD's own score step), so it never overrides
-    the push of unconstrained pods off GPU models that model-restricted pods need
-    (default 0.01; measured on openb in the README)."""
+    breaks FGD's near-ties towards fuller nodes; nodes of a GPU model that pods
+    restricted to some models may use get no packing pull, so it never draws
+    unconstrained pods onto them (default 0.02; measured on openb in the README)."""
 
     fit: Weight = 0.0
     """DRFH best fit of the pod's demand shape to the node's free shape (default 0)."""

@@ -51,7 +51,7 @@ def test_defaults_filled() -> None:
     assert config.default_tenant.name == "default"
     assert config.scoring.weights() == {
         "fragmentation": 1.0,
-        "packing": 0.01,
+        "packing": 0.02,
         "fit": 0.0,
         "stranding": 0.0,
         "fairness": 0.0,

@@ -21,7 +21,9 @@ from fairshare.placement import (
     cluster_fragmentation,
     fgd_raw,
     filter_nodes,
+    score_bestfit,
     score_context,
+    score_packing,
 )
 from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
 from fairshare.state.cluster import ClusterState
@@ -91,7 +93,7 @@ def test_an_unconstrained_pod_gains_by_leaving_t4_to_t4_only_pods() -> None:
 def test_the_default_scorer_follows_the_model_gradient_over_packing() -> None:
     # The T4 node is a perfect fit (best-fit packing's favourite, ~0.9 ahead of the idle
     # G2 node); the G2 node lowers fragmentation by 0.05 GPU (the T4-only mass). The
-    # packing tie-break must not override that (with packing 0.02 it did).
+    # packing tie-break must not override that (plain best fit at weight 0.02 did).
     st = _cluster(t4_gpus=1, t4_cpu=8)
     mix = _mix(st, t4_only=1, anywhere=19)
     pod = _req(1, 8)
@@ -103,3 +105,18 @@ def test_the_default_scorer_follows_the_model_gradient_over_packing() -> None:
     # Without the T4-only class there is no gradient, and packing picks the tight fit.
     scored = scorer(st, pod, fits, score_context(st, _mix(st, t4_only=0, anywhere=1)))
     assert scored.best([n.name for n in st.nodes]) == 0
+
+
+def test_packing_gives_no_pull_on_models_restricted_classes_may_use() -> None:
+    st = _cluster()
+    pod = _req(1, 1)
+    mask = candidates(st, [0, 1])
+    plain = score_context(st, _mix(st, t4_only=0, anywhere=1))
+    restricted = score_context(st, _mix(st, t4_only=1, anywhere=3))
+    best_fit, _ = score_bestfit(st, pod, mask, plain)
+    assert best_fit[0] > best_fit[1] > 0.0  # best fit alone prefers the small T4 node
+    # No restricted class: exactly best fit.
+    assert list(score_packing(st, pod, mask, plain)[0]) == list(best_fit)
+    # A T4-only class: no pull towards the T4 node, the G2 node keeps its best fit.
+    out, _ = score_packing(st, pod, mask, restricted)
+    assert list(out) == [0.0, best_fit[1]]
