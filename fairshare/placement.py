@@ -426,6 +426,14 @@ class WorkloadMix:
     def size(self) -> int:
         return len(self.popularity)
 
+    @cached_property
+    def restricted_models(self) -> int:
+        """Bitmask of the GPU model ids that some model-restricted class may use."""
+        bits = 0
+        for m in self.models:
+            bits |= m
+        return bits
+
 
 ClassKey = tuple[float, float, int, frozenset[str]]
 
@@ -552,6 +560,28 @@ def score_bestfit(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreCo
     return out, None
 
 
+def score_packing(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
+    """Best fit (``score_bestfit``), but 0 on nodes of a GPU model that some
+    model-restricted class of the workload mix may use.
+
+    Best fit pulls pods towards the nodes with the least left over, which on a mixed
+    fleet are the small nodes (2-GPU T4s in openb), whatever their model. The
+    fragmentation term already pushes unconstrained pods off the models restricted
+    classes need (their idle GPUs elsewhere are fragment for those classes); packing
+    breaks ties only where it cannot undo that push. Without restricted classes this is
+    ``score_bestfit`` exactly.
+    """
+    out, _ = score_bestfit(state, req, mask, ctx)
+    reserved = ctx.mix.restricted_models if ctx.mix is not None else 0
+    if reserved:
+        models = state.node_model
+        for i in mask.rows:
+            m = models[i]
+            if 0 <= m <= 62 and (reserved >> m) & 1:
+                out[i] = 0.0
+    return out, None
+
+
 def fgd_raw(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """FGD fragmentation delta per node in milli-GPU, and the device it would use."""
     mix = ctx.mix
@@ -637,7 +667,7 @@ def score_fairness(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreC
 SCORERS: dict[str, TermFn] = {
     "fairness": score_fairness,
     "fit": score_fit,
-    "packing": score_bestfit,
+    "packing": score_packing,
     "fragmentation": score_fragmentation,
     "stranding": score_stranding,
     "spread": score_spread,
