@@ -61,7 +61,7 @@ def fair_shares_for(
         row = admitted.get(t.name, [0.0] * width)
         g = kernel_amounts(state, t.guaranteed_amounts())
         lim = kernel_amounts(state, t.limit_amounts() or {})
-        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim))
+        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim, t.parent))
     for name in sorted(set(admitted) - {t.name for t in config.tenants}):
         demands.append(fairness.TenantDemand(name, 1.0, tuple(admitted[name]), {}, {}))
     return fairness.fair_allocation(
