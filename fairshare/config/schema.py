@@ -601,6 +601,21 @@ class FairShareConfig(_Model):
             current = parent
         return tuple(out)
 
+    def subtree(self, name: str) -> tuple[str, ...]:
+        """``name`` and every tenant below it, ``name`` first (just ``name`` for a leaf)."""
+        out = [name]
+        for current in out:
+            out.extend(t.name for t in self.tenants if t.parent == current and t.name not in out)
+        return tuple(out)
+
+    def level_name(self, name: str) -> str:
+        """What a tenant is called in messages: "organisation" at the top of a tree,
+        "team" in between, "tenant" for one without children (and in flat configs)."""
+        spec = self.tenant(name)
+        if spec is None or not self.children(name):
+            return "tenant"
+        return "organisation" if spec.parent is None else "team"
+
     def capacity_amounts(self) -> dict[str, Fraction] | None:
         """``capacity`` parsed, or None when no capacity is declared."""
         return None if self.capacity is None else _amounts(self.capacity)
