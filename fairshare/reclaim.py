@@ -9,15 +9,18 @@ that is waiting (``PodRequest.waiting``: no scheduling gate, a scheduler that ca
 extender) is a **beneficiary** when
 
 * ``t`` is under its guarantee for ``p``: ``usage_t + p <= guaranteed_t`` on every
-  guaranteed column ``p`` requests (and ``p`` requests at least one of them);
+  guaranteed column ``p`` requests (and ``p`` requests at least one of them); in a tree
+  of tenants, ``t`` or one of its ancestors is (an ancestor's usage is its subtree's),
+  and victims are then taken outside that level's subtree;
 * ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
   failures that are not ``unresolvable``);
 * ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
   filling over bound + pending demand, ``gating.fair_shares_for``): reclaim never gives
   a tenant more than its fair share.
 
-Victims are bound pods of other tenants, taken only while their tenant stays at or
-above its own guarantee on every guaranteed column the victim uses. Preference order:
+Victims are bound pods of other tenants, taken only while their tenant (and, in a tree,
+each of its ancestors, counting its subtree) stays at or above its own guarantee on
+every guaranteed column the victim uses. Preference order:
 the most over-share tenant first (weighted dominant share minus fair share, descending),
 then the youngest pod (``created``, newest first), then uid. On each node where ``p``
 failed for capacity, victims are released in that order on a copy of the node's free
@@ -36,10 +39,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
-from fairshare import fairness, gating
+from fairshare import fairness, gating, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, choose_devices, filter_nodes
 from fairshare.state.cluster import BoundPod, ClusterState
@@ -175,6 +178,32 @@ class _Ledger:
     released: set[str]
     sims: dict[str, ClusterState]
     by_node: dict[str, list[BoundPod]]
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tree of tenants: tenant -> (tenant, parent, ..., top); absent = (tenant,)."""
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tree of tenants: tenant -> its subtree (itself first); absent = (tenant,)."""
+
+    def levels_of(self, tenant: str) -> tuple[str, ...]:
+        return self.levels.get(tenant, (tenant,))
+
+    def members_of(self, tenant: str) -> tuple[str, ...]:
+        return self.members.get(tenant, (tenant,))
+
+    def level_usage(self, level: str) -> list[float]:
+        """What ``level``'s whole subtree holds, with this round's gains and evictions."""
+        used = self.usage(level)
+        for member in self.members_of(level)[1:]:
+            for k, v in enumerate(self.usage(member)):
+                used[k] += v
+        return used
+
+    def beneficiary_level(self, tenant: str, req: PodRequest) -> str | None:
+        """The nearest level (the tenant, then its ancestors) under its guarantee for
+        ``req``, or None."""
+        for level in self.levels_of(tenant):
+            if self.under_guarantee(level, req, base=self.level_usage(level)):
+                return level
+        return None
 
     def usage(self, tenant: str) -> list[float]:
         used = self.state.usage_of(tenant)
@@ -194,13 +223,19 @@ class _Ledger:
         return bool(asked) and all(base[c] + req.row[c] <= g[c] + TOL for c in asked)
 
     def keeps_guarantee(self, pod: BoundPod, extra: Sequence[BoundPod]) -> bool:
+        """Evicting ``pod`` (after ``extra``) keeps its tenant and every ancestor of it at
+        or above their guarantees (an ancestor's counts its whole subtree)."""
         assert pod.tenant is not None
-        used = self.usage(pod.tenant)
-        for other in extra:
-            if other.tenant == pod.tenant:
-                used = [u - v for u, v in zip(used, other.row, strict=True)]
-        g = self.guaranteed.get(pod.tenant, {})
-        return all(used[c] - pod.row[c] >= g[c] - TOL for c in g if pod.row[c] > 0)
+        for level in self.levels_of(pod.tenant):
+            inside = self.members_of(level)
+            used = self.level_usage(level)
+            for other in extra:
+                if other.tenant in inside:
+                    used = [u - v for u, v in zip(used, other.row, strict=True)]
+            g = self.guaranteed.get(level, {})
+            if not all(used[c] - pod.row[c] >= g[c] - TOL for c in g if pod.row[c] > 0):
+                return False
+        return True
 
     def add(self, table: dict[str, list[float]], tenant: str, row: Sequence[float]) -> None:
         acc = table.setdefault(tenant, [0.0] * self.state.n_res)
@@ -211,7 +246,7 @@ class _Ledger:
 def _dominant(
     state: ClusterState, config: FairShareConfig, tenant: str, row: Sequence[float]
 ) -> float:
-    weights = {t.name: t.weight for t in config.all_tenants()}
+    weights = tenancy.tenant_weights(config)
     return fairness.dominant_shares(
         used={tenant: list(row)},
         capacity=state.total_capacity(),
@@ -256,6 +291,10 @@ def plan_reclaim(
     for bound in state.pods.values():
         by_node.setdefault(bound.node, []).append(bound)
     led = _Ledger(state, guaranteed, {}, {}, set(), {}, by_node)
+    if config.is_hierarchical():
+        names = [t.name for t in config.all_tenants()]
+        led.levels = {n: (n, *(a.name for a in config.ancestors(n))) for n in names}
+        led.members = {n: config.subtree(n) for n in names}
     for uid in sorted(releasing):
         pod = state.pods.get(uid)
         if pod is not None:
@@ -266,7 +305,7 @@ def plan_reclaim(
         if p.tenant is not None
         and p.waiting
         and p.uid not in state.pods
-        and led.under_guarantee(p.tenant, p, base=state.usage_of(p.tenant))
+        and led.beneficiary_level(p.tenant, p) is not None
     ]
     deficits = tuple(sorted({p.tenant for p in candidates if p.tenant is not None}))
     if not candidates:
@@ -280,11 +319,13 @@ def plan_reclaim(
     for req in candidates:
         t = req.tenant
         assert t is not None
-        if not led.under_guarantee(t, req, base=led.usage(t)):
+        level = led.beneficiary_level(t, req)
+        if level is None:
             continue  # earlier beneficiaries of t already take it to its guarantee
         wait = _plan_one(
             led,
             req,
+            level=level,
             rows=_rows_for(state, req, (node_selectors or {}).get(req.uid)),
             config=config,
             fair=fair,
@@ -335,6 +376,7 @@ def _plan_one(
     led: _Ledger,
     req: PodRequest,
     *,
+    level: str,
     rows: Sequence[int],
     config: FairShareConfig,
     fair: Mapping[str, fairness.FairShare],
@@ -374,7 +416,7 @@ def _plan_one(
     cooled = False
     for node in nodes:
         found, hit_cooldown = _victims_on(
-            led, req, node, over=over, ages=ages, blocked=blocked, skip=releasing
+            led, req, node, level=level, over=over, ages=ages, blocked=blocked, skip=releasing
         )
         cooled = cooled or hit_cooldown
         if found is None:
@@ -423,18 +465,21 @@ def _victims_on(
     req: PodRequest,
     node: str,
     *,
+    level: str,
     over: Mapping[str, float],
     ages: Mapping[str, float],
     blocked: frozenset[str],
     skip: frozenset[str],
 ) -> tuple[list[BoundPod] | None, bool]:
     """A minimal victim set on ``node`` (None if none frees a place); and whether the
-    cool-down ruled out a victim that would otherwise have been considered."""
-    t = req.tenant
+    cool-down ruled out a victim that would otherwise have been considered. Victims are
+    outside the subtree of ``level`` (the level under its guarantee: the beneficiary's
+    tenant or an ancestor), so a guarantee shared by siblings never moves pods among them."""
+    inside = led.members_of(level)
     pool: list[BoundPod] = []
     cooled = False
     for pod in led.by_node.get(node, ()):
-        if pod.tenant is None or pod.tenant == t:
+        if pod.tenant is None or pod.tenant in inside:
             continue
         if pod.uid in skip or pod.uid in led.released:
             continue
