@@ -38,7 +38,7 @@ of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -76,10 +76,18 @@ class Eviction:
     beneficiary_name: str
     beneficiary_namespace: str
     beneficiary_tenant: str
+    toward: str = "guarantee"
+    """What the beneficiary is brought up to: "guarantee" or "fair share"."""
 
     @property
     def message(self) -> str:
         """Event text for the victim."""
+        if self.toward == "fair share":
+            return (
+                f"evicted from {self.node} to bring tenant {self.beneficiary_tenant} up to its "
+                f"fair share (for pod {self.beneficiary_namespace}/{self.beneficiary_name}); "
+                f"tenant {self.victim_tenant} stays at or above its own fair share and guarantee"
+            )
         return (
             f"evicted from {self.node} to give tenant {self.beneficiary_tenant} its guaranteed "
             f"share (for pod {self.beneficiary_namespace}/{self.beneficiary_name}); tenant "
@@ -237,6 +245,32 @@ class _Ledger:
                 return False
         return True
 
+    def keeps_fair_share(
+        self,
+        pod: BoundPod,
+        extra: Sequence[BoundPod],
+        *,
+        beneficiary: str,
+        share_of: Callable[[str, Sequence[float]], float],
+        fair: Mapping[str, fairness.FairShare],
+    ) -> bool:
+        """Evicting ``pod`` (after ``extra``) keeps its tenant and each of its ancestors
+        that is not also the beneficiary's at or above their fair shares."""
+        assert pod.tenant is not None
+        shared = set(self.levels_of(beneficiary))
+        for level in self.levels_of(pod.tenant):
+            if level in shared:
+                break  # from here up the transfer stays inside the level
+            inside = self.members_of(level)
+            used = self.level_usage(level)
+            for other in [*extra, pod]:
+                if other.tenant in inside:
+                    used = [u - v for u, v in zip(used, other.row, strict=True)]
+            floor = fair[level].share if level in fair else 0.0
+            if share_of(level, used) < floor * (1 - fairness.EPS) - fairness.EPS:
+                return False
+        return True
+
     def add(self, table: dict[str, list[float]], tenant: str, row: Sequence[float]) -> None:
         acc = table.setdefault(tenant, [0.0] * self.state.n_res)
         for k, v in enumerate(row):
@@ -308,7 +342,10 @@ def plan_reclaim(
         and led.beneficiary_level(p.tenant, p) is not None
     ]
     deficits = tuple(sorted({p.tenant for p in candidates if p.tenant is not None}))
-    if not candidates:
+    toward_fair = config.reclaim_to_fair_share or any(
+        t.reclaim_to_fair_share for t in config.tenants
+    )
+    if not candidates and not toward_fair:
         return ReclaimPlan(deficits=deficits)
     fair = gating.fair_shares_for(state, config, gating.demand_rows(state, pending))
     shares = gating.current_shares(state, config)
@@ -339,7 +376,140 @@ def plan_reclaim(
         )
         if wait is not None:
             waiting.append(Waiting(req.uid, req.name, req.namespace, t, *wait))
+    if not toward_fair:
+        return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+    _toward_fair_share(
+        led,
+        pending,
+        config=config,
+        fair=fair,
+        over=over,
+        ages=ages,
+        now=now,
+        last_evictions=last_evictions,
+        cooldown=cooldown,
+        skip=releasing | protected,
+        budget=max_evictions,
+        node_selectors=node_selectors,
+        evictions=evictions,
+        room=room,
+    )
     return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+
+
+def _toward_fair_share(
+    led: _Ledger,
+    pending: Sequence[PodRequest],
+    *,
+    config: FairShareConfig,
+    fair: Mapping[str, fairness.FairShare],
+    over: Mapping[str, float],
+    ages: Mapping[str, float],
+    now: float,
+    last_evictions: Mapping[Pair, float],
+    cooldown: float,
+    skip: frozenset[str],
+    budget: int,
+    node_selectors: Mapping[str, Mapping[str, str]] | None,
+    evictions: list[Eviction],
+    room: dict[str, str],
+) -> None:
+    """Opt-in reclaim toward fair share (``reclaimToFairShare``), after the guarantees.
+
+    A waiting pod of tenant t that fits no node, when t reclaims to fair share and its
+    share after the pod stays within its fair share, gets room from tenants above their
+    fair share: victims chosen as for guarantees (most over-share, then youngest), each
+    keeping its tenant (and its ancestors outside the beneficiary's) at or above their
+    fair shares and guarantees. What one such reclaim gave is never reclaimed back: a
+    beneficiary gains up to its fair share, a victim keeps at least its own. A pod that
+    gets nothing here waits silently (its tenant may simply be at its fair share).
+    """
+    state = led.state
+    weights = tenancy.tenant_weights(config)
+
+    def share_of(tenant: str, row: Sequence[float]) -> float:
+        return fairness.dominant_shares(
+            used={tenant: list(row)},
+            capacity=state.total_capacity(),
+            res_weights=config.resource_weights(),
+            tenant_weights={tenant: weights.get(tenant, 1.0)},
+        )[tenant]
+
+    for req in pending:
+        t = req.tenant
+        if len(evictions) >= budget:
+            return
+        if (
+            t is None
+            or not req.waiting
+            or req.uid in state.pods
+            or req.uid in room
+            or not config.reclaims_to_fair_share(t)
+        ):
+            continue
+        after = led.usage(t)
+        for k, v in enumerate(req.row):
+            after[k] += v
+        mine = fair[t].share if t in fair else 0.0
+        if share_of(t, after) > mine * (1 + fairness.EPS) + fairness.EPS:
+            continue
+        rows = _rows_for(state, req, (node_selectors or {}).get(req.uid))
+        if filter_nodes(state, req, rows=rows, explain=False).fits:
+            continue  # the scheduler can place it now
+        allowed = {state.nodes[i].name for i in rows}
+        freed = next(
+            (n for n in sorted(led.sims) if n in allowed and _fits(led.sims[n], req)), None
+        )
+        if freed is not None:
+            _reserve(led.sims[freed], req)
+            led.add(led.gained, t, req.row)
+            room[req.uid] = freed
+            continue
+        blocked = _blocked_pairs(t, last_evictions, now=now, cooldown=cooldown)
+        failed = filter_nodes(state, req, rows=rows, explain=True).failed
+        best: tuple[tuple[int, tuple[_Key, ...], str], list[BoundPod]] | None = None
+        for node in sorted(f.node for f in failed if not f.unresolvable):
+            found, _ = _victims_on(
+                led,
+                req,
+                node,
+                level=t,
+                over=over,
+                ages=ages,
+                blocked=blocked,
+                skip=skip,
+                fair_floor=(share_of, fair),
+            )
+            if found is None:
+                continue
+            cost = (len(found), tuple(sorted(_key(p, over, ages) for p in found)), node)
+            if best is None or cost < best[0]:
+                best = (cost, found)
+        if best is None or len(best[1]) > budget - len(evictions):
+            continue
+        (_, _, node), chosen = best
+        sim = led.sim(node)
+        for victim in chosen:
+            assert victim.tenant is not None
+            _release(sim, victim)
+            led.add(led.removed, victim.tenant, victim.row)
+            led.released.add(victim.uid)
+            evictions.append(
+                Eviction(
+                    victim.uid,
+                    victim.name,
+                    victim.tenant,
+                    node,
+                    req.uid,
+                    req.name,
+                    req.namespace,
+                    t,
+                    toward="fair share",
+                )
+            )
+        _reserve(sim, req)
+        led.add(led.gained, t, req.row)
+        room[req.uid] = node
 
 
 def _blocked_pairs(
@@ -470,6 +640,8 @@ def _victims_on(
     ages: Mapping[str, float],
     blocked: frozenset[str],
     skip: frozenset[str],
+    fair_floor: tuple[Callable[[str, Sequence[float]], float], Mapping[str, fairness.FairShare]]
+    | None = None,
 ) -> tuple[list[BoundPod] | None, bool]:
     """A minimal victim set on ``node`` (None if none frees a place); and whether the
     cool-down ruled out a victim that would otherwise have been considered. Victims are
@@ -493,6 +665,10 @@ def _victims_on(
     chosen: list[BoundPod] = []
     for pod in pool:
         if not led.keeps_guarantee(pod, chosen):
+            continue
+        if fair_floor is not None and not led.keeps_fair_share(
+            pod, chosen, beneficiary=req.tenant or "", share_of=fair_floor[0], fair=fair_floor[1]
+        ):
             continue
         chosen.append(pod)
         _release(trial, pod)

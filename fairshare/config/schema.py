@@ -312,6 +312,12 @@ class Tenant(_Model):
     """Per resource, a hard ceiling including borrowing. Omitted (default) means no limit at
     all; a resource missing from the map is unlimited; "0" means none of it."""
 
+    reclaim_to_fair_share: bool | None = None
+    """Whether the reclaimer may evict other tenants' youngest pods to bring this tenant up
+    to its fair share, not only to its guarantee (victims stay at or above their own fair
+    share and guarantee). Default: as the parent tenant, else the top-level
+    ``reclaimToFairShare``."""
+
     def guaranteed_amounts(self) -> dict[str, Fraction]:
         """``guaranteed`` parsed: resource name -> exact amount (cores, bytes, GPUs)."""
         return _amounts(self.guaranteed)
@@ -493,6 +499,10 @@ class FairShareConfig(_Model):
     default_tenant: DefaultTenantPolicy = Field(default_factory=DefaultTenantPolicy)
     """Policy for namespaces that no tenant claims."""
 
+    reclaim_to_fair_share: bool = False
+    """Reclaim toward fair share for every tenant that does not say otherwise (default
+    false: reclaim only gives tenants their ``guaranteed`` amounts back)."""
+
     gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     """Fractional GPU rules."""
 
@@ -615,6 +625,14 @@ class FairShareConfig(_Model):
         if spec is None or not self.children(name):
             return "tenant"
         return "organisation" if spec.parent is None else "team"
+
+    def reclaims_to_fair_share(self, name: str) -> bool:
+        """Does reclaim bring tenant ``name`` up to its fair share (its own setting, else
+        its nearest ancestor's, else the top-level one)?"""
+        for spec in (self.tenant(name), *self.ancestors(name)):
+            if spec is not None and spec.reclaim_to_fair_share is not None:
+                return spec.reclaim_to_fair_share
+        return self.reclaim_to_fair_share
 
     def capacity_amounts(self) -> dict[str, Fraction] | None:
         """``capacity`` parsed, or None when no capacity is declared."""
