@@ -8,6 +8,7 @@ from typing import Any
 
 from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
+from scheduler_plugin.preemption import Victim, protect_guaranteed
 from tests.unit.test_reclaim import World, gpus, victims
 
 
@@ -152,3 +153,36 @@ def test_fair_share_reclaim_in_a_tree_keeps_the_victims_organisation_at_its_fair
     # x1 is above its fair share (2 > 1): its youngest goes; then org-x is at its fair
     # share 2 and x2 at its own 1, so y gets one pod only.
     assert victims(plan) == ["uid-x1-1"]
+
+
+# -- kube-scheduler's preemption, vetoed per level ---------------------------------------------
+
+
+def test_preemption_veto_protects_an_organisations_guarantee():
+    # org-b guaranteed 2 GPUs (column 0), b1 holds 1 and b2 holds 2; neither team has a
+    # guarantee of its own. Evicting one pod keeps org-b at 2; a second would take it to 1.
+    victims_ = [Victim("b1-0", "b1", (1.0,)), Victim("b2-0", "b2", (1.0,))]
+    kept = protect_guaranteed(
+        victims_,
+        usage={"org-b": [3.0]},
+        guaranteed={"org-b": {0: 2.0}},
+        preemptor_tenant="a1",
+        preemptor_row=(1.0,),
+        ancestors={"b1": ("org-b",), "b2": ("org-b",), "a1": ("org-a",)},
+    )
+    assert kept == ("b1-0",)
+    # A preemptor inside org-b replaces its sibling's pod: org-b's usage does not fall.
+    kept = protect_guaranteed(
+        victims_,
+        usage={"org-b": [3.0]},
+        guaranteed={"org-b": {0: 2.0}},
+        preemptor_tenant="b2",
+        preemptor_row=(1.0,),
+        ancestors={"b1": ("org-b",), "b2": ("org-b",)},
+    )
+    assert kept == ("b1-0", "b2-0")
+    # Flat (no ancestors): no guarantee on b1/b2, nothing protected.
+    flat = protect_guaranteed(
+        victims_, usage={}, guaranteed={}, preemptor_tenant="a1", preemptor_row=(1.0,)
+    )
+    assert flat == ("b1-0", "b2-0")
