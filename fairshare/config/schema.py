@@ -736,6 +736,10 @@ def _check_tree(config: FairShareConfig) -> list[Problem]:
         if tenant.namespace_selector:
             text = f"tenant has children ({names}); only tenants without children own namespaces"
             problems.append((f"tenants[{i}].namespaceSelector", text))
+        policy = config.default_tenant
+        if policy.mode == "tenant" and policy.name == tenant.name:
+            text = f'tenant "{tenant.name}" has children ({names}); namespaces belong to leaves'
+            problems.append(("defaultTenant.name", text))
         own = tenant.guaranteed_amounts()
         totals: dict[str, Fraction] = {}
         for kid in kids:

@@ -48,6 +48,18 @@ def test_namespaces_belong_to_leaves():
     assert "tenants[0].namespaceSelector: tenant has children (a1)" in text
 
 
+def test_the_default_tenant_must_be_a_leaf():
+    cfg = {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "defaultTenant": {"mode": "tenant", "name": "ml"},
+        "tenants": [{"name": "ml"}, {"name": "a1", "parent": "ml"}],
+    }
+    with pytest.raises(ConfigError) as info:
+        loading.config_from_mapping(cfg)
+    assert 'defaultTenant.name: tenant "ml" has children (a1)' in str(info.value)
+
+
 def test_children_guarantees_must_fit_in_the_parent():
     text = _errors(
         [
