@@ -230,13 +230,18 @@ class _Ledger:
         asked = [c for c in g if req.row[c] > 0]
         return bool(asked) and all(base[c] + req.row[c] <= g[c] + TOL for c in asked)
 
-    def keeps_guarantee(self, pod: BoundPod, extra: Sequence[BoundPod]) -> bool:
+    def keeps_guarantee(
+        self, pod: BoundPod, extra: Sequence[BoundPod], *, gain: PodRequest | None = None
+    ) -> bool:
         """Evicting ``pod`` (after ``extra``) keeps its tenant and every ancestor of it at
-        or above their guarantees (an ancestor's counts its whole subtree)."""
+        or above their guarantees (an ancestor's counts its whole subtree, including the
+        pod ``gain`` the eviction is for when that pod's tenant is in it)."""
         assert pod.tenant is not None
         for level in self.levels_of(pod.tenant):
             inside = self.members_of(level)
             used = self.level_usage(level)
+            if gain is not None and gain.tenant in inside:
+                used = [u + v for u, v in zip(used, gain.row, strict=True)]
             for other in extra:
                 if other.tenant in inside:
                     used = [u - v for u, v in zip(used, other.row, strict=True)]
@@ -664,7 +669,7 @@ def _victims_on(
     trial = _clone(base)
     chosen: list[BoundPod] = []
     for pod in pool:
-        if not led.keeps_guarantee(pod, chosen):
+        if not led.keeps_guarantee(pod, chosen, gain=req):
             continue
         if fair_floor is not None and not led.keeps_fair_share(
             pod, chosen, beneficiary=req.tenant or "", share_of=fair_floor[0], fair=fair_floor[1]

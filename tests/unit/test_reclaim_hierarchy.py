@@ -186,3 +186,30 @@ def test_preemption_veto_protects_an_organisations_guarantee():
         victims_, usage={}, guaranteed={}, preemptor_tenant="a1", preemptor_row=(1.0,)
     )
     assert flat == ("b1-0", "b2-0")
+
+
+def test_a_teams_guarantee_is_restored_from_a_sibling_above_its_share():
+    # The simulator's two-level case after the gate: org-a (guaranteed 8) holds a1 5 and
+    # a2 3, a1 is guaranteed 6. Evicting a2's youngest keeps org-a at 8 (a1 gains what a2
+    # loses), so a1 gets its guarantee back from its sibling; b1 is at its fair share.
+    cfg = tree(
+        {"name": "org-a", "guaranteed": gpus(8)},
+        {"name": "a1", "parent": "org-a", "namespaces": ["a1"], "guaranteed": gpus(6)},
+        {"name": "a2", "parent": "org-a", "namespaces": ["a2"]},
+        {"name": "org-b"},
+        {"name": "b1", "parent": "org-b", "namespaces": ["b1"]},
+    )
+    w = World(cfg, ("n1", 12))
+    for k in range(5):
+        w.run("a1", f"a1-{k}", "n1")
+    for k in range(3):
+        w.run("a2", f"a2-{k}", "n1")
+    for k in range(4):
+        w.run("b1", f"b1-{k}", "n1")
+    for k in range(5, 9):
+        w.want("a1", f"a1-{k}")
+        w.want("a2", f"a2-{k}")
+        w.want("b1", f"b1-{k}")
+    plan = w.plan()
+    assert victims(plan) == ["uid-a2-2"]
+    assert plan.deficits == ("a1",)
