@@ -616,9 +616,12 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
     for t in report["tenants"]:
         pods = t["pods"]
         ds, fs = t["dominantShare"], t["fairShare"]
+        level = f"{t['level']}, " if t.get("level") else ""
+        parent = f"in {t['parent']}, " if t.get("parent") else ""
         parts.append(f'<div class=tenant id="tenant-{_e(t["name"])}">')
         parts.append(
-            f"<b>{_e(t['name'])}</b> <span class=muted>weight {t['weight']:g}</span><br>"
+            f"<b>{_e(t['name'])}</b> <span class=muted>{_e(level)}{_e(parent)}"
+            f"weight {t['weight']:g}</span><br>"
             f"dominant share <b class=share>{ds:.4f}</b> "
             f'<span class=bar style="width:{min(ds, 1) * 120:.0f}px"></span><br>'
             f"fair share <b class=fair-share>{fs:.4f}</b> "

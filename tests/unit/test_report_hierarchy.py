@@ -57,6 +57,9 @@ def test_status_shows_each_level_with_its_subtree():
     text = report.render_status_text(data)
     assert "ORGANISATION ml  weight 1" in text
     assert "TENANT a2  in ml  weight 0.5" in text
+    page = report.render_status_html(data)
+    assert "<b>a2</b> <span class=muted>tenant, in ml, weight 0.5</span>" in page
+    assert "<b>ml</b> <span class=muted>organisation, weight 1</span>" in page
 
 
 def test_parent_gauge_describes_the_tree():
