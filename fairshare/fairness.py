@@ -86,6 +86,9 @@ class TenantDemand:
     demand: tuple[float, ...]
     guaranteed: Mapping[int, float]
     limit: Mapping[int, float]
+    parent: str | None = None
+    """The tenant this one belongs to (hierarchical DRF); None for a top-level tenant.
+    An inner tenant's own ``demand`` is ignored: its subtree's demand counts."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +134,36 @@ def fair_allocation(
     Each tenant gets ``x_t * demand_t`` with ``x_t`` in [0, 1]. ``guaranteed`` sets the
     starting level (scaled down together if the guarantees do not fit the capacity);
     ``limit`` caps the level. Tenants without demand get an empty allocation, share 0.
+    When some tenant names a ``parent``, the tenants form a tree and the allocation is
+    hierarchical (``hierarchical_allocation``).
     """
+    if any(t.parent is not None for t in tenants):
+        return hierarchical_allocation(tenants, capacity=capacity, res_weights=res_weights)
     order = sorted(tenants, key=lambda t: t.name)
+    x = _fill(order, capacity, capacity, res_weights, use_guarantees=True)
+    result: dict[str, FairShare] = {}
+    for t in order:
+        alloc = tuple(x[t.name] * v for v in t.demand)
+        share = _dom(alloc, capacity, res_weights)
+        weighted = share / t.weight if t.weight > 0 else (math.inf if share > 0 else 0.0)
+        result[t.name] = FairShare(t.name, alloc, weighted, x[t.name])
+    return result
+
+
+def _fill(
+    order: Sequence[TenantDemand],
+    capacity: Sequence[float],
+    avail: Sequence[float],
+    res_weights: Sequence[float],
+    *,
+    use_guarantees: bool,
+) -> dict[str, float]:
+    """Progressive filling of ``order`` (sorted by name) inside ``avail``; levels x_t.
+
+    ``capacity`` measures dominant shares (the whole cluster); ``avail`` is what may be
+    handed out (the cluster itself for flat DRF, a parent's allocation in a tree). A
+    resource of zero ``capacity`` is not constrained.
+    """
     n_res = len(capacity)
     x: dict[str, float] = {}
     xmax: dict[str, float] = {}
@@ -140,7 +171,8 @@ def fair_allocation(
     for t in order:
         d = _dom(t.demand, capacity, res_weights)
         xmax[t.name] = _level(t.limit, t.demand) if t.limit else 1.0
-        x[t.name] = min(_level(t.guaranteed, t.demand) if t.guaranteed else 0.0, xmax[t.name])
+        g = _level(t.guaranteed, t.demand) if t.guaranteed and use_guarantees else 0.0
+        x[t.name] = min(g, xmax[t.name])
         if x[t.name] < MIN_LEVEL:
             # A level this small (a subnormal guarantee) underflows in x / rate and left
             # the tenant neither growing nor frozen; it guarantees nothing measurable.
@@ -155,8 +187,8 @@ def fair_allocation(
     scale = 1.0
     for r in range(n_res):
         u = usage(r)
-        if u > capacity[r] > 0:
-            scale = min(scale, capacity[r] / u)
+        if u > avail[r] and capacity[r] > 0:
+            scale = min(scale, avail[r] / u)
     if scale < 1.0:
         for name in x:
             x[name] *= scale
@@ -165,7 +197,7 @@ def fair_allocation(
 
     def freeze_saturated() -> None:
         for r in range(n_res):
-            if capacity[r] > 0 and usage(r) >= capacity[r] * (1 - EPS):
+            if capacity[r] > 0 and usage(r) >= avail[r] * (1 - EPS):
                 for name in sorted(active):
                     if by_name[name].demand[r] > 0:
                         active.discard(name)
@@ -183,7 +215,7 @@ def fair_allocation(
         for r in range(n_res):
             slope = sum(rate[n] * by_name[n].demand[r] for n in growing)
             if slope > 0 and capacity[r] > 0:
-                lam_next = min(lam_next, lam + (capacity[r] - usage(r)) / slope)
+                lam_next = min(lam_next, lam + (avail[r] - usage(r)) / slope)
         lam_next = max(lam_next, lam)
         for n in growing:
             x[n] = min(xmax[n], max(x[n], lam_next * rate[n]))
@@ -195,13 +227,175 @@ def fair_allocation(
         freeze_saturated()
         if not growing and next_bp == math.inf:
             break
+    return x
+
+
+def hierarchical_allocation(
+    tenants: Sequence[TenantDemand],
+    *,
+    capacity: Sequence[float],
+    res_weights: Sequence[float],
+    max_rounds: int = 64,
+) -> dict[str, FairShare]:
+    """Hierarchical weighted DRF (H-DRF) by progressive filling down the tree.
+
+    At each level the children of a node fill the node's allocation by weighted DRF
+    (``_fill``), each child standing for its whole subtree: its demand is the sum of its
+    leaves' demands (each capped by the leaf's own limit), its ``limit`` caps the subtree
+    and its ``guaranteed`` sets its starting level. An idle child has no demand, so its
+    share goes to its siblings; what a subtree cannot use (its demand is smaller, or its
+    children's mix saturates a resource first) is handed out again from the top in the
+    next round, so it goes up the tree to whoever can use it (work conservation).
+    Shares are divided by the tenant's weight in the whole tree (``effective_weights``).
+    A tenant whose parent is not among ``tenants`` counts as top-level.
+
+    Approximation: a subtree grows along its aggregate demand (the sum of its leaves'
+    rows). With one resource, or leaves that ask for the same mix, this is H-DRF
+    exactly; when the leaves' mixes differ, what the children cannot use of the
+    subtree's share goes back up in the next round, so the result is work-conserving
+    but a sibling may end above its weight's share (the siblings do not wait for it).
+    """
+    order = sorted(tenants, key=lambda t: t.name)
+    by_name = {t.name: t for t in order}
+    n_res = len(capacity)
+
+    def parent_of(t: TenantDemand) -> str | None:
+        p = t.parent
+        return p if p is not None and p in by_name and p != t.name else None
+
+    kids: dict[str | None, list[str]] = {}
+    for t in order:
+        kids.setdefault(parent_of(t), []).append(t.name)
+    # A cycle (not in a validated config) leaves its members unreachable from the
+    # top: they are treated as top-level leaves.
+    reachable: set[str] = set()
+    stack = list(kids.get(None, []))
+    while stack:
+        n = stack.pop()
+        if n not in reachable:
+            reachable.add(n)
+            stack.extend(kids.get(n, []))
+    for name in sorted(set(by_name) - reachable):
+        kids[by_name[name].parent].remove(name)
+        kids.setdefault(None, []).append(name)
+        kids.pop(name, None)
+    for children in kids.values():
+        children.sort()
+
+    def is_leaf(name: str) -> bool:
+        return not kids.get(name)
+
+    # A leaf's usable demand: its demand up to its own limit.
+    leaf_cap: dict[str, tuple[float, ...]] = {}
+    for t in order:
+        if is_leaf(t.name):
+            level = _level(t.limit, t.demand) if t.limit else 1.0
+            leaf_cap[t.name] = tuple(level * v for v in t.demand)
+    alloc: dict[str, list[float]] = {n: [0.0] * n_res for n in leaf_cap}
+
+    def subtree_sum(name: str, vec: Mapping[str, Sequence[float]]) -> list[float]:
+        if is_leaf(name):
+            return list(vec[name])
+        total = [0.0] * n_res
+        for k in kids[name]:
+            for r, v in enumerate(subtree_sum(k, vec)):
+                total[r] += v
+        return total
+
+    def remaining(name: str) -> tuple[float, ...]:
+        want = subtree_sum(name, leaf_cap)
+        got = subtree_sum(name, alloc)
+        return tuple(max(0.0, w - g) for w, g in zip(want, got, strict=True))
+
+    def room(name: str) -> dict[int, float]:
+        lim = by_name[name].limit
+        if is_leaf(name) or not lim:
+            return {}
+        got = subtree_sum(name, alloc)
+        return {r: max(0.0, amount - got[r]) for r, amount in lim.items()}
+
+    def hand_out(parent: str | None, avail: Sequence[float], first: bool) -> None:
+        children = kids.get(parent, [])
+        items = [
+            TenantDemand(n, by_name[n].weight, remaining(n), by_name[n].guaranteed, room(n))
+            for n in children
+        ]
+        x = _fill(items, capacity, avail, res_weights, use_guarantees=first)
+        for item in items:
+            share = tuple(x[item.name] * v for v in item.demand)
+            if not any(v > 0 for v in share):
+                continue
+            if is_leaf(item.name):
+                row = alloc[item.name]
+                for r, v in enumerate(share):
+                    row[r] += v
+            else:
+                hand_out(item.name, share, first)
+
+    for round_no in range(max_rounds):
+        used = [0.0] * n_res
+        for row in alloc.values():
+            for r, v in enumerate(row):
+                used[r] += v
+        avail = [max(0.0, c - u) for c, u in zip(capacity, used, strict=True)]
+        before = sum(_dom(row, capacity, res_weights) for row in alloc.values())
+        hand_out(None, avail, round_no == 0)
+        after = sum(_dom(row, capacity, res_weights) for row in alloc.values())
+        if after <= before * (1 + 1e-12) + 1e-12:
+            break
+
+    weights = effective_weights(
+        {t.name: t.weight for t in order}, {t.name: parent_of(t) for t in order}
+    )
     result: dict[str, FairShare] = {}
     for t in order:
-        alloc = tuple(x[t.name] * v for v in t.demand)
-        share = _dom(alloc, capacity, res_weights)
-        weighted = share / t.weight if t.weight > 0 else (math.inf if share > 0 else 0.0)
-        result[t.name] = FairShare(t.name, alloc, weighted, x[t.name])
+        vec = tuple(subtree_sum(t.name, alloc))
+        want = subtree_sum(t.name, {n: by_name[n].demand for n in leaf_cap})
+        share = _dom(vec, capacity, res_weights)
+        w = weights[t.name]
+        weighted = share / w if w > 0 else (math.inf if share > 0 else 0.0)
+        d = _dom(want, capacity, res_weights)
+        result[t.name] = FairShare(t.name, vec, weighted, share / d if d > 0 else 0.0)
     return result
+
+
+def effective_weights(
+    weights: Mapping[str, float], parents: Mapping[str, str | None]
+) -> dict[str, float]:
+    """Each tenant's weight in the whole tree, comparable across the tree.
+
+    A top-level tenant keeps its weight; below it, each level multiplies by the
+    tenant's weight over the sum of its siblings' weights (itself included). Flat
+    configs: every tenant keeps its weight. A parent that is not in ``weights`` (or a
+    cycle) ends the walk: the tenant then counts as top-level there.
+    """
+
+    def parent_of(name: str) -> str | None:
+        p = parents.get(name)
+        return p if p is not None and p in weights and p != name else None
+
+    siblings: dict[str, float] = {}
+    for name, w in weights.items():
+        p = parent_of(name)
+        if p is not None:
+            siblings[p] = siblings.get(p, 0.0) + w
+    out: dict[str, float] = {}
+
+    def eff(name: str, seen: frozenset[str]) -> float:
+        if name in out:
+            return out[name]
+        p = parent_of(name)
+        if p is None or p in seen:
+            value = weights[name]
+        else:
+            total = siblings[p]
+            value = eff(p, seen | {name}) * weights[name] / total if total > 0 else 0.0
+        out[name] = value
+        return value
+
+    for name in sorted(weights):
+        eff(name, frozenset())
+    return out
 
 
 @dataclass(frozen=True)

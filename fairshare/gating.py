@@ -27,12 +27,24 @@ from fairshare.resources import to_kernel_units
 from fairshare.state.cluster import ClusterState
 
 
+def subtree_usage(state: ClusterState, config: FairShareConfig, tenant: str) -> list[float]:
+    """What the bound pods of ``tenant`` and of every tenant below it hold (kernel units)."""
+    row = state.usage_of(tenant)
+    for member in config.subtree(tenant)[1:]:
+        for k, v in enumerate(state.usage_of(member)):
+            row[k] += v
+    return row
+
+
 def current_shares(state: ClusterState, config: FairShareConfig) -> dict[str, float]:
-    """Weighted dominant share of every configured or active tenant (bound pods only)."""
+    """Weighted dominant share of every configured or active tenant (bound pods only).
+
+    In a tree of tenants, a tenant with children holds what its subtree holds."""
     weights = tenancy.tenant_weights(config)
     names = sorted(set(weights) | set(state.tenant_usage))
+    tree = config.is_hierarchical()
     return fairness.dominant_shares(
-        used={n: state.usage_of(n) for n in names},
+        used={n: subtree_usage(state, config, n) if tree else state.usage_of(n) for n in names},
         capacity=state.total_capacity(),
         res_weights=config.resource_weights(),
         tenant_weights=weights,
@@ -61,7 +73,7 @@ def fair_shares_for(
         row = admitted.get(t.name, [0.0] * width)
         g = kernel_amounts(state, t.guaranteed_amounts())
         lim = kernel_amounts(state, t.limit_amounts() or {})
-        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim))
+        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim, t.parent))
     for name in sorted(set(admitted) - {t.name for t in config.tenants}):
         demands.append(fairness.TenantDemand(name, 1.0, tuple(admitted[name]), {}, {}))
     return fairness.fair_allocation(

@@ -208,6 +208,13 @@ class Metrics:
             ["tenant"],
             registry=r,
         )
+        self.tenant_parent = Gauge(
+            "fairshare_tenant_parent",
+            "1 for each tenant that has a parent in the tree of tenants (labels tenant, "
+            "parent); join on tenant to drill down from an organisation to its teams.",
+            ["tenant", "parent"],
+            registry=r,
+        )
         self.cluster_gpu_allocation = Gauge(
             "fairshare_cluster_gpu_allocation_ratio",
             "Allocated GPUs over allocatable GPUs in the cluster (0..1).",
@@ -330,6 +337,13 @@ class Metrics:
             self.tenant_dominant_share.labels(tenant).set(dominant_share)
         if fair_share is not None:
             self.tenant_fair_share.labels(tenant).set(fair_share)
+
+    def set_tenant_tree(self, parents: Mapping[str, str | None]) -> None:
+        """Replace the ``fairshare_tenant_parent`` series: one per tenant with a parent."""
+        self.tenant_parent.clear()
+        for tenant, parent in sorted(parents.items()):
+            if parent is not None:
+                self.tenant_parent.labels(tenant, parent).set(1)
 
     def set_gated_pods(self, tenant: str, count: int) -> None:
         """Set how many of the tenant's pending pods the fair-share gate holds back."""

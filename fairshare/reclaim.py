@@ -9,15 +9,18 @@ that is waiting (``PodRequest.waiting``: no scheduling gate, a scheduler that ca
 extender) is a **beneficiary** when
 
 * ``t`` is under its guarantee for ``p``: ``usage_t + p <= guaranteed_t`` on every
-  guaranteed column ``p`` requests (and ``p`` requests at least one of them);
+  guaranteed column ``p`` requests (and ``p`` requests at least one of them); in a tree
+  of tenants, ``t`` or one of its ancestors is (an ancestor's usage is its subtree's),
+  and victims are then taken outside that level's subtree;
 * ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
   failures that are not ``unresolvable``);
 * ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
   filling over bound + pending demand, ``gating.fair_shares_for``): reclaim never gives
   a tenant more than its fair share.
 
-Victims are bound pods of other tenants, taken only while their tenant stays at or
-above its own guarantee on every guaranteed column the victim uses. Preference order:
+Victims are bound pods of other tenants, taken only while their tenant (and, in a tree,
+each of its ancestors, counting its subtree) stays at or above its own guarantee on
+every guaranteed column the victim uses. Preference order:
 the most over-share tenant first (weighted dominant share minus fair share, descending),
 then the youngest pod (``created``, newest first), then uid. On each node where ``p``
 failed for capacity, victims are released in that order on a copy of the node's free
@@ -35,11 +38,11 @@ of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
-from fairshare import fairness, gating
+from fairshare import fairness, gating, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, choose_devices, filter_nodes
 from fairshare.state.cluster import BoundPod, ClusterState
@@ -73,10 +76,18 @@ class Eviction:
     beneficiary_name: str
     beneficiary_namespace: str
     beneficiary_tenant: str
+    toward: str = "guarantee"
+    """What the beneficiary is brought up to: "guarantee" or "fair share"."""
 
     @property
     def message(self) -> str:
         """Event text for the victim."""
+        if self.toward == "fair share":
+            return (
+                f"evicted from {self.node} to bring tenant {self.beneficiary_tenant} up to its "
+                f"fair share (for pod {self.beneficiary_namespace}/{self.beneficiary_name}); "
+                f"tenant {self.victim_tenant} stays at or above its own fair share and guarantee"
+            )
         return (
             f"evicted from {self.node} to give tenant {self.beneficiary_tenant} its guaranteed "
             f"share (for pod {self.beneficiary_namespace}/{self.beneficiary_name}); tenant "
@@ -175,6 +186,32 @@ class _Ledger:
     released: set[str]
     sims: dict[str, ClusterState]
     by_node: dict[str, list[BoundPod]]
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tree of tenants: tenant -> (tenant, parent, ..., top); absent = (tenant,)."""
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tree of tenants: tenant -> its subtree (itself first); absent = (tenant,)."""
+
+    def levels_of(self, tenant: str) -> tuple[str, ...]:
+        return self.levels.get(tenant, (tenant,))
+
+    def members_of(self, tenant: str) -> tuple[str, ...]:
+        return self.members.get(tenant, (tenant,))
+
+    def level_usage(self, level: str) -> list[float]:
+        """What ``level``'s whole subtree holds, with this round's gains and evictions."""
+        used = self.usage(level)
+        for member in self.members_of(level)[1:]:
+            for k, v in enumerate(self.usage(member)):
+                used[k] += v
+        return used
+
+    def beneficiary_level(self, tenant: str, req: PodRequest) -> str | None:
+        """The nearest level (the tenant, then its ancestors) under its guarantee for
+        ``req``, or None."""
+        for level in self.levels_of(tenant):
+            if self.under_guarantee(level, req, base=self.level_usage(level)):
+                return level
+        return None
 
     def usage(self, tenant: str) -> list[float]:
         used = self.state.usage_of(tenant)
@@ -193,14 +230,51 @@ class _Ledger:
         asked = [c for c in g if req.row[c] > 0]
         return bool(asked) and all(base[c] + req.row[c] <= g[c] + TOL for c in asked)
 
-    def keeps_guarantee(self, pod: BoundPod, extra: Sequence[BoundPod]) -> bool:
+    def keeps_guarantee(
+        self, pod: BoundPod, extra: Sequence[BoundPod], *, gain: PodRequest | None = None
+    ) -> bool:
+        """Evicting ``pod`` (after ``extra``) keeps its tenant and every ancestor of it at
+        or above their guarantees (an ancestor's counts its whole subtree, including the
+        pod ``gain`` the eviction is for when that pod's tenant is in it)."""
         assert pod.tenant is not None
-        used = self.usage(pod.tenant)
-        for other in extra:
-            if other.tenant == pod.tenant:
-                used = [u - v for u, v in zip(used, other.row, strict=True)]
-        g = self.guaranteed.get(pod.tenant, {})
-        return all(used[c] - pod.row[c] >= g[c] - TOL for c in g if pod.row[c] > 0)
+        for level in self.levels_of(pod.tenant):
+            inside = self.members_of(level)
+            used = self.level_usage(level)
+            if gain is not None and gain.tenant in inside:
+                used = [u + v for u, v in zip(used, gain.row, strict=True)]
+            for other in extra:
+                if other.tenant in inside:
+                    used = [u - v for u, v in zip(used, other.row, strict=True)]
+            g = self.guaranteed.get(level, {})
+            if not all(used[c] - pod.row[c] >= g[c] - TOL for c in g if pod.row[c] > 0):
+                return False
+        return True
+
+    def keeps_fair_share(
+        self,
+        pod: BoundPod,
+        extra: Sequence[BoundPod],
+        *,
+        beneficiary: str,
+        share_of: Callable[[str, Sequence[float]], float],
+        fair: Mapping[str, fairness.FairShare],
+    ) -> bool:
+        """Evicting ``pod`` (after ``extra``) keeps its tenant and each of its ancestors
+        that is not also the beneficiary's at or above their fair shares."""
+        assert pod.tenant is not None
+        shared = set(self.levels_of(beneficiary))
+        for level in self.levels_of(pod.tenant):
+            if level in shared:
+                break  # from here up the transfer stays inside the level
+            inside = self.members_of(level)
+            used = self.level_usage(level)
+            for other in [*extra, pod]:
+                if other.tenant in inside:
+                    used = [u - v for u, v in zip(used, other.row, strict=True)]
+            floor = fair[level].share if level in fair else 0.0
+            if share_of(level, used) < floor * (1 - fairness.EPS) - fairness.EPS:
+                return False
+        return True
 
     def add(self, table: dict[str, list[float]], tenant: str, row: Sequence[float]) -> None:
         acc = table.setdefault(tenant, [0.0] * self.state.n_res)
@@ -211,7 +285,7 @@ class _Ledger:
 def _dominant(
     state: ClusterState, config: FairShareConfig, tenant: str, row: Sequence[float]
 ) -> float:
-    weights = {t.name: t.weight for t in config.all_tenants()}
+    weights = tenancy.tenant_weights(config)
     return fairness.dominant_shares(
         used={tenant: list(row)},
         capacity=state.total_capacity(),
@@ -256,6 +330,10 @@ def plan_reclaim(
     for bound in state.pods.values():
         by_node.setdefault(bound.node, []).append(bound)
     led = _Ledger(state, guaranteed, {}, {}, set(), {}, by_node)
+    if config.is_hierarchical():
+        names = [t.name for t in config.all_tenants()]
+        led.levels = {n: (n, *(a.name for a in config.ancestors(n))) for n in names}
+        led.members = {n: config.subtree(n) for n in names}
     for uid in sorted(releasing):
         pod = state.pods.get(uid)
         if pod is not None:
@@ -266,10 +344,13 @@ def plan_reclaim(
         if p.tenant is not None
         and p.waiting
         and p.uid not in state.pods
-        and led.under_guarantee(p.tenant, p, base=state.usage_of(p.tenant))
+        and led.beneficiary_level(p.tenant, p) is not None
     ]
     deficits = tuple(sorted({p.tenant for p in candidates if p.tenant is not None}))
-    if not candidates:
+    toward_fair = config.reclaim_to_fair_share or any(
+        t.reclaim_to_fair_share for t in config.tenants
+    )
+    if not candidates and not toward_fair:
         return ReclaimPlan(deficits=deficits)
     fair = gating.fair_shares_for(state, config, gating.demand_rows(state, pending))
     shares = gating.current_shares(state, config)
@@ -280,11 +361,13 @@ def plan_reclaim(
     for req in candidates:
         t = req.tenant
         assert t is not None
-        if not led.under_guarantee(t, req, base=led.usage(t)):
+        level = led.beneficiary_level(t, req)
+        if level is None:
             continue  # earlier beneficiaries of t already take it to its guarantee
         wait = _plan_one(
             led,
             req,
+            level=level,
             rows=_rows_for(state, req, (node_selectors or {}).get(req.uid)),
             config=config,
             fair=fair,
@@ -298,7 +381,140 @@ def plan_reclaim(
         )
         if wait is not None:
             waiting.append(Waiting(req.uid, req.name, req.namespace, t, *wait))
+    if not toward_fair:
+        return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+    _toward_fair_share(
+        led,
+        pending,
+        config=config,
+        fair=fair,
+        over=over,
+        ages=ages,
+        now=now,
+        last_evictions=last_evictions,
+        cooldown=cooldown,
+        skip=releasing | protected,
+        budget=max_evictions,
+        node_selectors=node_selectors,
+        evictions=evictions,
+        room=room,
+    )
     return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+
+
+def _toward_fair_share(
+    led: _Ledger,
+    pending: Sequence[PodRequest],
+    *,
+    config: FairShareConfig,
+    fair: Mapping[str, fairness.FairShare],
+    over: Mapping[str, float],
+    ages: Mapping[str, float],
+    now: float,
+    last_evictions: Mapping[Pair, float],
+    cooldown: float,
+    skip: frozenset[str],
+    budget: int,
+    node_selectors: Mapping[str, Mapping[str, str]] | None,
+    evictions: list[Eviction],
+    room: dict[str, str],
+) -> None:
+    """Opt-in reclaim toward fair share (``reclaimToFairShare``), after the guarantees.
+
+    A waiting pod of tenant t that fits no node, when t reclaims to fair share and its
+    share after the pod stays within its fair share, gets room from tenants above their
+    fair share: victims chosen as for guarantees (most over-share, then youngest), each
+    keeping its tenant (and its ancestors outside the beneficiary's) at or above their
+    fair shares and guarantees. What one such reclaim gave is never reclaimed back: a
+    beneficiary gains up to its fair share, a victim keeps at least its own. A pod that
+    gets nothing here waits silently (its tenant may simply be at its fair share).
+    """
+    state = led.state
+    weights = tenancy.tenant_weights(config)
+
+    def share_of(tenant: str, row: Sequence[float]) -> float:
+        return fairness.dominant_shares(
+            used={tenant: list(row)},
+            capacity=state.total_capacity(),
+            res_weights=config.resource_weights(),
+            tenant_weights={tenant: weights.get(tenant, 1.0)},
+        )[tenant]
+
+    for req in pending:
+        t = req.tenant
+        if len(evictions) >= budget:
+            return
+        if (
+            t is None
+            or not req.waiting
+            or req.uid in state.pods
+            or req.uid in room
+            or not config.reclaims_to_fair_share(t)
+        ):
+            continue
+        after = led.usage(t)
+        for k, v in enumerate(req.row):
+            after[k] += v
+        mine = fair[t].share if t in fair else 0.0
+        if share_of(t, after) > mine * (1 + fairness.EPS) + fairness.EPS:
+            continue
+        rows = _rows_for(state, req, (node_selectors or {}).get(req.uid))
+        if filter_nodes(state, req, rows=rows, explain=False).fits:
+            continue  # the scheduler can place it now
+        allowed = {state.nodes[i].name for i in rows}
+        freed = next(
+            (n for n in sorted(led.sims) if n in allowed and _fits(led.sims[n], req)), None
+        )
+        if freed is not None:
+            _reserve(led.sims[freed], req)
+            led.add(led.gained, t, req.row)
+            room[req.uid] = freed
+            continue
+        blocked = _blocked_pairs(t, last_evictions, now=now, cooldown=cooldown)
+        failed = filter_nodes(state, req, rows=rows, explain=True).failed
+        best: tuple[tuple[int, tuple[_Key, ...], str], list[BoundPod]] | None = None
+        for node in sorted(f.node for f in failed if not f.unresolvable):
+            found, _ = _victims_on(
+                led,
+                req,
+                node,
+                level=t,
+                over=over,
+                ages=ages,
+                blocked=blocked,
+                skip=skip,
+                fair_floor=(share_of, fair),
+            )
+            if found is None:
+                continue
+            cost = (len(found), tuple(sorted(_key(p, over, ages) for p in found)), node)
+            if best is None or cost < best[0]:
+                best = (cost, found)
+        if best is None or len(best[1]) > budget - len(evictions):
+            continue
+        (_, _, node), chosen = best
+        sim = led.sim(node)
+        for victim in chosen:
+            assert victim.tenant is not None
+            _release(sim, victim)
+            led.add(led.removed, victim.tenant, victim.row)
+            led.released.add(victim.uid)
+            evictions.append(
+                Eviction(
+                    victim.uid,
+                    victim.name,
+                    victim.tenant,
+                    node,
+                    req.uid,
+                    req.name,
+                    req.namespace,
+                    t,
+                    toward="fair share",
+                )
+            )
+        _reserve(sim, req)
+        led.add(led.gained, t, req.row)
+        room[req.uid] = node
 
 
 def _blocked_pairs(
@@ -335,6 +551,7 @@ def _plan_one(
     led: _Ledger,
     req: PodRequest,
     *,
+    level: str,
     rows: Sequence[int],
     config: FairShareConfig,
     fair: Mapping[str, fairness.FairShare],
@@ -374,7 +591,7 @@ def _plan_one(
     cooled = False
     for node in nodes:
         found, hit_cooldown = _victims_on(
-            led, req, node, over=over, ages=ages, blocked=blocked, skip=releasing
+            led, req, node, level=level, over=over, ages=ages, blocked=blocked, skip=releasing
         )
         cooled = cooled or hit_cooldown
         if found is None:
@@ -423,18 +640,23 @@ def _victims_on(
     req: PodRequest,
     node: str,
     *,
+    level: str,
     over: Mapping[str, float],
     ages: Mapping[str, float],
     blocked: frozenset[str],
     skip: frozenset[str],
+    fair_floor: tuple[Callable[[str, Sequence[float]], float], Mapping[str, fairness.FairShare]]
+    | None = None,
 ) -> tuple[list[BoundPod] | None, bool]:
     """A minimal victim set on ``node`` (None if none frees a place); and whether the
-    cool-down ruled out a victim that would otherwise have been considered."""
-    t = req.tenant
+    cool-down ruled out a victim that would otherwise have been considered. Victims are
+    outside the subtree of ``level`` (the level under its guarantee: the beneficiary's
+    tenant or an ancestor), so a guarantee shared by siblings never moves pods among them."""
+    inside = led.members_of(level)
     pool: list[BoundPod] = []
     cooled = False
     for pod in led.by_node.get(node, ()):
-        if pod.tenant is None or pod.tenant == t:
+        if pod.tenant is None or pod.tenant in inside:
             continue
         if pod.uid in skip or pod.uid in led.released:
             continue
@@ -447,7 +669,11 @@ def _victims_on(
     trial = _clone(base)
     chosen: list[BoundPod] = []
     for pod in pool:
-        if not led.keeps_guarantee(pod, chosen):
+        if not led.keeps_guarantee(pod, chosen, gain=req):
+            continue
+        if fair_floor is not None and not led.keeps_fair_share(
+            pod, chosen, beneficiary=req.tenant or "", share_of=fair_floor[0], fair=fair_floor[1]
+        ):
             continue
         chosen.append(pod)
         _release(trial, pod)

@@ -197,23 +197,25 @@ def build_status(
     held_by: dict[str, int] = {}
     for entry in held:
         held_by[entry["tenant"]] = held_by.get(entry["tenant"], 0) + 1
-    tenants = [
-        _tenant_row(
-            name,
-            config=config,
-            state=state,
-            quota=quota,
-            share=shares.get(name, 0.0),
-            fair=fair[name].share if name in fair else 0.0,
-            weight=weights.get(name, 1.0),
-            pods={
-                "running": running.get(name, 0),
-                "pending": waiting.get(name, 0),
-                "held": held_by.get(name, 0),
-            },
+    tenants = []
+    for name in _tree_order(config, names):
+        members = config.subtree(name)
+        tenants.append(
+            _tenant_row(
+                name,
+                config=config,
+                state=state,
+                quota=quota,
+                share=shares.get(name, 0.0),
+                fair=fair[name].share if name in fair else 0.0,
+                weight=weights.get(name, 1.0),
+                pods={
+                    "running": sum(running.get(m, 0) for m in members),
+                    "pending": sum(waiting.get(m, 0) for m in members),
+                    "held": sum(held_by.get(m, 0) for m in members),
+                },
+            )
         )
-        for name in names
-    ]
     return {
         "kind": "FairshareStatus",
         "tenants": tenants,
@@ -223,6 +225,29 @@ def build_status(
         "pendingPods": unplaced,
         "unreadable": dict(sorted((unreadable or {}).items())),
     }
+
+
+def _tree_order(config: FairShareConfig, names: Sequence[str]) -> list[str]:
+    """``names`` sorted, each tenant with children followed by its subtree (depth first)."""
+    if not config.is_hierarchical():
+        return list(names)
+    known = set(names)
+    out: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in out:
+            return
+        out.append(name)
+        for child in sorted(t.name for t in config.children(name)):
+            if child in known:
+                visit(child)
+
+    for name in names:
+        spec = config.tenant(name)
+        if spec is None or spec.parent is None or spec.parent not in known:
+            visit(name)
+    out += [n for n in names if n not in out]  # a cycle (not in a validated config)
+    return out
 
 
 def _tenant_row(
@@ -239,8 +264,14 @@ def _tenant_row(
     spec = config.tenant(name)
     guaranteed = spec.guaranteed_amounts() if spec else {}
     limits = (spec.limit_amounts() if spec else None) or {}
-    bound = state.index.amounts(state.usage_of(name))
-    used_quota = dict(quota.tenant_usage(name)) if quota is not None else {}
+    members = config.subtree(name)
+    bound = state.index.amounts(gating.subtree_usage(state, config, name))
+    used_quota: dict[str, Fraction] = {}
+    if quota is not None:
+        # A tenant with children: what its whole subtree uses.
+        for member in members:
+            for res, amount in quota.tenant_usage(member).items():
+                used_quota[res] = used_quota.get(res, Fraction(0)) + amount
     resources = []
     for res in sorted(
         set(state.index.names) | set(guaranteed) | set(limits) | set(used_quota),
@@ -263,8 +294,11 @@ def _tenant_row(
         "pods": pods,
         "resources": resources,
     }
+    if config.is_hierarchical():
+        out["parent"] = spec.parent if spec else None
+        out["level"] = config.level_name(name)
     if quota is not None:
-        out["namespaces"] = list(quota.tenant_namespaces(name))
+        out["namespaces"] = [ns for m in members for ns in quota.tenant_namespaces(m)]
     return out
 
 
@@ -454,8 +488,9 @@ def render_status_text(report: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for t in report["tenants"]:
         pods = t["pods"]
+        parent = f"  in {t['parent']}" if t.get("parent") else ""
         lines.append(
-            f"TENANT {t['name']}  weight {t['weight']:g}  "
+            f"{t.get('level', 'tenant').upper()} {t['name']}{parent}  weight {t['weight']:g}  "
             f"dominant share {t['dominantShare']:.4f}  fair share {t['fairShare']:.4f}  "
             f"pods: {pods['running']} running, {pods['pending']} pending, "
             f"{pods['held']} held by the gate"
@@ -581,9 +616,12 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
     for t in report["tenants"]:
         pods = t["pods"]
         ds, fs = t["dominantShare"], t["fairShare"]
+        level = f"{t['level']}, " if t.get("level") else ""
+        parent = f"in {t['parent']}, " if t.get("parent") else ""
         parts.append(f'<div class=tenant id="tenant-{_e(t["name"])}">')
         parts.append(
-            f"<b>{_e(t['name'])}</b> <span class=muted>weight {t['weight']:g}</span><br>"
+            f"<b>{_e(t['name'])}</b> <span class=muted>{_e(level)}{_e(parent)}"
+            f"weight {t['weight']:g}</span><br>"
             f"dominant share <b class=share>{ds:.4f}</b> "
             f'<span class=bar style="width:{min(ds, 1) * 120:.0f}px"></span><br>'
             f"fair share <b class=fair-share>{fs:.4f}</b> "

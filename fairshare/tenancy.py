@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NewType
 
+from fairshare import fairness
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import LABEL_TENANT
 
@@ -43,7 +44,8 @@ def resolve_tenant(
     label = labels.get(LABEL_TENANT)
     unknown: str | None = None
     if label is not None:
-        if config.tenant(label) is not None:
+        if config.tenant(label) is not None and not config.children(label):
+            # Namespaces belong to tenants without children (leaves of the tree).
             return TenantResolution(TenantName(label), "label")
         unknown = label
     for t in config.tenants:
@@ -59,8 +61,15 @@ def resolve_tenant(
 
 
 def tenant_weights(config: FairShareConfig) -> dict[str, float]:
-    """Every tenant's weight, including the implicit default tenant (weight 1)."""
+    """Every tenant's weight, including the implicit default tenant (weight 1).
+
+    In a tree of tenants, the weight in the whole tree (``fairness.effective_weights``):
+    a top-level tenant's weight, times each level's share among its siblings.
+    """
     weights = {t.name: float(t.weight) for t in config.tenants}
     if config.default_tenant.mode == "tenant":
         weights.setdefault(config.default_tenant.name, 1.0)
-    return weights
+    if not config.is_hierarchical():
+        return weights
+    parents = {t.name: t.parent for t in config.tenants}
+    return fairness.effective_weights(weights, parents)

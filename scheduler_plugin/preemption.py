@@ -16,7 +16,8 @@ tenant may replace its own pods. Victims whose tenant has no guarantee, and pods
 does not know (a tenant cannot be told), are kept: the veto only protects guarantees it
 can prove. Resources that the victim does not hold cannot fall by evicting it, so a
 tenant already under its guarantee on CPU can still lose a GPU-only pod if its GPU
-usage stays at or above the GPU guarantee.
+usage stays at or above the GPU guarantee. In a tree of tenants the same rule holds at
+every level: the victim's tenant and each of its ancestors (usage over the subtree).
 """
 
 from __future__ import annotations
@@ -43,30 +44,45 @@ def protect_guaranteed(
     guaranteed: Mapping[str, Mapping[int, float]],
     preemptor_tenant: str | None,
     preemptor_row: Sequence[float],
+    ancestors: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[str, ...]:
-    """UIDs of the victims that may be evicted on one node (see the module docstring)."""
+    """UIDs of the victims that may be evicted on one node (see the module docstring).
+
+    In a tree of tenants, ``ancestors`` maps a tenant to its parent, grandparent, ...;
+    each of them is a level whose guarantee is protected too, with ``usage`` of the level
+    being its whole subtree's (the preemptor counts for every level it belongs to).
+    """
+    up = ancestors or {}
     taken: dict[str, list[float]] = {}
     kept: list[str] = []
+    pre_levels = (
+        () if preemptor_tenant is None else (preemptor_tenant, *up.get(preemptor_tenant, ()))
+    )
     for v in victims:
-        floor = guaranteed.get(v.tenant or "") if v.tenant is not None else None
-        if not floor:
+        if v.tenant is None:
             kept.append(v.uid)
             continue
-        assert v.tenant is not None
-        have = usage.get(v.tenant, ())
-        gone = taken.setdefault(v.tenant, [0.0] * len(v.row))
+        levels = [lv for lv in (v.tenant, *up.get(v.tenant, ())) if guaranteed.get(lv)]
         ok = True
-        for col, minimum in floor.items():
-            if col >= len(v.row) or v.row[col] <= 0:
-                continue
-            after = (have[col] if col < len(have) else 0.0) - gone[col] - v.row[col]
-            if v.tenant == preemptor_tenant and col < len(preemptor_row):
-                after += preemptor_row[col]
-            if after < minimum - EPS * max(1.0, minimum):
-                ok = False
+        for level in levels:
+            floor = guaranteed[level]
+            have = usage.get(level, ())
+            gone = taken.get(level, [0.0] * len(v.row))
+            for col, minimum in floor.items():
+                if col >= len(v.row) or v.row[col] <= 0:
+                    continue
+                after = (have[col] if col < len(have) else 0.0) - gone[col] - v.row[col]
+                if level in pre_levels and col < len(preemptor_row):
+                    after += preemptor_row[col]
+                if after < minimum - EPS * max(1.0, minimum):
+                    ok = False
+                    break
+            if not ok:
                 break
         if ok:
-            for k, x in enumerate(v.row):
-                gone[k] += x
+            for level in levels:
+                gone = taken.setdefault(level, [0.0] * len(v.row))
+                for k, x in enumerate(v.row):
+                    gone[k] += x
             kept.append(v.uid)
     return tuple(kept)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from fairshare import fairness, resources
+from fairshare import fairness, gating, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -170,6 +170,17 @@ def _guarantees(state: ClusterState, config: FairShareConfig) -> dict[str, dict[
     }
 
 
+def _levels(
+    state: ClusterState, config: FairShareConfig, guaranteed: Mapping[str, object]
+) -> tuple[dict[str, list[float]], dict[str, tuple[str, ...]] | None]:
+    """Usage per guaranteed tenant (its subtree's in a tree) and each tenant's ancestors."""
+    if not config.is_hierarchical():
+        return {t: state.usage_of(t) for t in guaranteed}, None
+    usage = {t: gating.subtree_usage(state, config, t) for t in guaranteed}
+    ancestors = {t.name: tuple(a.name for a in config.ancestors(t.name)) for t in config.tenants}
+    return usage, ancestors
+
+
 def _victims(
     uids: Sequence[str],
     full: Mapping[str, Mapping[str, Any]],
@@ -221,7 +232,7 @@ def preempt_verb(
         for p in v.pods
     }
     guaranteed = _guarantees(state, config)
-    usage = {t: state.usage_of(t) for t in guaranteed}
+    usage, ancestors = _levels(state, config, guaranteed)
     result: dict[str, wire.MetaVictims] = {}
     for node, meta in sorted(args.meta_victims().items()):
         victims = _victims(meta.pod_uids, full, state=state, config=config, namespace_labels=labels)
@@ -231,6 +242,7 @@ def preempt_verb(
             guaranteed=guaranteed,
             preemptor_tenant=pre_tenant,
             preemptor_row=pre_row,
+            ancestors=ancestors,
         )
         if not kept:
             continue

@@ -198,13 +198,22 @@ def publish_tenant_metrics(deps: WebhookDeps) -> None:
     names = [t.name for t in config.all_tenants()]
     for tenant in config.all_tenants():
         limit = tenant.limit_amounts() or {}
+        # A tenant with children: the sums over its subtree (what its limit caps).
+        usage: dict[str, float] = {}
+        reserved: dict[str, float] = {}
+        for member in config.subtree(tenant.name):
+            for k, v in deps.tracker.tenant_usage(member).items():
+                usage[k] = usage.get(k, 0.0) + float(v)
+            for k, v in deps.ledger.reserved(member).items():
+                reserved[k] = reserved.get(k, 0.0) + float(v)
         deps.metrics.set_tenant_figures(
             tenant.name,
-            usage={k: float(v) for k, v in deps.tracker.tenant_usage(tenant.name).items()},
+            usage=usage,
             limit={k: float(v) for k, v in limit.items()},
-            reserved={k: float(v) for k, v in deps.ledger.reserved(tenant.name).items()},
+            reserved=reserved,
         )
     deps.metrics.retain_tenants(names)
+    deps.metrics.set_tenant_tree({t.name: t.parent for t in config.tenants})
 
 
 async def serve(

@@ -348,9 +348,33 @@ def _judge_quota(
         limits=None if spec is None else spec.limit_amounts(),
         namespaces=(*view.tenant_namespaces(tenant), namespace),
     )
-    if not decision.allowed:
-        return _deny(decision.insufficient, warnings=warnings)
-    warnings += tuple(quota.render_warning(item) for item in decision.near_limit)
+    short = list(decision.insufficient)
+    near = list(decision.near_limit)
+    # Every ancestor's limit caps its whole subtree: usage summed over it.
+    for ancestor in config.ancestors(tenant):
+        limits = ancestor.limit_amounts()
+        if limits is None:
+            continue
+        members = config.subtree(ancestor.name)
+        usage: dict[str, Fraction] = {}
+        counted: list[str] = [namespace]
+        for member in members:
+            for resource, amount in view.tenant_usage(member).items():
+                usage[resource] = usage.get(resource, Fraction(0)) + amount
+            counted.extend(view.tenant_namespaces(member))
+        up = quota.check_quota(
+            tenant=ancestor.name,
+            demand=demand,
+            usage=usage,
+            limits=limits,
+            namespaces=counted,
+            level=config.level_name(ancestor.name),
+        )
+        short.extend(up.insufficient)
+        near.extend(up.near_limit)
+    if short:
+        return _deny(tuple(short), warnings=warnings)
+    warnings += tuple(quota.render_warning(item) for item in near)
     claim = Claim(key, tenant, dict(demand.amounts)) if demand.amounts else None
     return Verdict(wire.allow(warnings=warnings), claim=claim)
 

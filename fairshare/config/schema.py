@@ -286,6 +286,13 @@ class Tenant(_Model):
     name: DnsLabel
     """Tenant name, a DNS-1123 label; namespaces labelled fairshare.io/tenant=<name> join."""
 
+    parent: DnsLabel | None = None
+    """Name of the tenant this one belongs to (default none: a top-level tenant). Tenants
+    form a tree (organisation, team, project): the weights of a parent's children divide
+    the parent's share, a parent's limit caps its whole subtree, the children's
+    guarantees must fit in the parent's. Only tenants without children may have
+    namespaces."""
+
     namespaces: tuple[DnsLabel, ...] = ()
     """Namespaces that belong to this tenant (default none). A namespace may be listed by
     one tenant only."""
@@ -304,6 +311,12 @@ class Tenant(_Model):
     limit: dict[str, Quantity] | None = None
     """Per resource, a hard ceiling including borrowing. Omitted (default) means no limit at
     all; a resource missing from the map is unlimited; "0" means none of it."""
+
+    reclaim_to_fair_share: bool | None = None
+    """Whether the reclaimer may evict other tenants' youngest pods to bring this tenant up
+    to its fair share, not only to its guarantee (victims stay at or above their own fair
+    share and guarantee). Default: as the parent tenant, else the top-level
+    ``reclaimToFairShare``."""
 
     def guaranteed_amounts(self) -> dict[str, Fraction]:
         """``guaranteed`` parsed: resource name -> exact amount (cores, bytes, GPUs)."""
@@ -487,6 +500,10 @@ class FairShareConfig(_Model):
     default_tenant: DefaultTenantPolicy = Field(default_factory=DefaultTenantPolicy)
     """Policy for namespaces that no tenant claims."""
 
+    reclaim_to_fair_share: bool = False
+    """Reclaim toward fair share for every tenant that does not say otherwise (default
+    false: reclaim only gives tenants their ``guaranteed`` amounts back)."""
+
     gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     """Fractional GPU rules."""
 
@@ -573,6 +590,51 @@ class FairShareConfig(_Model):
         """The tenant called ``name`` (including the implicit default tenant), or None."""
         return next((t for t in self.all_tenants() if t.name == name), None)
 
+    def is_hierarchical(self) -> bool:
+        """True when some tenant names a parent (the tenants form a tree)."""
+        return any(t.parent is not None for t in self.tenants)
+
+    def children(self, name: str) -> tuple[Tenant, ...]:
+        """The tenants whose parent is ``name``, in config order."""
+        return tuple(t for t in self.tenants if t.parent == name)
+
+    def ancestors(self, name: str) -> tuple[Tenant, ...]:
+        """The parent of tenant ``name``, its parent, ... up to the top (empty for a root)."""
+        out: list[Tenant] = []
+        current = self.tenant(name)
+        seen = {name}
+        while current is not None and current.parent is not None:
+            parent = self.tenant(current.parent)
+            if parent is None or parent.name in seen:
+                break
+            seen.add(parent.name)
+            out.append(parent)
+            current = parent
+        return tuple(out)
+
+    def subtree(self, name: str) -> tuple[str, ...]:
+        """``name`` and every tenant below it, ``name`` first (just ``name`` for a leaf)."""
+        out = [name]
+        for current in out:
+            out.extend(t.name for t in self.tenants if t.parent == current and t.name not in out)
+        return tuple(out)
+
+    def level_name(self, name: str) -> str:
+        """What a tenant is called in messages: "organisation" at the top of a tree,
+        "team" in between, "tenant" for one without children (and in flat configs)."""
+        spec = self.tenant(name)
+        if spec is None or not self.children(name):
+            return "tenant"
+        return "organisation" if spec.parent is None else "team"
+
+    def reclaims_to_fair_share(self, name: str) -> bool:
+        """Does reclaim bring tenant ``name`` up to its fair share (its own setting, else
+        its nearest ancestor's, else the top-level one)?"""
+        for spec in (self.tenant(name), *self.ancestors(name)):
+            if spec is not None and spec.reclaim_to_fair_share is not None:
+                return spec.reclaim_to_fair_share
+        return self.reclaim_to_fair_share
+
     def capacity_amounts(self) -> dict[str, Fraction] | None:
         """``capacity`` parsed, or None when no capacity is declared."""
         return None if self.capacity is None else _amounts(self.capacity)
@@ -639,6 +701,59 @@ def _check_tenants(config: FairShareConfig) -> list[Problem]:
                 problems.append((path, f'namespace "{namespace}" is listed twice'))
             owner.setdefault(namespace, i)
         problems.extend(_check_tenant_amounts(i, tenant, config))
+    problems.extend(_check_tree(config))
+    return problems
+
+
+def _check_tree(config: FairShareConfig) -> list[Problem]:
+    """Parents: known, no cycles, no namespaces on inner nodes, guarantees nested."""
+    problems: list[Problem] = []
+    parents = {t.name: t.parent for t in config.tenants}
+    for i, tenant in enumerate(config.tenants):
+        if tenant.parent is None:
+            continue
+        path = f"tenants[{i}].parent"
+        if tenant.parent == tenant.name:
+            problems.append((path, f'tenant "{tenant.name}" cannot be its own parent'))
+        elif tenant.parent not in parents:
+            problems.append((path, f'unknown tenant "{tenant.parent}"'))
+        else:
+            chain = [tenant.name]
+            current: str | None = tenant.parent
+            while current is not None and current not in chain and current in parents:
+                chain.append(current)
+                current = parents[current]
+            if current == tenant.name:
+                cycle = " -> ".join([*chain, tenant.name])
+                problems.append((path, f"parents form a cycle: {cycle}"))
+    for i, tenant in enumerate(config.tenants):
+        kids = [t for t in config.tenants if t.parent == tenant.name and t is not tenant]
+        if not kids:
+            continue
+        names = ", ".join(k.name for k in kids)
+        if tenant.namespaces:
+            text = f"tenant has children ({names}); only tenants without children own namespaces"
+            problems.append((f"tenants[{i}].namespaces", text))
+        if tenant.namespace_selector:
+            text = f"tenant has children ({names}); only tenants without children own namespaces"
+            problems.append((f"tenants[{i}].namespaceSelector", text))
+        policy = config.default_tenant
+        if policy.mode == "tenant" and policy.name == tenant.name:
+            text = f'tenant "{tenant.name}" has children ({names}); namespaces belong to leaves'
+            problems.append(("defaultTenant.name", text))
+        own = tenant.guaranteed_amounts()
+        totals: dict[str, Fraction] = {}
+        for kid in kids:
+            for name, amount in kid.guaranteed_amounts().items():
+                totals[name] = totals.get(name, Fraction(0)) + amount
+        for name, total in totals.items():
+            mine = own.get(name, Fraction(0))
+            if total > mine:
+                text = (
+                    f"children's guaranteed {name} adds up to {_show(name, total)}, "
+                    f"above this tenant's guaranteed {_show(name, mine)}"
+                )
+                problems.append((f"tenants[{i}].guaranteed.{name}", text))
     return problems
 
 
@@ -658,7 +773,8 @@ def _check_capacity(config: FairShareConfig) -> list[Problem]:
     if capacity is None:
         return []
     problems: list[Problem] = []
-    guaranteed = [tenant.guaranteed_amounts() for tenant in config.tenants]
+    # Children's guarantees lie inside their parent's: only top-level tenants add up.
+    guaranteed = [t.guaranteed_amounts() for t in config.tenants if t.parent is None]
     for name, available in capacity.items():
         total = sum((amounts.get(name, Fraction(0)) for amounts in guaranteed), Fraction(0))
         if total > available:

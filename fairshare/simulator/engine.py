@@ -163,20 +163,28 @@ class Simulation:
         return out
 
     def _over_limit(self, req: PodRequest) -> str:
+        """Why ``req`` is refused at admission: its tenant's limit, or an ancestor's
+        (counting the ancestor's whole subtree); "" when it fits them all."""
         assert req.tenant is not None
-        limits = self._limits.get(req.tenant)
-        if not limits:
-            return ""
-        have = self.index.amounts(self.admitted.get(req.tenant, [0.0] * self.index.width))
-        for name, limit in sorted(limits.items()):
-            want = req.demand.get(name)
-            if name == resources.GPU and req.demand.gpu.memory is not None:
-                want = self.index.amounts(req.row)[name]  # the share its row counts
-            if want and have.get(name, Fraction(0)) + want > limit:
-                return (
-                    f"tenant {req.tenant}: {name} {have.get(name, Fraction(0)) + want} "
-                    f"would exceed limit {limit}"
-                )
+        width = self.index.width
+        for level in (req.tenant, *(t.name for t in self.config.ancestors(req.tenant))):
+            limits = self._limits.get(level)
+            if not limits:
+                continue
+            row = [0.0] * width
+            for member in self.config.subtree(level):
+                for k, v in enumerate(self.admitted.get(member, ())):
+                    row[k] += v
+            have = self.index.amounts(row)
+            for name, limit in sorted(limits.items()):
+                want = req.demand.get(name)
+                if name == resources.GPU and req.demand.gpu.memory is not None:
+                    want = self.index.amounts(req.row)[name]  # the share its row counts
+                if want and have.get(name, Fraction(0)) + want > limit:
+                    return (
+                        f"{self.config.level_name(level)} {level}: {name} "
+                        f"{have.get(name, Fraction(0)) + want} would exceed limit {limit}"
+                    )
         return ""
 
     # -- fairness ------------------------------------------------------------------

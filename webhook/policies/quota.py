@@ -50,6 +50,9 @@ class Insufficient:
     requested: Fraction
     limit: Fraction
     namespaces: tuple[str, ...]
+    level: str = "tenant"
+    """What ``tenant`` is to the pod: its own "tenant", or an ancestor ("team",
+    "organisation") whose limit caps the whole subtree."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class NearLimit:
     resource: str
     after: Fraction
     limit: Fraction
+    level: str = "tenant"
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,14 @@ def check_quota(
     limits: Mapping[str, Fraction] | None,
     namespaces: Sequence[str],
     warn_ratio: Fraction = WARN_RATIO,
+    level: str = "tenant",
 ) -> QuotaDecision:
     """Check ``usage + demand <= limits`` on every limited resource the pod requests.
 
     ``usage`` already includes reservations; ``namespaces`` are the ones counted (sorted
-    into the result). With ``limits`` None the tenant is unlimited.
+    into the result). With ``limits`` None the tenant is unlimited. ``level`` names
+    what ``tenant`` is to the pod in the messages (an ancestor's limit is checked with
+    the usage of its whole subtree).
     """
     if limits is None:
         return QuotaDecision()
@@ -101,9 +108,9 @@ def check_quota(
         used = usage.get(resource, Fraction(0))
         after = used + requested
         if after > limit:
-            short.append(Insufficient(tenant, resource, used, requested, limit, counted))
+            short.append(Insufficient(tenant, resource, used, requested, limit, counted, level))
         elif limit > 0 and after >= warn_ratio * limit:
-            near.append(NearLimit(tenant, resource, after, limit))
+            near.append(NearLimit(tenant, resource, after, limit, level))
     return QuotaDecision(tuple(short), tuple(near))
 
 
@@ -116,13 +123,15 @@ def render_denial(items: Sequence[Insufficient]) -> str:
 
     tenant nlp would exceed its nvidia.com/gpu limit: 11 used + 2 requested > 12
     (namespaces: nlp-serve, nlp-train)
+
+    or, for an ancestor's limit, ``organisation ml would exceed its ...``.
     """
     clauses = []
     for item in items:
         r = item.resource
         counted = ", ".join(item.namespaces) or "none"
         clauses.append(
-            f"tenant {item.tenant} would exceed its {r} limit: {_show(r, item.used)} used + "
+            f"{item.level} {item.tenant} would exceed its {r} limit: {_show(r, item.used)} used + "
             f"{_show(r, item.requested)} requested > {_show(r, item.limit)} "
             f"(namespaces: {counted})"
         )
@@ -135,6 +144,6 @@ def render_warning(item: NearLimit) -> str:
     percent = int(item.after * 100 / item.limit)
     r = item.resource
     return (
-        f"tenant {item.tenant} is at {percent}% of its {r} limit "
+        f"{item.level} {item.tenant} is at {percent}% of its {r} limit "
         f"({_show(r, item.after)} of {_show(r, item.limit)})"
     )

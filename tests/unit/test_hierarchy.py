@@ -1,0 +1,203 @@
+"""Tenants in a tree: config validation and hierarchical weighted DRF (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairshare import fairness, tenancy
+from fairshare.config import loading
+from fairshare.errors import ConfigError
+from fairshare.fairness import TenantDemand
+
+
+def _config(tenants: list[dict[str, Any]]) -> Any:
+    return loading.config_from_mapping(
+        {"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig", "tenants": tenants}
+    )
+
+
+def _errors(tenants: list[dict[str, Any]]) -> str:
+    with pytest.raises(ConfigError) as info:
+        _config(tenants)
+    return str(info.value)
+
+
+def test_unknown_parent_is_a_field_error():
+    assert 'tenants[1].parent: unknown tenant "org"' in _errors(
+        [{"name": "a"}, {"name": "b", "parent": "org"}]
+    )
+
+
+def test_cycle_is_a_field_error():
+    text = _errors([{"name": "a", "parent": "b"}, {"name": "b", "parent": "a"}])
+    assert "tenants[0].parent: parents form a cycle: a -> b -> a" in text
+    assert "tenants[1].parent: parents form a cycle: b -> a -> b" in text
+    assert "cannot be its own parent" in _errors([{"name": "a", "parent": "a"}])
+
+
+def test_namespaces_belong_to_leaves():
+    text = _errors(
+        [
+            {"name": "ml", "namespaces": ["x"], "namespaceSelector": {"team": "ml"}},
+            {"name": "a1", "parent": "ml"},
+        ]
+    )
+    assert "tenants[0].namespaces: tenant has children (a1)" in text
+    assert "tenants[0].namespaceSelector: tenant has children (a1)" in text
+
+
+def test_the_default_tenant_must_be_a_leaf():
+    cfg = {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "defaultTenant": {"mode": "tenant", "name": "ml"},
+        "tenants": [{"name": "ml"}, {"name": "a1", "parent": "ml"}],
+    }
+    with pytest.raises(ConfigError) as info:
+        loading.config_from_mapping(cfg)
+    assert 'defaultTenant.name: tenant "ml" has children (a1)' in str(info.value)
+
+
+def test_children_guarantees_must_fit_in_the_parent():
+    text = _errors(
+        [
+            {"name": "ml", "guaranteed": {"cpu": "3"}},
+            {"name": "a1", "parent": "ml", "guaranteed": {"cpu": "2"}},
+            {"name": "a2", "parent": "ml", "guaranteed": {"cpu": "2"}},
+        ]
+    )
+    assert (
+        "tenants[0].guaranteed.cpu: children's guaranteed cpu adds up to 4, "
+        "above this tenant's guaranteed 3"
+    ) in text
+    ok = _config(
+        [
+            {"name": "ml", "guaranteed": {"cpu": "4"}},
+            {"name": "a1", "parent": "ml", "guaranteed": {"cpu": "2"}, "namespaces": ["a1"]},
+            {"name": "a2", "parent": "ml", "guaranteed": {"cpu": "2"}},
+        ]
+    )
+    assert [t.name for t in ok.ancestors("a1")] == ["ml"]
+    assert [t.name for t in ok.children("ml")] == ["a1", "a2"]
+
+
+def test_capacity_counts_only_top_level_guarantees():
+    cfg = loading.config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "capacity": {"cpu": "4"},
+            "tenants": [
+                {"name": "ml", "guaranteed": {"cpu": "4"}},
+                {"name": "a1", "parent": "ml", "guaranteed": {"cpu": "4"}},
+            ],
+        }
+    )
+    assert cfg.is_hierarchical()
+
+
+def test_flat_weights_unchanged_tree_weights_multiply():
+    flat = _config([{"name": "a", "weight": 2}, {"name": "b"}])
+    assert tenancy.tenant_weights(flat) == {"a": 2.0, "b": 1.0, "default": 1.0}
+    tree = _config(
+        [
+            {"name": "ml"},
+            {"name": "cv", "weight": 2},
+            {"name": "a1", "parent": "ml"},
+            {"name": "a2", "parent": "ml", "weight": 3},
+            {"name": "b1", "parent": "cv"},
+        ]
+    )
+    w = tenancy.tenant_weights(tree)
+    assert w["a1"] == pytest.approx(0.25)
+    assert w["a2"] == pytest.approx(0.75)
+    assert w["b1"] == pytest.approx(2.0)
+    assert w["default"] == 1.0
+
+
+def test_a_label_naming_an_inner_tenant_does_not_place_a_namespace_there():
+    tree = _config([{"name": "ml"}, {"name": "a1", "parent": "ml"}])
+    got = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "ml"}, tree)
+    assert got.tenant == "default"
+    assert got.unknown_label == "ml"
+    assert tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "a1"}, tree).tenant == "a1"
+
+
+BIG = (100.0,)
+
+
+def _tree(
+    *,
+    wa: float = 1,
+    wb: float = 1,
+    wa1: float = 1,
+    wa2: float = 1,
+    a2: tuple[float, ...] = BIG,
+    limit_a: dict[int, float] | None = None,
+) -> dict[str, float]:
+    tenants = [
+        TenantDemand("A", wa, (0.0,), {}, limit_a or {}),
+        TenantDemand("B", wb, (0.0,), {}, {}),
+        TenantDemand("a1", wa1, BIG, {}, {}, "A"),
+        TenantDemand("a2", wa2, a2, {}, {}, "A"),
+        TenantDemand("b1", 1, BIG, {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(12.0,), res_weights=(1.0,))
+    return {name: round(share.allocation[0], 9) for name, share in got.items()}
+
+
+def test_hand_worked_tree_outcomes():
+    # 12 CPUs; A{a1, a2}, B{b1}; every leaf backlogged: flat DRF would give 4/4/4.
+    assert _tree() == {"A": 6, "B": 6, "a1": 3, "a2": 3, "b1": 6}
+    # a2 idle: its share goes to its sibling first.
+    assert _tree(a2=(0.0,)) == {"A": 6, "B": 6, "a1": 6, "a2": 0, "b1": 6}
+    # A limited to 4 CPUs: the rest goes up the tree, to B.
+    assert _tree(limit_a={0: 4.0}) == {"A": 4, "B": 8, "a1": 2, "a2": 2, "b1": 8}
+    # Weights A 1, B 2; a1 1, a2 3.
+    assert _tree(wb=2, wa2=3) == {"A": 4, "B": 8, "a1": 1, "a2": 3, "b1": 8}
+    # A small sibling under a limit keeps what it asks; the other takes the rest of A's.
+    assert _tree(limit_a={0: 4.0}, a2=(1.0,)) == {"A": 4, "B": 8, "a1": 3, "a2": 1, "b1": 8}
+
+
+def test_tree_shares_are_comparable_across_levels():
+    tenants = [
+        TenantDemand("A", 1, (0.0,), {}, {}),
+        TenantDemand("B", 1, (0.0,), {}, {}),
+        TenantDemand("a1", 1, BIG, {}, {}, "A"),
+        TenantDemand("a2", 1, BIG, {}, {}, "A"),
+        TenantDemand("b1", 1, BIG, {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(12.0,), res_weights=(1.0,))
+    # a1 holds 3/12 with weight 1/2 * 1/2; b1 6/12 with weight 1/2 * 1 (times the root 1+1).
+    assert got["a1"].share == pytest.approx(got["b1"].share)
+    assert got["a1"].fraction_of_demand == pytest.approx(0.03)
+
+
+def test_guarantees_at_two_levels():
+    tenants = [
+        TenantDemand("A", 1, (0.0,), {0: 8.0}, {}),
+        TenantDemand("B", 1, (0.0,), {}, {}),
+        TenantDemand("a1", 1, BIG, {0: 6.0}, {}, "A"),
+        TenantDemand("a2", 1, BIG, {}, {}, "A"),
+        TenantDemand("b1", 1, BIG, {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(12.0,), res_weights=(1.0,))
+    alloc = {n: round(s.allocation[0], 9) for n, s in got.items()}
+    assert alloc == {"A": 8, "B": 4, "a1": 6, "a2": 2, "b1": 4}
+
+
+def test_leftover_of_a_subtree_goes_up_the_tree():
+    # a1 wants CPU only, a2 GPU only, b1 little: nothing may stay idle that someone asks.
+    tenants = [
+        TenantDemand("A", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("B", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("a1", 1, (100.0, 0.0), {}, {}, "A"),
+        TenantDemand("a2", 1, (0.0, 100.0), {}, {}, "A"),
+        TenantDemand("b1", 1, (2.0, 2.0), {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(12.0, 12.0), res_weights=(1.0, 1.0))
+    assert got["b1"].allocation == pytest.approx((2.0, 2.0))
+    assert got["a1"].allocation == pytest.approx((10.0, 0.0))
+    assert got["a2"].allocation == pytest.approx((0.0, 10.0))
