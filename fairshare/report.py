@@ -120,7 +120,11 @@ def _gpu(milli: float) -> float:
 
 def _fit_reason(state: ClusterState, req: PodRequest) -> tuple[int, str]:
     """How many nodes fit ``req`` now, and one reason when none does."""
-    fr = filter_nodes(state, req, explain=True)
+    allowed = state.eligible_rows(req.constraints)
+    if allowed is not None and not allowed and state.n_nodes:
+        # kube-scheduler's own filters stop it before any resource is looked at.
+        return 0, "no node passes its node selector, required node affinity and tolerations"
+    fr = filter_nodes(state, req, rows=allowed, explain=True)
     if fr.fits:
         return len(fr.fits), ""
     if not fr.failed:
@@ -161,16 +165,16 @@ def build_status(
     waiting: dict[str, int] = {}
     held: list[dict[str, Any]] = []
     unplaced: list[dict[str, Any]] = []
-    # Pods of one tenant with one shape get one answer (fit and gate read only the
-    # tenant, the demand and the queue): judged once per shape, so a queue of thousands
-    # of replicas costs a handful of gate checks.
+    # Pods of one tenant with one shape and one set of node constraints get one answer
+    # (fit and gate read only those and the queue): judged once per shape, so a queue of
+    # thousands of replicas costs a handful of gate checks.
     judged: dict[tuple[Any, ...], tuple[int, str, fairness.GateDecision | None]] = {}
     for req in queue:
         if req.uid in state.pods:
             continue
         tenant = req.tenant or ""
         waiting[tenant] = waiting.get(tenant, 0) + 1
-        shape = (req.tenant, req.row, req.gpu_models, req.demand.gpu)
+        shape = (req.tenant, req.row, req.gpu_models, req.demand.gpu, req.constraints)
         if shape not in judged:
             fits, why = _fit_reason(state, req)
             decision = None
@@ -480,7 +484,16 @@ def _counts(row: Mapping[str, Any]) -> bool:
 
 
 def _cell(value: object) -> str:
-    return "-" if value is None else str(value)
+    """A table cell: "-" for none; an exact ``p/q`` amount (a GPU total with no finite
+    decimal, e.g. MIG sevenths) as a 3-decimal approximation, ``~4.143``, for people
+    (``-o json`` keeps the exact form)."""
+    if value is None:
+        return "-"
+    text = str(value)
+    num, slash, den = text.partition("/")
+    if slash and num.isdigit() and den.isdigit() and int(den):
+        return f"~{int(num) / int(den):.3f}"
+    return text
 
 
 def render_status_text(report: Mapping[str, Any]) -> str:

@@ -299,3 +299,23 @@ def test_explain_target_not_found() -> None:
 def test_yaml_output_round_trips() -> None:
     data = status(snapshot())
     assert yaml.safe_load(yaml.safe_dump(data, sort_keys=False)) == data
+
+
+def test_table_cells_show_sevenths_as_decimals() -> None:
+    from fairshare.report import _cell
+
+    assert _cell("29/7") == "~4.143"
+    assert _cell("0.5") == "0.5"
+    assert _cell("1536Mi") == "1536Mi"
+    assert _cell(None) == "-"
+
+
+def test_a_pod_whose_selector_matches_no_node_says_so() -> None:
+    nowhere = pod("b-zone", ns="b", gpu=1, phase="Pending")
+    nowhere["spec"]["nodeSelector"] = {"zone": "nowhere"}
+    data = status(snapshot([nowhere]))
+    entry = next(p for p in data["pendingPods"] if p["pod"] == "b/b-zone")
+    assert entry["fitsNodes"] == 0
+    assert entry["reason"] == (
+        "no node passes its node selector, required node affinity and tolerations"
+    )
