@@ -125,6 +125,22 @@ def test_a_label_naming_an_inner_tenant_does_not_place_a_namespace_there():
     assert tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "a1"}, tree).tenant == "a1"
 
 
+def test_the_warning_for_a_label_naming_an_inner_tenant_says_so():
+    tree = _config([{"name": "ml"}, {"name": "a1", "parent": "ml"}])
+    inner = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "ml"}, tree)
+    text = inner.label_warning("ns")
+    assert text is not None
+    assert "a tenant with child tenants" in text
+    assert "no configured tenant" not in text
+    unknown = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "nope"}, tree)
+    assert unknown.label_warning("ns") == (
+        "namespace ns has label fairshare.io/tenant=nope, "
+        "which names no configured tenant; it was ignored"
+    )
+    leaf = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "a1"}, tree)
+    assert leaf.label_warning("ns") is None
+
+
 BIG = (100.0,)
 
 
