@@ -217,3 +217,32 @@ def test_leftover_of_a_subtree_goes_up_the_tree():
     assert got["b1"].allocation == pytest.approx((2.0, 2.0))
     assert got["a1"].allocation == pytest.approx((10.0, 0.0))
     assert got["a2"].allocation == pytest.approx((0.0, 10.0))
+
+
+def _mixed(a1: tuple[float, ...], a2: tuple[float, ...], b1: tuple[float, ...]) -> dict[str, Any]:
+    tenants = [
+        TenantDemand("A", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("B", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("a1", 1, a1, {}, {}, "A"),
+        TenantDemand("a2", 1, a2, {}, {}, "A"),
+        TenantDemand("b1", 1, b1, {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(10.0, 10.0), res_weights=(1.0, 1.0))
+    return {n: tuple(round(v, 9) for v in s.allocation) for n, s in got.items()}
+
+
+def test_a_leaf_not_blocked_by_a_saturated_resource_keeps_growing():
+    # 10 CPU / 10 GPU. a1 wants 2 CPU in all, a2 GPUs only, b1 CPU and GPU alike.
+    # H-DRF by hand: a1 = a2 = x (equal shares in A), A's share x/10 = b1's y/10; the
+    # GPUs run out at a2 + y = 10, so x = y = 5, but a1 stops at its 2 CPUs first, then
+    # a2 alone keeps A level with B: a1 2 CPU, a2 5 GPU, b1 5 CPU + 5 GPU. The GPUs
+    # saturate; a1 does not need them, so it must still get its 2 CPUs (it got 0.1
+    # when A grew along its summed demand, which needs the saturated GPUs).
+    got = _mixed(a1=(2.0, 0.0), a2=(0.0, 100.0), b1=(100.0, 100.0))
+    assert got["a1"] == (2.0, 0.0)
+    assert got["a2"] == (0.0, 5.0)
+    assert got["b1"] == (5.0, 5.0)
+    # Mirror image: a2 wants 2 GPUs in all, b1 CPUs only. a1 = b1 = 5 CPU (the CPUs run
+    # out), a2 gets its 2 GPUs although the CPUs are used up.
+    got = _mixed(a1=(100.0, 0.0), a2=(0.0, 2.0), b1=(100.0, 0.0))
+    assert (got["a1"], got["a2"], got["b1"]) == ((5.0, 0.0), (0.0, 2.0), (5.0, 0.0))
