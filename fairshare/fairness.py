@@ -249,11 +249,17 @@ def hierarchical_allocation(
     Shares are divided by the tenant's weight in the whole tree (``effective_weights``).
     A tenant whose parent is not among ``tenants`` counts as top-level.
 
-    Approximation: a subtree grows along its aggregate demand (the sum of its leaves'
-    rows). With one resource, or leaves that ask for the same mix, this is H-DRF
-    exactly; when the leaves' mixes differ, what the children cannot use of the
-    subtree's share goes back up in the next round, so the result is work-conserving
-    but a sibling may end above its weight's share (the siblings do not wait for it).
+    A leaf is blocked once a resource it still needs is used up; from the next round
+    on its subtree grows along its non-blocked leaves' demand only (H-DRF's
+    "non-blocked" rule), so a leaf that does not need the saturated resource keeps
+    growing.
+
+    Approximation: a subtree grows along its aggregate demand (the sum of its
+    non-blocked leaves' rows). With one resource, or leaves that ask for the same mix,
+    this is H-DRF exactly; when the leaves' mixes differ, what the children cannot use
+    of the subtree's share goes back up in the next round, so the result is
+    work-conserving but a sibling may end above its weight's share (the siblings do
+    not wait for it).
     """
     order = sorted(tenants, key=lambda t: t.name)
     by_name = {t.name: t for t in order}
@@ -302,8 +308,14 @@ def hierarchical_allocation(
                 total[r] += v
         return total
 
+    blocked: set[str] = set()
+
     def remaining(name: str) -> tuple[float, ...]:
-        want = subtree_sum(name, leaf_cap)
+        # Blocked leaves (a resource they still need is used up) do not count: their
+        # subtree grows along what its other leaves can still take (the "non-blocked"
+        # rule of H-DRF), else a saturated resource in the sum would stop them too.
+        rows = {n: leaf_cap[n] if n not in blocked else alloc[n] for n in leaf_cap}
+        want = subtree_sum(name, rows)
         got = subtree_sum(name, alloc)
         return tuple(max(0.0, w - g) for w, g in zip(want, got, strict=True))
 
@@ -338,6 +350,12 @@ def hierarchical_allocation(
             for r, v in enumerate(row):
                 used[r] += v
         avail = [max(0.0, c - u) for c, u in zip(capacity, used, strict=True)]
+        full = [r for r in range(n_res) if capacity[r] > 0 and avail[r] <= capacity[r] * EPS]
+        blocked = {
+            n
+            for n, want in leaf_cap.items()
+            if any(want[r] - alloc[n][r] > want[r] * EPS for r in full)
+        }
         before = sum(_dom(row, capacity, res_weights) for row in alloc.values())
         hand_out(None, avail, round_no == 0)
         after = sum(_dom(row, capacity, res_weights) for row in alloc.values())

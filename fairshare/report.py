@@ -442,25 +442,41 @@ def explain_pod(
 def _headroom(
     config: FairShareConfig, tenant: str, req: PodRequest, quota: QuotaView
 ) -> list[dict[str, Any]]:
-    spec = config.tenant(tenant)
-    limits = (spec.limit_amounts() if spec else None) or {}
-    used = quota.tenant_usage(tenant)
+    """The pod against its tenant's limits and, in a tree, every ancestor's limits (an
+    ancestor's usage is its whole subtree's, as admission counts it); in a tree each row
+    names its ``tenant`` and ``level``."""
+    tree = config.is_hierarchical()
     demand = req.demand.amounts
     rows = []
-    for res in sorted(set(limits) | set(demand), key=lambda r: (r != GPU, r)):
-        u = used.get(res, Fraction(0))
-        want = demand.get(res, Fraction(0))
-        lim = limits.get(res)
-        rows.append(
-            {
-                "resource": res,
-                "used": _show(res, u),
-                "requested": _show(res, want),
-                "limit": _show(res, lim),
-                "headroom": _show(res, lim - u) if lim is not None else None,
-                "fits": lim is None or u + want <= lim,
-            }
-        )
+    for spec_name in (tenant, *(a.name for a in config.ancestors(tenant))):
+        spec = config.tenant(spec_name)
+        limits = (spec.limit_amounts() if spec else None) or {}
+        if spec_name != tenant and not limits:
+            continue
+        used: dict[str, Fraction] = {}
+        for member in config.subtree(spec_name) if spec_name != tenant else (tenant,):
+            for res, amount in quota.tenant_usage(member).items():
+                used[res] = used.get(res, Fraction(0)) + amount
+        shown = set(limits) | set(demand) if spec_name == tenant else set(limits)
+        for res in sorted(shown, key=lambda r: (r != GPU, r)):
+            u = used.get(res, Fraction(0))
+            want = demand.get(res, Fraction(0))
+            lim = limits.get(res)
+            row: dict[str, Any] = {}
+            if tree:
+                row["tenant"] = spec_name
+                row["level"] = config.level_name(spec_name)
+            row.update(
+                {
+                    "resource": res,
+                    "used": _show(res, u),
+                    "requested": _show(res, want),
+                    "limit": _show(res, lim),
+                    "headroom": _show(res, lim - u) if lim is not None else None,
+                    "fits": lim is None or u + want <= lim,
+                }
+            )
+            rows.append(row)
     return rows
 
 
@@ -553,8 +569,10 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
         lines.append(f"  {wh['message']}")
     lines += [f"  warning: {w}" for w in wh["warnings"]]
     if wh.get("quota"):
+        levels = any("level" in q for q in wh["quota"])
         rows = [
             [
+                *([f"{q['level']} {q['tenant']}"] if levels else []),
                 q["resource"],
                 _cell(q["used"]),
                 _cell(q["requested"]),
@@ -565,6 +583,8 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
             for q in wh["quota"]
         ]
         headers = ["RESOURCE", "USED", "REQUESTED", "LIMIT", "HEADROOM", "FITS"]
+        if levels:
+            headers.insert(0, "LEVEL")
         lines += ["  " + line for line in _table(headers, rows)]
     if "error" in report:
         lines += ["", f"EXTENDER: {report['error']}"]

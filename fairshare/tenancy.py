@@ -32,6 +32,21 @@ class TenantResolution:
     tenant: TenantName | None
     source: str  # "namespaces", "label", "selector", "default", "deny-gpu", "untracked"
     unknown_label: str | None = None
+    """The namespace's tenant label when it was ignored (see ``label_warning``)."""
+    label_is_inner: bool = False
+    """The ignored label names a tenant with children (namespaces belong to leaves)."""
+
+    def label_warning(self, namespace: str) -> str | None:
+        """Why the namespace's tenant label was ignored, or None when it was not."""
+        if self.unknown_label is None:
+            return None
+        head = f"namespace {namespace} has label {LABEL_TENANT}={self.unknown_label}, "
+        if self.label_is_inner:
+            return (
+                head + f"which names {self.unknown_label}, a tenant with child tenants "
+                "(namespaces belong to tenants without children); it was ignored"
+            )
+        return head + "which names no configured tenant; it was ignored"
 
 
 def resolve_tenant(
@@ -43,21 +58,23 @@ def resolve_tenant(
             return TenantResolution(TenantName(t.name), "namespaces")
     label = labels.get(LABEL_TENANT)
     unknown: str | None = None
+    inner = False
     if label is not None:
         if config.tenant(label) is not None and not config.children(label):
             # Namespaces belong to tenants without children (leaves of the tree).
             return TenantResolution(TenantName(label), "label")
         unknown = label
+        inner = config.tenant(label) is not None
     for t in config.tenants:
         sel = t.namespace_selector
         if sel and all(labels.get(k) == v for k, v in sel.items()):
-            return TenantResolution(TenantName(t.name), "selector", unknown)
+            return TenantResolution(TenantName(t.name), "selector", unknown, inner)
     policy = config.default_tenant
     if policy.mode == "tenant":
-        return TenantResolution(TenantName(policy.name), "default", unknown)
+        return TenantResolution(TenantName(policy.name), "default", unknown, inner)
     if policy.mode == "deny-gpu":
-        return TenantResolution(None, "deny-gpu", unknown)
-    return TenantResolution(None, "untracked", unknown)
+        return TenantResolution(None, "deny-gpu", unknown, inner)
+    return TenantResolution(None, "untracked", unknown, inner)
 
 
 def tenant_weights(config: FairShareConfig) -> dict[str, float]:

@@ -476,10 +476,19 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
         state, config, gating.demand_rows(state, deps.tracker.pending_queue())
     )
     gated = deps.tracker.gated_by_tenant()
+    # An inner tenant of a tree shows what its whole subtree holds. Chargeback accrues
+    # the pods' own tenants only (``billed``): bound pods belong to leaves, so each pod
+    # is charged once, to its leaf, and an organisation's bill is the sum of its leaves'.
     usage: dict[str, dict[str, float]] = {}
+    billed: dict[str, dict[str, float]] = {}
     for tenant in sorted(set(shares) | set(fair)):
-        amounts = state.index.amounts(state.usage_of(tenant))
-        usage[tenant] = {k: float(v) for k, v in amounts.items()}
+        own = state.usage_of(tenant)
+        billed[tenant] = {k: float(v) for k, v in state.index.amounts(own).items()}
+        if config.children(tenant):
+            subtree = gating.subtree_usage(state, config, tenant)
+            usage[tenant] = {k: float(v) for k, v in state.index.amounts(subtree).items()}
+        else:
+            usage[tenant] = billed[tenant]
         deps.metrics.set_tenant_figures(
             tenant,
             usage=usage[tenant],
@@ -494,7 +503,7 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
         gpu_allocation_ratio=(cap - free) / cap if cap > 0 else 0.0,
         gpu_fragmentation_ratio=frag / cap if cap > 0 else 0.0,
     )
-    deps.metrics.accrue_chargeback(usage, seconds, config.pricing)
+    deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
 
 
 async def serve(

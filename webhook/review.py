@@ -243,12 +243,8 @@ def _namespace(request: wire.AdmissionRequest, obj: Mapping[str, Any]) -> str:
 
 
 def _resolution_warnings(namespace: str, resolution: TenantResolution) -> tuple[str, ...]:
-    if resolution.unknown_label is None:
-        return ()
-    return (
-        f"namespace {namespace} has label {LABEL_TENANT}={resolution.unknown_label}, "
-        "which names no configured tenant; it was ignored",
-    )
+    warning = resolution.label_warning(namespace)
+    return () if warning is None else (warning,)
 
 
 def _judge_pod(

@@ -125,6 +125,22 @@ def test_a_label_naming_an_inner_tenant_does_not_place_a_namespace_there():
     assert tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "a1"}, tree).tenant == "a1"
 
 
+def test_the_warning_for_a_label_naming_an_inner_tenant_says_so():
+    tree = _config([{"name": "ml"}, {"name": "a1", "parent": "ml"}])
+    inner = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "ml"}, tree)
+    text = inner.label_warning("ns")
+    assert text is not None
+    assert "a tenant with child tenants" in text
+    assert "no configured tenant" not in text
+    unknown = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "nope"}, tree)
+    assert unknown.label_warning("ns") == (
+        "namespace ns has label fairshare.io/tenant=nope, "
+        "which names no configured tenant; it was ignored"
+    )
+    leaf = tenancy.resolve_tenant("ns", {"fairshare.io/tenant": "a1"}, tree)
+    assert leaf.label_warning("ns") is None
+
+
 BIG = (100.0,)
 
 
@@ -201,3 +217,32 @@ def test_leftover_of_a_subtree_goes_up_the_tree():
     assert got["b1"].allocation == pytest.approx((2.0, 2.0))
     assert got["a1"].allocation == pytest.approx((10.0, 0.0))
     assert got["a2"].allocation == pytest.approx((0.0, 10.0))
+
+
+def _mixed(a1: tuple[float, ...], a2: tuple[float, ...], b1: tuple[float, ...]) -> dict[str, Any]:
+    tenants = [
+        TenantDemand("A", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("B", 1, (0.0, 0.0), {}, {}),
+        TenantDemand("a1", 1, a1, {}, {}, "A"),
+        TenantDemand("a2", 1, a2, {}, {}, "A"),
+        TenantDemand("b1", 1, b1, {}, {}, "B"),
+    ]
+    got = fairness.fair_allocation(tenants, capacity=(10.0, 10.0), res_weights=(1.0, 1.0))
+    return {n: tuple(round(v, 9) for v in s.allocation) for n, s in got.items()}
+
+
+def test_a_leaf_not_blocked_by_a_saturated_resource_keeps_growing():
+    # 10 CPU / 10 GPU. a1 wants 2 CPU in all, a2 GPUs only, b1 CPU and GPU alike.
+    # H-DRF by hand: a1 = a2 = x (equal shares in A), A's share x/10 = b1's y/10; the
+    # GPUs run out at a2 + y = 10, so x = y = 5, but a1 stops at its 2 CPUs first, then
+    # a2 alone keeps A level with B: a1 2 CPU, a2 5 GPU, b1 5 CPU + 5 GPU. The GPUs
+    # saturate; a1 does not need them, so it must still get its 2 CPUs (it got 0.1
+    # when A grew along its summed demand, which needs the saturated GPUs).
+    got = _mixed(a1=(2.0, 0.0), a2=(0.0, 100.0), b1=(100.0, 100.0))
+    assert got["a1"] == (2.0, 0.0)
+    assert got["a2"] == (0.0, 5.0)
+    assert got["b1"] == (5.0, 5.0)
+    # Mirror image: a2 wants 2 GPUs in all, b1 CPUs only. a1 = b1 = 5 CPU (the CPUs run
+    # out), a2 gets its 2 GPUs although the CPUs are used up.
+    got = _mixed(a1=(100.0, 0.0), a2=(0.0, 2.0), b1=(100.0, 0.0))
+    assert (got["a1"], got["a2"], got["b1"]) == ((5.0, 0.0), (0.0, 2.0), (5.0, 0.0))

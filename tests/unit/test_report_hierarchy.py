@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fairshare import metrics, report
 from fairshare.config.loading import config_from_mapping
 from fairshare.state.snapshot import Snapshot
-from tests.unit.test_report import gpu_row, namespace, status, tenant
+from tests.unit.test_report import explain, gpu_row, namespace, status, tenant
 from tests.unit.test_state_objects import node, pod
 
 TREE = config_from_mapping(
@@ -71,3 +71,29 @@ def test_parent_gauge_describes_the_tree():
     assert 'tenant="b1"' not in body
     m.set_tenant_tree({"a1": None})
     assert "fairshare_tenant_parent{" not in generate_latest(m.registry).decode()
+
+
+def test_explain_shows_headroom_against_every_ancestors_limit():
+    snap = snapshot()
+    # ml's subtree already counts a1-1, a2-1 and a2-2 (3 of its 6 GPUs); a new pod of
+    # a1 asking 4 GPUs fits a1 (no limit of its own) but not its organisation.
+    target = pod("a1-new", ns="a1", gpu=4, phase="Pending")
+    data = explain(snap, target)
+    assert data["webhook"]["allowed"] is False
+    assert "organisation ml" in data["webhook"]["message"]
+    quota = data["webhook"]["quota"]
+    own = [q for q in quota if q["tenant"] == "a1"]
+    assert own and all(q["level"] == "tenant" and q["fits"] for q in own)
+    (org,) = [q for q in quota if q["tenant"] == "ml"]
+    assert org == {
+        "tenant": "ml",
+        "level": "organisation",
+        "resource": "nvidia.com/gpu",
+        "used": "3",
+        "requested": "4",
+        "limit": "6",
+        "headroom": "3",
+        "fits": False,
+    }
+    text = report.render_explain_text(data)
+    assert "LEVEL" in text and "organisation ml" in text
