@@ -124,9 +124,10 @@ def has_fitting_pending(
     (node selector, required node affinity, taints vs tolerations: ``eligibility``) and
     the fit (resources, GPU devices, GPU health and model: ``filter_nodes``). Every
     distinct shape (``shape_key``) of the tenant's waiting pods is probed at most once,
-    in queue order, until one fits: the answer per shape goes in ``memo``, which the
-    caller shares across the tenants of one decision on one state, so a shape that does
-    not fit is not probed again (pass a fresh dict whenever the state changes).
+    in queue order, until one fits: the answer per shape goes in ``memo``, which
+    ``check_fair_gate`` keeps per state version (``ClusterState.memo``), across tenants
+    and decisions, so a shape that does not fit is not probed again until a node or a
+    bound pod changes.
     """
     known = {} if memo is None else memo
     for p in queue:
@@ -178,7 +179,7 @@ def check_fair_gate(
         return None
     shares = current_shares(state, config)
     mine = shares.get(t, 0.0)
-    memo: dict[ShapeKey, bool] = {}  # one state for the whole decision
+    memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     contenders = [
         fairness.Contender(
             u, fairness.CurrentShare(s), has_fitting_pending(state, u, queue, memo=memo)

@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
@@ -126,6 +127,9 @@ class ClusterState:
         default_factory=dict
     )
     _eligible_version: int = -1
+    _memos: dict[str, tuple[tuple[int, int], dict[Any, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     _tainted: tuple[int, ...] | None = None
     _selection_version: int = 0
     """Changes when a node comes or goes or its labels or taints change (not on status
@@ -148,6 +152,15 @@ class ClusterState:
     def version(self) -> tuple[int, int]:
         """Changes whenever a node or a bound pod changes (a cache key for derived figures)."""
         return (self._nodes_version, self._pod_changes)
+
+    def memo(self, name: str) -> dict[Any, Any]:
+        """The dict named ``name`` for figures derived from this state; it starts empty
+        again whenever ``version`` changes (a node or a bound pod)."""
+        v = self.version
+        got = self._memos.get(name)
+        if got is None or got[0] != v:
+            got = self._memos[name] = (v, {})
+        return got[1]
 
     @property
     def n_nodes(self) -> int:

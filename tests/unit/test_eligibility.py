@@ -332,9 +332,10 @@ def test_a_contender_whose_only_fitting_pod_is_deep_in_its_queue_counts_as_waiti
     assert held is not None and not held.allowed, held
 
 
-def test_a_shape_that_does_not_fit_is_probed_once_per_decision(monkeypatch):
+def test_a_shape_that_does_not_fit_is_probed_once_per_state(monkeypatch):
     """b and c each queue pods of one shape that fits nowhere (5 GPUs), twice: within
-    one gate decision the fit of that shape is computed once, then remembered."""
+    one gate decision the fit of that shape is computed once, then remembered until the
+    state changes."""
     three = config_from_mapping(
         {
             "apiVersion": "fairshare.io/v1alpha1",
@@ -362,3 +363,9 @@ def test_a_shape_that_does_not_fit_is_probed_once_per_decision(monkeypatch):
     passed = gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert passed is not None and passed.allowed, passed  # neither b nor c can run now
     assert probed == [gating.shape_key(queue[0])]
+    # The next decision on the same state remembers it; a change to the state forgets.
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    assert len(probed) == 1
+    objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), three, "c")
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    assert len(probed) == 2
