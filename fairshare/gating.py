@@ -126,17 +126,22 @@ def has_fitting_pending(
     distinct shape (``shape_key``) of the tenant's waiting pods is probed at most once,
     in queue order, until one fits: the answer per shape goes in ``memo``, which
     ``check_fair_gate`` keeps per state version (``ClusterState.memo``), across tenants
-    and decisions, so a shape that does not fit is not probed again until a node or a
-    bound pod changes.
+    and decisions; a shape that fits nowhere is also remembered across binds (they only
+    take room) until a node changes or room is given back (``room_version``).
     """
     known = {} if memo is None else memo
+    no_fit = state.memo("gating.shape_fits_nowhere", growing_only=True)
     for p in queue:
         if p.tenant != tenant or not p.waiting or p.uid in state.pods:
             continue
         key = shape_key(p)
+        if key in no_fit:
+            continue
         fits = known.get(key)
         if fits is None:
             fits = known[key] = pod_fits_somewhere(state, p)
+            if not fits:
+                no_fit[key] = True
         if fits:
             return True
     return False

@@ -334,8 +334,8 @@ def test_a_contender_whose_only_fitting_pod_is_deep_in_its_queue_counts_as_waiti
 
 def test_a_shape_that_does_not_fit_is_probed_once_per_state(monkeypatch):
     """b and c each queue pods of one shape that fits nowhere (5 GPUs), twice: within
-    one gate decision the fit of that shape is computed once, then remembered until the
-    state changes."""
+    one gate decision the fit of that shape is computed once, then remembered until room
+    is given back."""
     three = config_from_mapping(
         {
             "apiVersion": "fairshare.io/v1alpha1",
@@ -363,9 +363,12 @@ def test_a_shape_that_does_not_fit_is_probed_once_per_state(monkeypatch):
     passed = gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert passed is not None and passed.allowed, passed  # neither b nor c can run now
     assert probed == [gating.shape_key(queue[0])]
-    # The next decision on the same state remembers it; a change to the state forgets.
+    # The next decision remembers it, on the same state and after a bind (which only
+    # takes room); room given back (an unbind) makes it probe the shape again.
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), three, "c")
     gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert len(probed) == 1
-    objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), three, "c")
+    st.unbind("uid-c9")
     gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert len(probed) == 2
