@@ -62,9 +62,11 @@ soak: install build
 
 # openb: 11 pod lists x 3 policies x 10 seeds, plus the fairness-at-saturation runs.
 # matplotlib (the [bench] extra) draws the PNG; without it only the tables are written.
+# QUICK=1: --quick, 3 pod lists (default, gpuspec20, multigpu20) x 3 seeds, for development.
+# Runs are spread over all cores (--workers).
 bench-quality: install build
 	-$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)"
+	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)" $(if $(QUICK),--quick)
 
 cluster-bins:
 	bash tools/e2e/build-bins.sh

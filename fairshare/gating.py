@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
-from fairshare import eligibility, fairness, tenancy
+from fairshare import fairness, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes
 from fairshare.resources import to_kernel_units
@@ -93,31 +93,57 @@ def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, l
     return admitted
 
 
+ShapeKey = tuple[object, ...]
+"""What decides whether a pending pod fits now: kernel row, GPU demand (count, share or
+memory), allowed GPU models and node constraints. Two pods with one key fit alike."""
+
+
+def shape_key(p: PodRequest) -> ShapeKey:
+    return (p.row, p.demand.gpu, p.gpu_models, p.constraints)
+
+
+def pod_fits_somewhere(state: ClusterState, p: PodRequest) -> bool:
+    """Does some node pass ``p``'s node constraints and fit it now?"""
+    rows = state.eligible_rows(p.constraints)
+    if rows is not None and not rows:
+        return False
+    return bool(filter_nodes(state, p, rows=rows, explain=False).fits)
+
+
 def has_fitting_pending(
-    state: ClusterState, tenant: str, queue: Iterable[PodRequest], *, probe: int = 8
+    state: ClusterState,
+    tenant: str,
+    queue: Iterable[PodRequest],
+    *,
+    memo: dict[ShapeKey, bool] | None = None,
 ) -> bool:
     """Does ``tenant`` have a pod waiting that could run on some node now?
 
     A pod counts when it waits (no scheduling gate, and a scheduler that calls the
     extender: ``PodRequest.waiting``) and some node passes both its node constraints
     (node selector, required node affinity, taints vs tolerations: ``eligibility``) and
-    the fit (resources, GPU devices, GPU health and model: ``filter_nodes``). Checks the
-    first ``probe`` distinct (request shape, constraints) of the tenant's waiting pods,
-    in queue order.
+    the fit (resources, GPU devices, GPU health and model: ``filter_nodes``). Every
+    distinct shape (``shape_key``) of the tenant's waiting pods is probed at most once,
+    in queue order, until one fits: the answer per shape goes in ``memo``, which
+    ``check_fair_gate`` keeps per state version (``ClusterState.memo``), across tenants
+    and decisions; a shape that fits nowhere is also remembered across binds (they only
+    take room) until a node changes or room is given back (``room_version``).
     """
-    seen: set[tuple[tuple[float, ...], eligibility.NodeConstraints]] = set()
+    known = {} if memo is None else memo
+    no_fit = state.memo("gating.shape_fits_nowhere", growing_only=True)
     for p in queue:
         if p.tenant != tenant or not p.waiting or p.uid in state.pods:
             continue
-        key = (p.row, p.constraints)
-        if key in seen:
+        key = shape_key(p)
+        if key in no_fit:
             continue
-        seen.add(key)
-        rows = state.eligible_rows(p.constraints)
-        if (rows is None or rows) and filter_nodes(state, p, rows=rows, explain=False).fits:
+        fits = known.get(key)
+        if fits is None:
+            fits = known[key] = pod_fits_somewhere(state, p)
+            if not fits:
+                no_fit[key] = True
+        if fits:
             return True
-        if len(seen) >= probe:
-            break
     return False
 
 
@@ -158,8 +184,11 @@ def check_fair_gate(
         return None
     shares = current_shares(state, config)
     mine = shares.get(t, 0.0)
+    memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     contenders = [
-        fairness.Contender(u, fairness.CurrentShare(s), has_fitting_pending(state, u, queue))
+        fairness.Contender(
+            u, fairness.CurrentShare(s), has_fitting_pending(state, u, queue, memo=memo)
+        )
         for u, s in sorted(shares.items())
         if u != t and s < mine + fairness.EPS
     ]

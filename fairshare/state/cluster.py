@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
@@ -120,12 +121,17 @@ class ClusterState:
     """(node, slot) -> the shared GPU that slot holds."""
     _nodes_version: int = 0
     _pod_changes: int = 0
+    _releases: int = 0
+    """Counts the changes that give room back (an unbind, a shared GPU reopened)."""
     _cap_cache: tuple[int, list[float]] | None = None
     _used: list[float] = field(default_factory=list)
     _eligible: dict[eligibility.NodeConstraints, tuple[int, ...] | None] = field(
         default_factory=dict
     )
     _eligible_version: int = -1
+    _memos: dict[str, tuple[tuple[int, ...], dict[Any, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     _tainted: tuple[int, ...] | None = None
     _selection_version: int = 0
     """Changes when a node comes or goes or its labels or taints change (not on status
@@ -148,6 +154,22 @@ class ClusterState:
     def version(self) -> tuple[int, int]:
         """Changes whenever a node or a bound pod changes (a cache key for derived figures)."""
         return (self._nodes_version, self._pod_changes)
+
+    @property
+    def room_version(self) -> tuple[int, int]:
+        """Changes whenever a node changes or room is given back; binding a pod leaves it
+        alone (a pod that fits nowhere still fits nowhere after a bind)."""
+        return (self._nodes_version, self._releases)
+
+    def memo(self, name: str, *, growing_only: bool = False) -> dict[Any, Any]:
+        """The dict named ``name`` for figures derived from this state; it starts empty
+        again whenever ``version`` changes (a node or a bound pod), or with
+        ``growing_only`` whenever ``room_version`` does (figures that binds cannot undo)."""
+        v = (-1, *self.room_version) if growing_only else self.version
+        got = self._memos.get(name)
+        if got is None or got[0] != v:
+            got = self._memos[name] = (v, {})
+        return got[1]
 
     @property
     def n_nodes(self) -> int:
@@ -409,6 +431,7 @@ class ClusterState:
         if pod is None:
             return None
         self._pod_changes += 1
+        self._releases += 1
         if pod.group:
             self._leave_group(pod.group, uid)
         i = self.node_index.get(pod.node)
@@ -476,6 +499,7 @@ class ClusterState:
             self._pod_changes += 1
 
     def _reopen(self, shared: SharedGpu) -> None:
+        self._releases += 1
         i = self.node_index.get(shared.node)
         if shared.closed and i is not None and shared.slot < self.max_dev:
             at = i * self.max_dev + shared.slot

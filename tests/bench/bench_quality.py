@@ -1,6 +1,7 @@
 """Scheduling quality on the openb trace: ours against our BestFit and FGD controls.
 
-Run as ``python -m tests.bench.bench_quality --trace DIR`` (``make bench-quality``).
+Run as ``python -m tests.bench.bench_quality --trace DIR`` (``make bench-quality``);
+``--quick`` (``make bench-quality QUICK=1``) runs 3 pod lists × 3 seeds for development.
 Figures only: nothing here asserts on a number.
 
 Two protocols, both in ``fairshare/simulator/openb.py``:
@@ -48,6 +49,10 @@ TRACES = (
     "gpuspec20",
     "gpuspec33",
 )
+# ``--quick``: one pod list per family that behaves differently (plain, GPU-model
+# restricted, multi-GPU), three seeds; for development, not for the README's table.
+QUICK_TRACES = ("default", "gpuspec20", "multigpu20")
+QUICK_SEEDS = "42-44"
 # Weng et al.'s published mean GPU allocation % at 100 % arrived (artifact result files;
 # the bars of their Figs. 11-14), for the two policies we run as controls.
 PAPER: dict[str, dict[str, float]] = {
@@ -442,8 +447,14 @@ def _describe(job: Job) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", default="../shared/data/openb", help="folder with the openb CSVs")
-    p.add_argument("--pods", default=",".join(TRACES), help="comma list of pod lists")
-    p.add_argument("--seeds", default="42-51", help="seed or range, e.g. 42-51")
+    p.add_argument("--pods", default=None, help="comma list of pod lists (default: TRACES)")
+    p.add_argument("--seeds", default=None, help="seed or range, e.g. 42-51 (the default)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"development run: pod lists {','.join(QUICK_TRACES)}, seeds {QUICK_SEEDS} "
+        "(--pods/--seeds still override)",
+    )
     p.add_argument("--tenants", type=int, default=4, help="tenants for fairness (0: skip it)")
     p.add_argument("--weights", default=None, help="tenant weights, e.g. 1,1,2,4 (the default)")
     p.add_argument("--load", type=float, default=2.0, help="saturation demand × GPU capacity")
@@ -464,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
             f"bench-quality: no openb trace at {args.trace!r}. {openb.TRACE_HELP}", file=sys.stderr
         )
         return 1
+    if args.pods is None:
+        args.pods = ",".join(QUICK_TRACES if args.quick else TRACES)
+    if args.seeds is None:
+        args.seeds = QUICK_SEEDS if args.quick else "42-51"
     traces = [t.strip() for t in args.pods.split(",") if t.strip()]
     missing = [t for t in traces if t not in openb.pod_lists(trace)]
     if missing or not traces:

@@ -312,3 +312,63 @@ def test_constraints_are_hashable_and_compare_by_value():
     two = parse_node_constraints({"nodeSelector": {"zone": "a"}, **_terms(_expr("x", "In", "1"))})
     assert one == two and hash(one) == hash(two)
     assert isinstance(one, NodeConstraints)
+
+
+def test_a_contender_whose_only_fitting_pod_is_deep_in_its_queue_counts_as_waiting():
+    """b's queue holds 8 shapes that fit no node (5-12 GPUs on 4-GPU nodes) before one
+    that fits n2 (4 GPUs). The gate used to probe only the first 8 shapes, so b looked
+    idle and a went above its fair share; every shape is probed now, and a is held."""
+    st = state_with(node("n1"), node("n2"), config=CONFIG)
+    for k in range(4):
+        objects.apply_pod(st, pod(f"a{k}", ns="a", gpu=1, node_name="n1"), CONFIG, "a")
+    a_next = objects.pod_request(_pending("a4", "a", 1), config=CONFIG, tenant="a", index=st.index)
+    b_queue = [
+        objects.pod_request(_pending(f"b{g}", "b", g), config=CONFIG, tenant="b", index=st.index)
+        for g in (*range(5, 13), 4)
+    ]
+    assert len({gating.shape_key(p) for p in b_queue}) == 9
+    assert gating.has_fitting_pending(st, "b", b_queue)
+    held = gating.check_fair_gate(st, config=CONFIG, req=a_next, pending=[*b_queue, a_next])
+    assert held is not None and not held.allowed, held
+
+
+def test_a_shape_that_does_not_fit_is_probed_once_per_state(monkeypatch):
+    """b and c each queue pods of one shape that fits nowhere (5 GPUs), twice: within
+    one gate decision the fit of that shape is computed once, then remembered until room
+    is given back."""
+    three = config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": [{"name": t, "namespaces": [t]} for t in ("a", "b", "c")],
+        }
+    )
+    st = state_with(node("n1"), node("n2"), config=three)
+    for k in range(4):
+        objects.apply_pod(st, pod(f"a{k}", ns="a", gpu=1, node_name="n1"), three, "a")
+    a_next = objects.pod_request(_pending("a4", "a", 1), config=three, tenant="a", index=st.index)
+    queue = [
+        objects.pod_request(_pending(f"{t}{k}", t, 5), config=three, tenant=t, index=st.index)
+        for t in ("b", "c")
+        for k in range(2)
+    ]
+    probed: list[gating.ShapeKey] = []
+    real = gating.pod_fits_somewhere
+
+    def counting(state, p):
+        probed.append(gating.shape_key(p))
+        return real(state, p)
+
+    monkeypatch.setattr(gating, "pod_fits_somewhere", counting)
+    passed = gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    assert passed is not None and passed.allowed, passed  # neither b nor c can run now
+    assert probed == [gating.shape_key(queue[0])]
+    # The next decision remembers it, on the same state and after a bind (which only
+    # takes room); room given back (an unbind) makes it probe the shape again.
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), three, "c")
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    assert len(probed) == 1
+    st.unbind("uid-c9")
+    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    assert len(probed) == 2
