@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, Cluster, in_ci, run_cluster_py
+from tests.gotools import built_tool
+
+from .conftest import ROOT, Cluster, run_cluster_py
 
 pytestmark = pytest.mark.e2e
 
@@ -33,18 +35,7 @@ SA = f"system:serviceaccount:{NS}:"
 
 
 def helm_binary() -> str:
-    out = subprocess.run(
-        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        msg = f"helm could not be built (tools/helm/build.sh): {out.stderr.strip()}"
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return out.stdout.strip().splitlines()[-1]
+    return built_tool("helm")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ they fail.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.gotools import built_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -31,19 +32,9 @@ BUILD = ROOT / "tools" / "promtool" / "build.sh"
 ALERT_TESTS = HERE / "alerts_test.yaml"
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        msg = f"promtool could not be built (tools/promtool/build.sh): {out.stderr.strip()}"
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return out.stdout.strip().splitlines()[-1]
+    return built_tool("promtool")
 
 
 def rule_groups() -> dict[str, Any]:

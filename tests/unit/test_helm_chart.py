@@ -16,7 +16,6 @@ Go the helm tests skip saying why, except under CI, where they fail.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 from fairshare.config.loading import config_from_mapping
+from tests.gotools import built_tool, in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "fairshare"
@@ -35,24 +35,9 @@ KUBECTL = ROOT / ".e2e" / "bin" / "kubectl"
 NS = "fairshare-system"
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @pytest.fixture(scope="module")
 def helm() -> str:
-    out = subprocess.run(
-        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        msg = f"helm could not be built (tools/helm/build.sh): {out.stderr.strip()}"
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return out.stdout.strip().splitlines()[-1]
+    return built_tool("helm")
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess[str]:
