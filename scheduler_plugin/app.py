@@ -36,7 +36,6 @@ expose. Default-deny: a new route is protected unless listed as public.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import time
@@ -367,22 +366,13 @@ def freeze_after_sync(synced: asyncio.Event) -> CleanupCtx:
     otherwise make a prioritize over thousands of nodes take ten times its median.
     """
 
-    async def ctx(_app: web.Application) -> AsyncIterator[None]:
-        async def freeze() -> None:
-            await synced.wait()
-            gc.collect()
-            gc.freeze()
-            log.debug("gc: %d objects frozen after the initial sync", gc.get_freeze_count())
+    async def freeze() -> None:
+        await synced.wait()
+        gc.collect()
+        gc.freeze()
+        log.debug("gc: %d objects frozen after the initial sync", gc.get_freeze_count())
 
-        task = asyncio.create_task(freeze(), name="gc-freeze")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return ctx
+    return serving.background_task(freeze, "gc-freeze")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client as k8s_client
 
+import serving
 from fairshare.config.schema import FairShareConfig
 from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
@@ -131,17 +132,7 @@ class HandoffController:
 
     def background(self) -> Callable[[Any], AsyncIterator[None]]:
         """A ``cleanup_ctx`` running the sweep loop."""
-
-        async def ctx(_app: Any) -> AsyncIterator[None]:
-            task = asyncio.create_task(self.run(), name="gpu-handoff")
-            try:
-                yield
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-        return ctx
+        return serving.background_task(self.run, "gpu-handoff")
 
     async def run(self) -> None:
         await self.synced.wait()

@@ -15,10 +15,13 @@ mistake. Default-deny: a route added later is protected unless listed as public.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -33,6 +36,24 @@ PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status", "/status
 """Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes,
 and the extender's read-only status page, which shows what the metrics already do plus
 pod names)."""
+
+
+def background_task(
+    start: Callable[[], Coroutine[Any, Any, None]], name: str
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` that runs ``start()`` as a task for the app's lifetime and
+    cancels it (and waits for it) at shutdown."""
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(start(), name=name)
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return ctx
 
 
 def plain_text(text: str) -> str:
