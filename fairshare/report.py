@@ -174,7 +174,7 @@ def build_status(
             continue
         tenant = req.tenant or ""
         waiting[tenant] = waiting.get(tenant, 0) + 1
-        shape = (req.tenant, req.row, req.gpu_models, req.demand.gpu, req.constraints)
+        shape = (req.tenant, gating.shape_key(req))
         if shape not in judged:
             fits, why = _fit_reason(state, req)
             decision = None
