@@ -401,7 +401,10 @@ def explain_pod(
         out["extender"] = {"boundTo": bound.node}
         return out
     queue = list(pending)
-    fr = filter_nodes(state, req, explain=True)
+    # kube-scheduler's node selector, required affinity and taint filters come first:
+    # a node they refuse is named with their reason, not judged on resources.
+    allowed = state.eligible_rows(req.constraints)
+    fr = filter_nodes(state, req, rows=allowed, explain=True)
     nodes: list[dict[str, Any]] = [
         {"node": state.nodes[i].name, "fits": True, "reason": ""} for i in fr.fits
     ]
@@ -409,6 +412,14 @@ def explain_pod(
         {"node": f.node, "fits": False, "reason": f.reason, "unresolvable": f.unresolvable}
         for f in fr.failed
     ]
+    if allowed is not None:
+        admitted = set(allowed)
+        for i, info in enumerate(state.nodes):
+            if i not in admitted:
+                why = req.constraints.why_not(info.name, info.labels, info.taints)
+                nodes.append(
+                    {"node": info.name, "fits": False, "reason": why, "unresolvable": True}
+                )
     nodes.sort(key=lambda n: n["node"])
     extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits)}
     gate = gating.check_fair_gate(state, config=config, req=req, pending=queue)

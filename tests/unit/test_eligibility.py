@@ -128,7 +128,10 @@ AFFINITY_CASES = [
 
 @pytest.mark.parametrize(("spec", "allowed"), AFFINITY_CASES)
 def test_node_selector_and_required_affinity(spec, allowed):
-    assert parse_node_constraints(spec).allows("n1", LABELS, ()) is allowed
+    constraints = parse_node_constraints(spec)
+    assert constraints.allows("n1", LABELS, ()) is allowed
+    # The explanation's twin agrees: a reason exactly when the node is refused.
+    assert (constraints.why_not("n1", LABELS, ()) == "") is allowed
 
 
 NO_SCHEDULE = ("dedicated", "gpu", "NoSchedule")
@@ -170,6 +173,9 @@ TAINT_CASES = [
 def test_taints_and_tolerations(taints, tolerations, allowed):
     constraints = parse_node_constraints({"tolerations": tolerations})
     assert constraints.allows("n1", LABELS, taints) is allowed
+    why = constraints.why_not("n1", LABELS, taints)
+    assert (why == "") is allowed
+    assert allowed or why.startswith("node had untolerated taint {")
 
 
 WAITING_CASES = [

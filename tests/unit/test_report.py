@@ -229,6 +229,34 @@ def test_explain_names_health_and_model_reasons_per_node() -> None:
     assert nodes["n2"]["unresolvable"] and nodes["n3"]["unresolvable"]
 
 
+def test_explain_names_selector_and_taint_reasons_per_node() -> None:
+    """A node the pod's selector or an untolerated taint rules out is named with that
+    reason (it used to be listed as fitting, judged on resources alone)."""
+    snap = snapshot()
+    zoned = node("n2", gpus=4)
+    zoned["metadata"]["labels"]["zone"] = "west"
+    tainted = node("n3", gpus=4, taints=[{"key": "team", "value": "x", "effect": "NoSchedule"}])
+    tainted["metadata"]["labels"]["zone"] = "east"
+    snap.objects["Node"] += [zoned, tainted]
+    new = pod("a-6", ns="a", gpu=1, phase="Pending")
+    new["metadata"]["uid"] = "explain:a/a-6"
+    new["spec"]["nodeSelector"] = {"zone": "east"}
+    data = explain(snap, new)["extender"]
+    nodes = {n["node"]: n for n in data["nodes"]}
+    assert nodes["n1"] == {
+        "node": "n1",
+        "fits": False,
+        "reason": "node didn't match Pod's node selector (zone=east; the node has no zone)",
+        "unresolvable": True,
+    }
+    assert nodes["n2"]["reason"].endswith("(zone=east; the node has zone=west)")
+    assert nodes["n3"]["reason"] == "node had untolerated taint {team=x:NoSchedule}"
+    assert data["fitsNodes"] == 0 and data["verdict"] == "pending: no node fits now"
+    new["spec"]["tolerations"] = [{"key": "team", "operator": "Exists"}]
+    nodes = {n["node"]: n for n in explain(snap, new)["extender"]["nodes"]}
+    assert nodes["n3"]["fits"] is True and nodes["n2"]["fits"] is False
+
+
 def test_explain_a_bound_pod() -> None:
     snap = snapshot()
     target = next(p for p in snap.objects["Pod"] if p["metadata"]["name"] == "a-1")
