@@ -48,6 +48,14 @@ KWOK_ANNOTATIONS = {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl"
 GPU = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+POOL = "fairshare-e2e/pool"
+"""The node label the scheduling scenes select their nodes by (kept off other tests' nodes)."""
+ANN_FRACTION = "fairshare.io/gpu-fraction"
+ANN_DEVICES = "fairshare.io/gpu-devices"
+MakeNode = Callable[..., Awaitable[client.V1Node]]
+"""The ``make_gpu_node`` fixture's type."""
+TenantNamespace = Callable[[str], Awaitable[str]]
+"""The ``tenant_namespace`` fixture's type."""
 
 UP_TIMEOUT = 300.0
 DOWN_TIMEOUT = 120.0

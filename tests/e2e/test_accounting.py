@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .conftest import CONFIG_HEAD, GPU, FairshareDev, unique, wait_pod
+from .conftest import (
+    CONFIG_HEAD,
+    GPU,
+    FairshareDev,
+    MakeNode,
+    TenantNamespace,
+    unique,
+    wait_pod,
+)
 from .test_fairshare_scheduling import POOL, pod_manifest
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
 ANN_MEMORY = "fairshare.io/gpu-memory"
 
 

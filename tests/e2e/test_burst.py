@@ -32,6 +32,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from .conftest import (
+    ANN_DEVICES,
+    ANN_FRACTION,
     CONFIG_HEAD,
     FAULT_SUMMARY,
     GPU,
@@ -47,8 +49,6 @@ pytestmark = pytest.mark.e2e
 PODS = int(os.environ.get("BURST_PODS", "5000"))
 NODES = int(os.environ.get("BURST_NODES", "600"))
 POOL = "fairshare-e2e/burst"
-ANN_FRACTION = "fairshare.io/gpu-fraction"
-ANN_DEVICES = "fairshare.io/gpu-devices"
 TENANTS = {"burst-a": 1, "burst-b": 1, "burst-c": 2}
 CONCURRENCY = 40
 

@@ -16,20 +16,24 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
-from .conftest import CONFIG_HEAD, FairshareDev, gpu_pod_manifest, unique, wait_pod
+from .conftest import (
+    CONFIG_HEAD,
+    POOL,
+    FairshareDev,
+    MakeNode,
+    TenantNamespace,
+    gpu_pod_manifest,
+    unique,
+    wait_pod,
+)
 
 pytestmark = pytest.mark.e2e
-
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
-POOL = "fairshare-e2e/pool"
 
 
 def call(url: str, ctx: ssl.SSLContext, body: dict[str, Any] | None = None) -> tuple[int, str]:

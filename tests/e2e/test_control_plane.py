@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 from kubernetes_asyncio import client
@@ -14,6 +13,7 @@ from kubernetes_asyncio import client
 from .conftest import (
     GPU,
     Cluster,
+    MakeNode,
     condition,
     gpu_pod_manifest,
     unique,
@@ -25,8 +25,6 @@ from .conftest import (
 )
 
 pytestmark = pytest.mark.e2e
-
-MakeNode = Callable[..., Awaitable[client.V1Node]]
 
 
 async def test_apiserver_reports_the_pinned_version(cluster: Cluster, api: client.ApiClient):

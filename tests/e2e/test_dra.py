@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from fractions import Fraction
 from typing import Any
 
@@ -24,11 +24,18 @@ from fairshare.resources import GPU
 from fairshare.state import informers, sources
 from fairshare.state.usage import UsageTracker
 
-from .conftest import CONFIG_HEAD, PAUSE_IMAGE, Cluster, FairshareDev, dev_module, unique, wait_for
+from .conftest import (
+    CONFIG_HEAD,
+    PAUSE_IMAGE,
+    Cluster,
+    FairshareDev,
+    TenantNamespace,
+    dev_module,
+    unique,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
-
-TenantNamespace = Callable[[str], Awaitable[str]]
 
 
 def claim_manifest(name: str, gpus: int) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -39,6 +39,8 @@ from .conftest import (
     FAULT_SUMMARY,
     STATE_DIR,
     FairshareDev,
+    MakeNode,
+    TenantNamespace,
     cluster_module,
     dev_module,
     unique,
@@ -49,8 +51,6 @@ from .test_replicas import RoundRobinProxy
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
 PODS = 40
 NODES, GPUS = 2, 4
 ELECT = True

@@ -8,17 +8,21 @@ so nodes of other tests cannot take them; tenants are namespaces labelled
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from .conftest import (
+    ANN_DEVICES,
+    ANN_FRACTION,
     CONFIG_HEAD,
     GPU,
     PAUSE_IMAGE,
+    POOL,
     FairshareDev,
+    MakeNode,
+    TenantNamespace,
     unique,
     wait_event,
     wait_for,
@@ -27,12 +31,7 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
-POOL = "fairshare-e2e/pool"
 GATE = "fairshare-e2e/hold"
-ANN_FRACTION = "fairshare.io/gpu-fraction"
-ANN_DEVICES = "fairshare.io/gpu-devices"
 FAIR_REASON = "above its fair share"
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -17,20 +16,19 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .conftest import (
+    ANN_FRACTION,
     CONFIG_HEAD,
     GPU,
     PAUSE_IMAGE,
     TENANT_LABEL,
     Cluster,
     FairshareDev,
+    TenantNamespace,
     dev_module,
     unique,
 )
 
 pytestmark = pytest.mark.e2e
-
-TenantNamespace = Callable[[str], Awaitable[str]]
-ANN_FRACTION = "fairshare.io/gpu-fraction"
 
 
 def gpu_pod(name: str, gpus: int) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,12 +45,17 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .conftest import (
+    ANN_DEVICES,
+    ANN_FRACTION,
     CONFIG_HEAD,
     FAULT_SUMMARY,
     GPU,
     PAUSE_IMAGE,
+    POOL,
     STATE_DIR,
     FairshareDev,
+    MakeNode,
+    TenantNamespace,
     cluster_module,
     dev_module,
     unique,
@@ -61,11 +66,6 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
-POOL = "fairshare-e2e/pool"
-ANN_FRACTION = "fairshare.io/gpu-fraction"
-ANN_DEVICES = "fairshare.io/gpu-devices"
 HALF = {ANN_FRACTION: "0.5"}
 
 

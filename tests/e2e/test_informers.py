@@ -25,6 +25,7 @@ from .conftest import (
     GPU,
     STATE_DIR,
     Cluster,
+    MakeNode,
     cluster_module,
     gpu_pod_manifest,
     unique,
@@ -33,7 +34,6 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
 HEAD = "apiVersion: fairshare.io/v1alpha1\nkind: FairShareConfig\n"
 
 

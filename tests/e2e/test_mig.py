@@ -10,7 +10,6 @@ profile named.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,6 +19,8 @@ from .conftest import (
     CONFIG_HEAD,
     PAUSE_IMAGE,
     FairshareDev,
+    MakeNode,
+    TenantNamespace,
     gpu_pod_manifest,
     unique,
     wait_event,
@@ -30,8 +31,6 @@ from .test_fairshare_scheduling import ANN_DEVICES, POOL, bound, create_pods
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
 MIG = "nvidia.com/mig-1g.10gb"
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,10 @@ from .conftest import (
     CONFIG_HEAD,
     GPU,
     PAUSE_IMAGE,
+    POOL,
     FairshareDev,
+    MakeNode,
+    TenantNamespace,
     cluster_module,
     dev_module,
     unique,
@@ -36,9 +39,6 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
-POOL = "fairshare-e2e/pool"
 RESTORE_DEADLINE = 60.0
 
 

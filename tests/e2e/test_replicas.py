@@ -16,7 +16,7 @@ import itertools
 import json
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from .conftest import (
     PAUSE_IMAGE,
     STATE_DIR,
     FairshareDev,
+    TenantNamespace,
     cluster_module,
     dev_module,
     unique,
@@ -38,7 +39,6 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-TenantNamespace = Callable[[str], Awaitable[str]]
 LIMIT = 10
 CREATES = 200
 ADMISSIONS = "fairshare_admission_requests_total"

@@ -38,6 +38,7 @@ from .conftest import (
     CONFIG_HEAD,
     GPU,
     PAUSE_IMAGE,
+    POOL,
     Cluster,
     FairshareDev,
     cluster_module,
@@ -49,7 +50,6 @@ from .conftest import (
 
 pytestmark = pytest.mark.e2e
 
-POOL = "fairshare-e2e/pool"
 HOLD = "fairshare-e2e/hold"
 OPEN = "fairshare-e2e/open"
 

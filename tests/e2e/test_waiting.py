@@ -10,19 +10,23 @@ fair share (1/2, b's demand counts) until the node is full, instead of stopping 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
-from .conftest import CONFIG_HEAD, FairshareDev, unique, wait_for
+from .conftest import (
+    CONFIG_HEAD,
+    FairshareDev,
+    MakeNode,
+    TenantNamespace,
+    unique,
+    wait_for,
+)
 from .test_fairshare_scheduling import POOL, bound, create_pods, pod_manifest
 
 pytestmark = pytest.mark.e2e
 
-MakeNode = Callable[..., Awaitable[client.V1Node]]
-TenantNamespace = Callable[[str], Awaitable[str]]
 
 BLOCKED: dict[str, dict[str, Any]] = {
     "node-selector": {"node_selector": {"zone": "nowhere"}},
