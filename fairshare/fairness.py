@@ -239,37 +239,37 @@ def hierarchical_allocation(
     """Hierarchical weighted DRF (H-DRF), computed exactly by event-driven filling.
 
     Bhattacharya et al., "Hierarchical Scheduling for Diverse Datacenter Workloads"
-    (SoCC 2013). This is the fluid limit of the paper's *dynamic* H-DRF, the variant it
-    recommends over static H-DRF (which is not reached when tasks start and finish one
-    at a time) and over naive H-DRF (which starves a child whose dominant resource
-    differs from its sibling's): at every node, the next bit of capacity goes to the
-    non-blocked child of lowest weighted dominant share, so those children grow
-    together, their weighted dominant shares equal. The rules, as the paper gives them:
+    (SoCC 2013). This is the fluid limit of the paper's *dynamic* H-DRF, the algorithm it
+    proposes for a running scheduler (its "naive" version starves a child whose dominant
+    resource differs from its siblings'; its static version is defined over all demands
+    at once): at every node, the next bit of capacity goes to the non-blocked child of
+    lowest weighted dominant share, so those children grow together, level. The rules:
 
-    * a node's dominant share is measured on its subtree's aggregate usage, over the
-      resources that are not saturated for it; a resource is saturated for a node when
-      it is used up in the cluster or at the ``limit`` of the node or of an ancestor
-      (the paper's "ignore saturated resources");
+    * a node's dominant share is measured on its children's usage summed, over the
+      resources not saturated for it; a resource is saturated for a node when it is used
+      up in the cluster or at the ``limit`` of the node or of an ancestor (the paper's
+      "ignore saturated resources");
     * a leaf is blocked once its demand (capped by its own ``limit``) is met or a
-      resource it needs is saturated for it (the other leaves of that subtree that need
-      it are then blocked too); a node is blocked when all its leaves are; blocked
-      children count with their usage in their parent's aggregate but take no part in
-      the comparison (the paper's "ignore blocked nodes"). While non-blocked siblings
-      are level, which this filling keeps them, the paper's "rescale to the minimum
-      non-blocked node" changes nothing.
+      resource it needs is saturated for it (so the other leaves of that subtree that
+      need it are blocked too); a node is blocked when all its leaves are. Blocked
+      children count in the sum as they are and take no part in the comparison; a
+      non-blocked child above its lowest non-blocked siblings counts scaled down to
+      their level (the paper's "rescaling to the minimum node"), but not below its
+      guaranteed start (fairshare's guarantees are not in the paper: a guarantee is
+      held inside the parent's share, it does not enlarge it).
 
     Shares are divided by the node's own weight among its siblings, so weights divide a
     parent's share among its children. An idle child has nothing to grow, so its share
     goes to its siblings, and what a subtree cannot use goes up the tree (work
     conservation: every leaf ends met or blocked). When a node's share stops rising as
     its lowest children grow (its dominant resource is held by a blocked child), those
-    children catch up at no cost to their ancestors' siblings, as in the paper's
-    task-by-task scheduler.
+    children catch up first, as in the paper's task-by-task scheduler.
 
-    The filling is driven by the lowest weighted share at the top and moves from event
-    to event in closed form (everything is linear in between): a leaf met, a resource
-    used up in the cluster or at a limit, a child reaching its lowest siblings, a
-    node's dominant resource changing.
+    The filling moves from event to event in closed form (everything is linear in
+    between): a leaf met, a resource used up in the cluster or at a limit, a child
+    reaching its lowest siblings or its guaranteed floor, a node's dominant resource
+    changing. The flat case (no ``parent``) is ``_fill``'s weighted DRF, which is what
+    this gives for the children of a single node.
 
     ``guaranteed`` sets starting allocations: a leaf starts at its guaranteed level of
     its demand; an inner node's guarantee is then filled by the same rules among its
@@ -381,6 +381,8 @@ class _Tree:
             for i in range(n)
         ]
         self.x = [0.0] * n
+        self.floor = [0.0] * n
+        """Weighted share of each node's guaranteed start: not rescaled below it."""
 
     def usage(self) -> list[list[float]]:
         """Each node's subtree usage."""
@@ -442,6 +444,10 @@ class _Tree:
         )
         if factor < 1.0:
             self._scale(0, n, factor)
+        use = self.usage()
+        self.floor = [
+            _dom(use[i], self.cap, self.rw) / self.w[i] if self.w[i] > 0 else 0.0 for i in range(n)
+        ]
 
     def fill(self, root: int, extra: Mapping[int, float], eligible: set[int] | None) -> None:
         """Fill the subtree of ``root`` (-1: the whole tree) from the current levels.
@@ -503,6 +509,7 @@ class _Tree:
 
         share: dict[int, float] = {}
         per_res: dict[int, list[float]] = {}
+        vec: dict[int, list[float]] = {}  # what a node's share is measured on
 
         def tied(node: int) -> list[int]:
             """The resources at the node's dominant share (the non-saturated ones)."""
@@ -545,16 +552,28 @@ class _Tree:
                 while i != root and i not in open_:
                     open_.add(i)
                     i = parent[i]
-            for i in open_ if moved is None else [k for k in moved if k in open_]:
+            stale = open_ if moved is None else [k for k in moved if k in open_]
+            for i in sorted(stale, reverse=True):  # children before their parent
                 if leaf[i]:
                     share[i] = self.x[i] * self.delta[i] / w[i]
+                    vec[i] = use[i]
                     continue
+                # The paper's rescaling: a non-blocked child above its lowest non-blocked
+                # siblings counts as if it were level with them; blocked ones as they are.
+                row = list(use[i])
+                open_kids = [k for k in kids[i] if k in open_]
+                m = min(share[k] for k in open_kids)
+                for k in open_kids:
+                    f = min(1.0, max(m, self.floor[k]) / share[k]) if share[k] > m else 1.0
+                    for r in range(n_res):
+                        row[r] += vec[k][r] * f - use[k][r]
+                vec[i] = row
                 free_res = all_res & ~sat[i]
-                row = [
-                    use[i][r] * unit[r] / w[i] if free_res >> r & 1 else -1.0 for r in range(n_res)
+                shares = [
+                    row[r] * unit[r] / w[i] if free_res >> r & 1 else -1.0 for r in range(n_res)
                 ]
-                per_res[i] = row
-                share[i] = max(0.0, *row)
+                per_res[i] = shares
+                share[i] = max(0.0, *shares)
             # Who grows: at each growing node, its non-blocked children of lowest share.
             growing: list[int] = []
             low: dict[int, list[int]] = {}
@@ -592,6 +611,15 @@ class _Tree:
                         row[r] += v / s
                 if i == root:
                     break
+                if not fk:  # siblings above the level are rescaled to it as it rises
+                    for k in kids[i]:
+                        if (
+                            k in open_
+                            and share[k] > level[i] + _JOIN * max(level[i], 1e-9)
+                            and self.floor[k] <= level[i] + _JOIN * max(level[i], 1e-9)
+                        ):
+                            for r, v in enumerate(vec[k]):
+                                row[r] += v / share[k]
                 per[i] = row
                 sigma[i] = max((row[r] * unit[r] / w[i] for r in tied(i)), default=0.0)
                 free[i] = sigma[i] <= 0.0
@@ -643,12 +671,15 @@ class _Tree:
                     continue
                 if not free_kids[node]:
                     children = top_kids if node == root else kids[node]
+                    above = level[node] + _JOIN * max(level[node], 1e-9)
                     for k in children:
-                        if k in open_ and share[k] > level[node] + _JOIN * max(level[node], 1e-9):
-                            step = min(step, (share[k] - level[node]) / rate[node])
-                if node == root or node not in du:
+                        if k in open_ and share[k] > above:
+                            # It joins the lowest, or the level passes its guaranteed floor.
+                            target = self.floor[k] if above < self.floor[k] < share[k] else share[k]
+                            step = min(step, (target - level[node]) / rate[node])
+                if node == root:
                     continue
-                rates = [v * unit[r] / w[node] for r, v in enumerate(du[node])]
+                rates = [v * rate[node] * unit[r] / w[node] for r, v in enumerate(per[node])]
                 top = tied(node)
                 s_rate = max((rates[r] for r in top), default=0.0)
                 for r, v in enumerate(per_res[node]):

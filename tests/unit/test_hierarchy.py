@@ -364,3 +364,21 @@ def test_an_inner_guarantee_is_filled_among_the_leaves_that_ask_for_it():
         (12.0, 12.0),
     )
     assert (got["a1"], got["a2"], got["b1"]) == ((0, 6), (12, 0), (0, 6))
+
+
+def test_a_guaranteed_child_above_its_siblings_counts_in_full_for_its_parent():
+    # 20 CPUs; A guaranteed 8 = {a1 guaranteed 6, a2}, B = {b1}; all backlogged. Starts:
+    # a1 6, and A's 8 filled with a2's 2. A (8) waits while B rises to it, then A and B
+    # rise level, A's growth going to a2: 6 + a2 = b1 and 6 + a2 + b1 = 20, so a2 4 and
+    # b1 10: A's guarantee is inside its half, it does not enlarge it. (Were a1 rescaled
+    # to a2's level, as the paper does for children above their level without a
+    # guarantee, A would count as 2 * a2 and take 10.67.)
+    tenants = [
+        TenantDemand("A", 1, (0.0,), {0: 8.0}, {}),
+        TenantDemand("B", 1, (0.0,), {}, {}),
+        TenantDemand("a1", 1, BIG, {0: 6.0}, {}, "A"),
+        TenantDemand("a2", 1, BIG, {}, {}, "A"),
+        TenantDemand("b1", 1, BIG, {}, {}, "B"),
+    ]
+    got = _alloc(tenants, (20.0,))
+    assert (got["a1"], got["a2"], got["b1"]) == ((6,), (4,), (10,))
