@@ -560,14 +560,20 @@ class _Tree:
                     continue
                 # The paper's rescaling: a non-blocked child above its lowest non-blocked
                 # siblings counts as if it were level with them; blocked ones as they are.
-                row = list(use[i])
                 open_kids = [k for k in kids[i] if k in open_]
                 m = min(share[k] for k in open_kids)
+                above = m + _JOIN * max(m, 1e-9)
+                scaled: list[float] | None = None
                 for k in open_kids:
-                    f = min(1.0, max(m, self.floor[k]) / share[k]) if share[k] > m else 1.0
+                    f = min(1.0, max(m, self.floor[k]) / share[k]) if share[k] > above else 1.0
+                    vk, uk = vec[k], use[k]
+                    if f == 1.0 and vk is uk:
+                        continue
+                    if scaled is None:
+                        scaled = list(use[i])
                     for r in range(n_res):
-                        row[r] += vec[k][r] * f - use[k][r]
-                vec[i] = row
+                        scaled[r] += vk[r] * f - uk[r]
+                row = vec[i] = use[i] if scaled is None else scaled
                 free_res = all_res & ~sat[i]
                 shares = [
                     row[r] * unit[r] / w[i] if free_res >> r & 1 else -1.0 for r in range(n_res)
@@ -578,13 +584,16 @@ class _Tree:
             growing: list[int] = []
             low: dict[int, list[int]] = {}
             level: dict[int, float] = {}
+            over: dict[int, list[int]] = {}  # non-blocked children above the lowest
             frontier = [root]
             while frontier:
                 node = frontier.pop()
                 cand = [k for k in (top_kids if node == root else kids[node]) if k in open_]
                 m = min(share[k] for k in cand)
                 level[node] = m
-                low[node] = [k for k in cand if share[k] <= m + _JOIN * max(m, 1e-9)]
+                above = m + _JOIN * max(m, 1e-9)
+                low[node] = [k for k in cand if share[k] <= above]
+                over[node] = [k for k in cand if share[k] > above]
                 for k in low[node]:
                     growing.append(k)
                     if not leaf[k]:
@@ -612,12 +621,8 @@ class _Tree:
                 if i == root:
                     break
                 if not fk:  # siblings above the level are rescaled to it as it rises
-                    for k in kids[i]:
-                        if (
-                            k in open_
-                            and share[k] > level[i] + _JOIN * max(level[i], 1e-9)
-                            and self.floor[k] <= level[i] + _JOIN * max(level[i], 1e-9)
-                        ):
+                    for k in over[i]:
+                        if self.floor[k] <= level[i] + _JOIN * max(level[i], 1e-9):
                             for r, v in enumerate(vec[k]):
                                 row[r] += v / share[k]
                 per[i] = row
@@ -670,13 +675,11 @@ class _Tree:
                 if node not in rate or (node >= 0 and leaf[node]):
                     continue
                 if not free_kids[node]:
-                    children = top_kids if node == root else kids[node]
                     above = level[node] + _JOIN * max(level[node], 1e-9)
-                    for k in children:
-                        if k in open_ and share[k] > above:
-                            # It joins the lowest, or the level passes its guaranteed floor.
-                            target = self.floor[k] if above < self.floor[k] < share[k] else share[k]
-                            step = min(step, (target - level[node]) / rate[node])
+                    for k in over[node]:
+                        # It joins the lowest, or the level passes its guaranteed floor.
+                        target = self.floor[k] if above < self.floor[k] < share[k] else share[k]
+                        step = min(step, (target - level[node]) / rate[node])
                 if node == root:
                     continue
                 rates = [v * rate[node] * unit[r] / w[node] for r, v in enumerate(per[node])]
