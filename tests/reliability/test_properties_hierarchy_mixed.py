@@ -198,6 +198,7 @@ def reference_drf(
     to the largest L that fits (bisection), stop the tenants that are met or need a
     used-up resource, repeat. None when the guarantees alone do not fit."""
     n_res = len(capacity)
+    by_name = {t.name: t for t in tenants}
     dom = {t.name: _dom(t.demand, capacity, rw) for t in tenants}
     cap_x = {t.name: _leaf_level(t) for t in tenants}
     start = {}
@@ -253,16 +254,11 @@ def reference_drf(
     return {t.name: tuple(x[t.name] * v for v in t.demand) for t in tenants}
 
 
-by_name: dict[str, TenantDemand] = {}
-
-
 @SETTINGS
 @given(problem=flat_problems())
 def test_flat_configs_are_flat_weighted_drf(problem: Problem):
     tenants, capacity, rw = problem
     FUZZ_CASES["property/hierarchy-mixed"] += 1
-    by_name.clear()
-    by_name.update({t.name: t for t in tenants})
     want = reference_drf(tenants, capacity, rw)
     got = fair_allocation(tenants, capacity=capacity, res_weights=rw)
     if want is not None:
