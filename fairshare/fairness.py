@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NewType
 
@@ -235,146 +235,498 @@ def hierarchical_allocation(
     *,
     capacity: Sequence[float],
     res_weights: Sequence[float],
-    max_rounds: int = 64,
 ) -> dict[str, FairShare]:
-    """Hierarchical weighted DRF (H-DRF) by progressive filling down the tree.
+    """Hierarchical weighted DRF (H-DRF), computed exactly by event-driven filling.
 
-    At each level the children of a node fill the node's allocation by weighted DRF
-    (``_fill``), each child standing for its whole subtree: its demand is the sum of its
-    leaves' demands (each capped by the leaf's own limit), its ``limit`` caps the subtree
-    and its ``guaranteed`` sets its starting level. An idle child has no demand, so its
-    share goes to its siblings; what a subtree cannot use (its demand is smaller, or its
-    children's mix saturates a resource first) is handed out again from the top in the
-    next round, so it goes up the tree to whoever can use it (work conservation).
-    Shares are divided by the tenant's weight in the whole tree (``effective_weights``).
-    A tenant whose parent is not among ``tenants`` counts as top-level.
+    Bhattacharya et al., "Hierarchical Scheduling for Diverse Datacenter Workloads"
+    (SoCC 2013). This is the fluid limit of the paper's *dynamic* H-DRF, the algorithm it
+    proposes for a running scheduler (its "naive" version starves a child whose dominant
+    resource differs from its siblings'; its static version is defined over all demands
+    at once): at every node, the next bit of capacity goes to the non-blocked child of
+    lowest weighted dominant share, so those children grow together, level. The rules:
 
-    A leaf is blocked once a resource it still needs is used up; from the next round
-    on its subtree grows along its non-blocked leaves' demand only (H-DRF's
-    "non-blocked" rule), so a leaf that does not need the saturated resource keeps
-    growing.
+    * a node's dominant share is measured on its children's usage summed, over the
+      resources not saturated for it; a resource is saturated for a node when it is used
+      up in the cluster or at the ``limit`` of the node or of an ancestor (the paper's
+      "ignore saturated resources");
+    * a leaf is blocked once its demand (capped by its own ``limit``) is met or a
+      resource it needs is saturated for it (so the other leaves of that subtree that
+      need it are blocked too); a node is blocked when all its leaves are. Blocked
+      children count in the sum as they are and take no part in the comparison; a
+      non-blocked child above its lowest non-blocked siblings counts scaled down to
+      their level (the paper's "rescaling to the minimum node"), but not below its
+      guaranteed start (fairshare's guarantees are not in the paper: a guarantee is
+      held inside the parent's share, it does not enlarge it).
 
-    Approximation: a subtree grows along its aggregate demand (the sum of its
-    non-blocked leaves' rows). With one resource, or leaves that ask for the same mix,
-    this is H-DRF exactly; when the leaves' mixes differ, what the children cannot use
-    of the subtree's share goes back up in the next round, so the result is
-    work-conserving but a sibling may end above its weight's share (the siblings do
-    not wait for it).
+    Shares are divided by the node's own weight among its siblings, so weights divide a
+    parent's share among its children. An idle child has nothing to grow, so its share
+    goes to its siblings, and what a subtree cannot use goes up the tree (work
+    conservation: every leaf ends met or blocked). When a node's share stops rising as
+    its lowest children grow (its dominant resource is held by a blocked child), those
+    children catch up first, as in the paper's task-by-task scheduler.
+
+    The filling moves from event to event in closed form (everything is linear in
+    between): a leaf met, a resource used up in the cluster or at a limit, a child
+    reaching its lowest siblings or its guaranteed floor, a node's dominant resource
+    changing. The flat case (no ``parent``) is ``_fill``'s weighted DRF, which is what
+    this gives for the children of a single node.
+
+    ``guaranteed`` sets starting allocations: a leaf starts at its guaranteed level of
+    its demand; an inner node's guarantee is then filled by the same rules among its
+    subtree's leaves that ask for a guaranteed column, as far as it goes; starts are
+    scaled down where they exceed a limit or the cluster. A node on such a plateau
+    waits until its siblings' level reaches it. Shares in the result are divided by the
+    tenant's weight in the whole tree (``effective_weights``). A tenant whose parent is
+    not among ``tenants`` counts as top-level; so do the members of a parent cycle.
     """
-    order = sorted(tenants, key=lambda t: t.name)
-    by_name = {t.name: t for t in order}
-    n_res = len(capacity)
+    tree = _Tree(tenants, capacity, res_weights)
+    tree.start_from_guarantees()
+    tree.fill(-1, {}, None)
+    return tree.result()
 
-    def parent_of(t: TenantDemand) -> str | None:
-        p = t.parent
-        return p if p is not None and p in by_name and p != t.name else None
 
-    kids: dict[str | None, list[str]] = {}
-    for t in order:
-        kids.setdefault(parent_of(t), []).append(t.name)
-    # A cycle (not in a validated config) leaves its members unreachable from the
-    # top: they are treated as top-level leaves.
-    reachable: set[str] = set()
-    stack = list(kids.get(None, []))
-    while stack:
-        n = stack.pop()
-        if n not in reachable:
-            reachable.add(n)
-            stack.extend(kids.get(n, []))
-    for name in sorted(set(by_name) - reachable):
-        kids[by_name[name].parent].remove(name)
-        kids.setdefault(None, []).append(name)
-        kids.pop(name, None)
-    for children in kids.values():
-        children.sort()
+_JOIN = 1e-12
+"""Relative tolerance for two shares to count as level (they are computed, not exact)."""
 
-    def is_leaf(name: str) -> bool:
-        return not kids.get(name)
 
-    # A leaf's usable demand: its demand up to its own limit.
-    leaf_cap: dict[str, tuple[float, ...]] = {}
-    for t in order:
-        if is_leaf(t.name):
-            level = _level(t.limit, t.demand) if t.limit else 1.0
-            leaf_cap[t.name] = tuple(level * v for v in t.demand)
-    alloc: dict[str, list[float]] = {n: [0.0] * n_res for n in leaf_cap}
+class _Tree:
+    """Tenants as a tree in pre-order (a subtree is a contiguous range), leaf levels x."""
 
-    def subtree_sum(name: str, vec: Mapping[str, Sequence[float]]) -> list[float]:
-        if is_leaf(name):
-            return list(vec[name])
-        total = [0.0] * n_res
-        for k in kids[name]:
-            for r, v in enumerate(subtree_sum(k, vec)):
-                total[r] += v
-        return total
+    def __init__(
+        self,
+        tenants: Sequence[TenantDemand],
+        capacity: Sequence[float],
+        res_weights: Sequence[float],
+    ) -> None:
+        order = sorted(tenants, key=lambda t: t.name)
+        by_name = {t.name: t for t in order}
 
-    blocked: set[str] = set()
+        def parent_of(t: TenantDemand) -> str | None:
+            p = t.parent
+            return p if p is not None and p in by_name and p != t.name else None
 
-    def remaining(name: str) -> tuple[float, ...]:
-        # Blocked leaves (a resource they still need is used up) do not count: their
-        # subtree grows along what its other leaves can still take (the "non-blocked"
-        # rule of H-DRF), else a saturated resource in the sum would stop them too.
-        rows = {n: leaf_cap[n] if n not in blocked else alloc[n] for n in leaf_cap}
-        want = subtree_sum(name, rows)
-        got = subtree_sum(name, alloc)
-        return tuple(max(0.0, w - g) for w, g in zip(want, got, strict=True))
+        kids: dict[str | None, list[str]] = {}
+        for t in order:
+            kids.setdefault(parent_of(t), []).append(t.name)
+        # A cycle (not in a validated config) leaves its members unreachable from the
+        # top: they are treated as top-level leaves.
+        reachable: set[str] = set()
+        stack = list(kids.get(None, []))
+        while stack:
+            name = stack.pop()
+            if name not in reachable:
+                reachable.add(name)
+                stack.extend(kids.get(name, []))
+        for name in sorted(set(by_name) - reachable):
+            kids[by_name[name].parent].remove(name)
+            kids.setdefault(None, []).append(name)
+            kids.pop(name, None)
+        names: list[str] = []
+        parent: list[int] = []
 
-    def room(name: str) -> dict[int, float]:
-        lim = by_name[name].limit
-        if is_leaf(name) or not lim:
-            return {}
-        got = subtree_sum(name, alloc)
-        return {r: max(0.0, amount - got[r]) for r, amount in lim.items()}
+        def visit(name: str, up: int) -> None:
+            here = len(names)
+            names.append(name)
+            parent.append(up)
+            for k in sorted(kids.get(name, [])):
+                visit(k, here)
 
-    def hand_out(parent: str | None, avail: Sequence[float], first: bool) -> None:
-        children = kids.get(parent, [])
-        items = [
-            TenantDemand(n, by_name[n].weight, remaining(n), by_name[n].guaranteed, room(n))
-            for n in children
+        for name in sorted(kids.get(None, [])):
+            visit(name, -1)
+        self.names = names
+        self.by_name = by_name
+        self.parent = parent
+        n = len(names)
+        self.kids: list[list[int]] = [[] for _ in range(n)]
+        self.top: list[int] = []
+        for i, p in enumerate(parent):
+            (self.kids[p] if p >= 0 else self.top).append(i)
+        self.end = list(range(1, n + 1))  # subtree of i = range(i, end[i])
+        for i in range(n - 1, -1, -1):
+            if self.kids[i]:
+                self.end[i] = self.end[self.kids[i][-1]]
+        self.n_res = len(capacity)
+        self.cap = [float(c) for c in capacity]
+        # Share of one unit of each resource; 0 for resources that count in no share.
+        self.unit = [
+            w / c if c > 0 and w > 0 else 0.0 for c, w in zip(capacity, res_weights, strict=True)
         ]
-        x = _fill(items, capacity, avail, res_weights, use_guarantees=first)
-        for item in items:
-            share = tuple(x[item.name] * v for v in item.demand)
-            if not any(v > 0 for v in share):
-                continue
-            if is_leaf(item.name):
-                row = alloc[item.name]
-                for r, v in enumerate(share):
-                    row[r] += v
+        self.rw = list(res_weights)
+        self.w = [float(by_name[m].weight) for m in names]
+        self.leaf = [not k for k in self.kids]
+        self.demand = [by_name[m].demand if self.leaf[i] else () for i, m in enumerate(names)]
+        self.limit = [
+            dict(by_name[m].limit) if not self.leaf[i] else {} for i, m in enumerate(names)
+        ]
+        self.xmax = [
+            (_level(by_name[m].limit, self.demand[i]) if by_name[m].limit else 1.0)
+            if self.leaf[i]
+            else 0.0
+            for i, m in enumerate(names)
+        ]
+        self.delta = [
+            _dom(self.demand[i], capacity, res_weights) if self.leaf[i] else 0.0 for i in range(n)
+        ]
+        self.need = [
+            sum(1 << r for r, v in enumerate(self.demand[i]) if v > 0) if self.leaf[i] else 0
+            for i in range(n)
+        ]
+        # A node of weight 0 (or below one) never grows, as in flat DRF.
+        self.wok = [False] * n
+        for i in range(n):
+            self.wok[i] = self.w[i] > 0 and (parent[i] < 0 or self.wok[parent[i]])
+        # A leaf's usage per unit of its weighted dominant share.
+        self.per_leaf = [
+            [v * self.w[i] / self.delta[i] for v in self.demand[i]] if self.delta[i] > 0 else []
+            for i in range(n)
+        ]
+        self.x = [0.0] * n
+        self.floor = [0.0] * n
+        """Weighted share of each node's guaranteed start: not rescaled below it."""
+
+    def usage(self) -> list[list[float]]:
+        """Each node's subtree usage."""
+        n_res = self.n_res
+        use: list[list[float]] = [[]] * len(self.names)
+        for i in range(len(self.names) - 1, -1, -1):
+            if self.leaf[i]:
+                xi = self.x[i]
+                use[i] = [xi * v for v in self.demand[i]]
             else:
-                hand_out(item.name, share, first)
+                row = [0.0] * n_res
+                for k in self.kids[i]:
+                    for r, v in enumerate(use[k]):
+                        row[r] += v
+                use[i] = row
+        return use
 
-    for round_no in range(max_rounds):
-        used = [0.0] * n_res
-        for row in alloc.values():
-            for r, v in enumerate(row):
-                used[r] += v
-        avail = [max(0.0, c - u) for c, u in zip(capacity, used, strict=True)]
-        full = [r for r in range(n_res) if capacity[r] > 0 and avail[r] <= capacity[r] * EPS]
-        blocked = {
-            n
-            for n, want in leaf_cap.items()
-            if any(want[r] - alloc[n][r] > want[r] * EPS for r in full)
-        }
-        before = sum(_dom(row, capacity, res_weights) for row in alloc.values())
-        hand_out(None, avail, round_no == 0)
-        after = sum(_dom(row, capacity, res_weights) for row in alloc.values())
-        if after <= before * (1 + 1e-12) + 1e-12:
-            break
+    def _scale(self, lo: int, hi: int, factor: float) -> None:
+        for i in range(lo, hi):
+            if self.leaf[i]:
+                self.x[i] *= factor
+                if self.x[i] < MIN_LEVEL:
+                    self.x[i] = 0.0
 
-    weights = effective_weights(
-        {t.name: t.weight for t in order}, {t.name: parent_of(t) for t in order}
-    )
-    result: dict[str, FairShare] = {}
-    for t in order:
-        vec = tuple(subtree_sum(t.name, alloc))
-        want = subtree_sum(t.name, {n: by_name[n].demand for n in leaf_cap})
-        share = _dom(vec, capacity, res_weights)
-        w = weights[t.name]
-        weighted = share / w if w > 0 else (math.inf if share > 0 else 0.0)
-        d = _dom(want, capacity, res_weights)
-        result[t.name] = FairShare(t.name, vec, weighted, share / d if d > 0 else 0.0)
-    return result
+    def start_from_guarantees(self) -> None:
+        n = len(self.names)
+        for i in range(n - 1, -1, -1):
+            g = self.by_name[self.names[i]].guaranteed
+            if not g:
+                continue
+            if self.leaf[i]:
+                level = min(_level(g, self.demand[i]), self.xmax[i])
+                self.x[i] = level if level >= MIN_LEVEL else 0.0
+                continue
+            got = self.usage()[i]
+            factor = min(
+                (max(0.0, a) / got[r] for r, a in g.items() if got[r] > a and got[r] > 0),
+                default=1.0,
+            )
+            if factor < 1.0:  # the children's guarantees overflow this one's
+                self._scale(i, self.end[i], factor)
+            cols = sum(1 << r for r in g)
+            eligible = {k for k in range(i, self.end[i]) if self.need[k] & cols}
+            self.fill(i, dict(g), eligible)
+        # Starts never exceed a limit on the way up, nor the cluster.
+        for i in range(n):
+            if self.limit[i]:
+                got = self.usage()[i]
+                factor = min(
+                    (max(0.0, a) / got[r] for r, a in self.limit[i].items() if got[r] > a),
+                    default=1.0,
+                )
+                if factor < 1.0:
+                    self._scale(i, self.end[i], factor)
+        used = [sum(col) for col in zip(*(self.usage()[t] for t in self.top), strict=True)]
+        factor = min(
+            (c / u for c, u in zip(self.cap, used, strict=False) if c > 0 and u > c),
+            default=1.0,
+        )
+        if factor < 1.0:
+            self._scale(0, n, factor)
+        use = self.usage()
+        self.floor = [
+            _dom(use[i], self.cap, self.rw) / self.w[i] if self.w[i] > 0 else 0.0 for i in range(n)
+        ]
+
+    def fill(self, root: int, extra: Mapping[int, float], eligible: set[int] | None) -> None:
+        """Fill the subtree of ``root`` (-1: the whole tree) from the current levels.
+
+        ``extra`` caps the root's subtree on the listed columns (a guarantee being
+        filled); ``eligible`` (None: all) are the leaves that may grow.
+        """
+        n_res = self.n_res
+        cap, unit, w, parent, kids, leaf = (
+            self.cap,
+            self.unit,
+            self.w,
+            self.parent,
+            self.kids,
+            self.leaf,
+        )
+        lo, hi = (0, len(self.names)) if root < 0 else (root, self.end[root])
+        chain: list[int] = []  # the root and its ancestors, top first
+        a = root
+        while a >= 0:
+            chain.append(a)
+            a = parent[a]
+        chain.reverse()
+        bounds = {i: list(self.limit[i].items()) for i in [*chain, *range(lo, hi)] if self.limit[i]}
+        if extra and root >= 0:
+            bounds[root] = bounds.get(root, []) + list(extra.items())
+        use = self.usage()
+        used = [sum(col) for col in zip(*(use[t] for t in self.top), strict=True)]
+        # Leaves that may still grow; once met or blocked a leaf stays so (usage only grows).
+        alive = [
+            i
+            for i in range(lo, hi)
+            if leaf[i] and self.wok[i] and self.delta[i] > 0 and (eligible is None or i in eligible)
+        ]
+        top_kids = self.top if root < 0 else kids[root]
+        if not alive:
+            return
+
+        def exhausted(i: int) -> int:
+            mask = 0
+            for r, amount in bounds.get(i, ()):
+                if amount - use[i][r] <= EPS * max(amount, 0.0):
+                    mask |= 1 << r
+            return mask
+
+        sat: dict[int, int] = {}
+        sat_top = 0
+
+        def sat_of(i: int) -> int:
+            path = []
+            while i not in sat and i >= 0:
+                path.append(i)
+                i = parent[i]
+            mask = sat[i] if i >= 0 else sat_top
+            for j in reversed(path):
+                mask |= exhausted(j)
+                sat[j] = mask
+            return mask
+
+        share: dict[int, float] = {}
+        per_res: dict[int, list[float]] = {}
+        vec: dict[int, list[float]] = {}  # what a node's share is measured on
+
+        def tied(node: int) -> list[int]:
+            """The resources at the node's dominant share (the non-saturated ones)."""
+            s_max = share[node]
+            floor = s_max - _JOIN * max(s_max, 1e-9)
+            return [r for r, v in enumerate(per_res[node]) if v >= 0 and v >= floor]
+
+        all_res = (1 << n_res) - 1
+        last: tuple[int, list[int]] | None = None
+        moved: Iterable[int] | None = None
+        for _step in range(20 * (len(alive) + 2) * (n_res + 2)):
+            cluster_sat = sum(
+                1 << r for r in range(n_res) if cap[r] > 0 and cap[r] - used[r] <= EPS * cap[r]
+            )
+            sat_top = cluster_sat
+            signature = (cluster_sat, [exhausted(i) for i in bounds])
+            if signature != last:
+                # Something was used up: saturation, blocked leaves and shares anew.
+                last = signature
+                sat.clear()
+                mask = cluster_sat
+                for i in chain:
+                    mask |= exhausted(i)
+                    sat[i] = mask
+                alive = [
+                    i
+                    for i in alive
+                    if self.x[i] < self.xmax[i] * (1 - EPS) and not (self.need[i] & sat_of(i))
+                ]
+                share.clear()
+                moved = None
+            else:
+                alive = [i for i in alive if self.x[i] < self.xmax[i] * (1 - EPS)]
+            if not alive:
+                return
+            # Non-blocked nodes of the run and their weighted dominant shares (those
+            # whose usage moved in the last step, or all after a saturation).
+            open_: set[int] = set()
+            for i in alive:
+                while i != root and i not in open_:
+                    open_.add(i)
+                    i = parent[i]
+            stale = open_ if moved is None else [k for k in moved if k in open_]
+            for i in sorted(stale, reverse=True):  # children before their parent
+                if leaf[i]:
+                    share[i] = self.x[i] * self.delta[i] / w[i]
+                    vec[i] = use[i]
+                    continue
+                # The paper's rescaling: a non-blocked child above its lowest non-blocked
+                # siblings counts as if it were level with them; blocked ones as they are.
+                open_kids = [k for k in kids[i] if k in open_]
+                m = min(share[k] for k in open_kids)
+                above = m + _JOIN * max(m, 1e-9)
+                scaled: list[float] | None = None
+                for k in open_kids:
+                    f = min(1.0, max(m, self.floor[k]) / share[k]) if share[k] > above else 1.0
+                    vk, uk = vec[k], use[k]
+                    if f == 1.0 and vk is uk:
+                        continue
+                    if scaled is None:
+                        scaled = list(use[i])
+                    for r in range(n_res):
+                        scaled[r] += vk[r] * f - uk[r]
+                row = vec[i] = use[i] if scaled is None else scaled
+                free_res = all_res & ~sat[i]
+                shares = [
+                    row[r] * unit[r] / w[i] if free_res >> r & 1 else -1.0 for r in range(n_res)
+                ]
+                per_res[i] = shares
+                share[i] = max(0.0, *shares)
+            # Who grows: at each growing node, its non-blocked children of lowest share.
+            growing: list[int] = []
+            low: dict[int, list[int]] = {}
+            level: dict[int, float] = {}
+            over: dict[int, list[int]] = {}  # non-blocked children above the lowest
+            frontier = [root]
+            while frontier:
+                node = frontier.pop()
+                cand = [k for k in (top_kids if node == root else kids[node]) if k in open_]
+                m = min(share[k] for k in cand)
+                level[node] = m
+                above = m + _JOIN * max(m, 1e-9)
+                low[node] = [k for k in cand if share[k] <= above]
+                over[node] = [k for k in cand if share[k] > above]
+                for k in low[node]:
+                    growing.append(k)
+                    if not leaf[k]:
+                        frontier.append(k)
+            growing.sort()
+            # Usage per unit of each growing node's own parameter, bottom-up; a node whose
+            # share does not rise with its lowest children ("free") lets them catch up.
+            per: dict[int, list[float]] = {}
+            sigma: dict[int, float] = {}
+            free: dict[int, bool] = {}
+            free_kids: dict[int, list[int]] = {}
+
+            for i in [*reversed(growing), root]:
+                if i >= 0 and leaf[i]:
+                    per[i] = self.per_leaf[i]
+                    sigma[i], free[i] = 1.0, False
+                    continue
+                fk = [k for k in low[i] if free[k]]
+                free_kids[i] = fk
+                row = [0.0] * n_res
+                for k in fk or low[i]:
+                    s = 1.0 if fk else sigma[k]
+                    for r, v in enumerate(per[k]):
+                        row[r] += v / s
+                if i == root:
+                    break
+                if not fk:  # siblings above the level are rescaled to it as it rises
+                    for k in over[i]:
+                        if self.floor[k] <= level[i] + _JOIN * max(level[i], 1e-9):
+                            for r, v in enumerate(vec[k]):
+                                row[r] += v / share[k]
+                per[i] = row
+                sigma[i] = max((row[r] * unit[r] / w[i] for r in tied(i)), default=0.0)
+                free[i] = sigma[i] <= 0.0
+            # Rates per unit of the driver (the lowest share below the run's root).
+            rate: dict[int, float] = {root: 1.0}
+            rho: dict[int, float] = {}
+            for node in [root, *growing]:
+                if node not in rate:
+                    continue  # a level sibling of a catching-up child waits
+                if node >= 0 and leaf[node]:
+                    rho[node] = rate[node] * w[node] / self.delta[node]
+                elif free_kids[node]:
+                    for k in free_kids[node]:
+                        rate[k] = rate[node]
+                else:
+                    for k in low[node]:
+                        rate[k] = rate[node] / sigma[k]
+            # Usage rates of the growing nodes, the run's root and its ancestors.
+            du: dict[int, list[float]] = {}
+            for i in reversed(growing):
+                if leaf[i]:
+                    if rho.get(i, 0.0) > 0:
+                        du[i] = [rho[i] * v for v in self.demand[i]]
+                    continue
+                rows = [du[k] for k in low[i] if k in du]
+                if rows:
+                    du[i] = [sum(col) for col in zip(*rows, strict=True)]
+            rows = [du[k] for k in low[root] if k in du]
+            if not rows:
+                return
+            total = [sum(col) for col in zip(*rows, strict=True)]
+            for a in chain:
+                du[a] = total
+            # The next event, in closed form.
+            step = math.inf
+            met = -1
+            for i, r_i in rho.items():
+                if r_i > 0 and (self.xmax[i] - self.x[i]) / r_i < step:
+                    step, met = (self.xmax[i] - self.x[i]) / r_i, i
+            for r in range(n_res):
+                if cap[r] > 0 and not (cluster_sat >> r & 1) and total[r] > 0:
+                    step = min(step, (cap[r] - used[r]) / total[r])
+            for i, rates in du.items():
+                for r, amount in bounds.get(i, ()):
+                    if rates[r] > 0 and amount - use[i][r] > EPS * max(amount, 0.0):
+                        step = min(step, (amount - use[i][r]) / rates[r])
+            for node in [root, *growing]:
+                if node not in rate or (node >= 0 and leaf[node]):
+                    continue
+                if not free_kids[node]:
+                    above = level[node] + _JOIN * max(level[node], 1e-9)
+                    for k in over[node]:
+                        # It joins the lowest, or the level passes its guaranteed floor.
+                        target = self.floor[k] if above < self.floor[k] < share[k] else share[k]
+                        step = min(step, (target - level[node]) / rate[node])
+                if node == root:
+                    continue
+                rates = [v * rate[node] * unit[r] / w[node] for r, v in enumerate(per[node])]
+                top = tied(node)
+                s_rate = max((rates[r] for r in top), default=0.0)
+                for r, v in enumerate(per_res[node]):
+                    if v >= 0 and r not in top and rates[r] > s_rate:
+                        step = min(step, (share[node] - v) / (rates[r] - s_rate))
+            if not math.isfinite(step):
+                return
+            for i, r_i in rho.items():
+                self.x[i] = min(self.xmax[i], self.x[i] + r_i * step)
+            if met >= 0 and self.xmax[met] - self.x[met] <= rho[met] * step * EPS:
+                self.x[met] = self.xmax[met]
+            for i, rates in du.items():
+                row = use[i]
+                for r, v in enumerate(rates):
+                    row[r] += v * step
+            for r, v in enumerate(total):
+                used[r] += v * step
+            moved = du
+
+    def result(self) -> dict[str, FairShare]:
+        use = self.usage()
+        weights = effective_weights(
+            {m: self.w[i] for i, m in enumerate(self.names)},
+            {
+                m: (self.names[p] if p >= 0 else None)
+                for m, p in zip(self.names, self.parent, strict=True)
+            },
+        )
+        want: list[list[float]] = [[]] * len(self.names)
+        for i in range(len(self.names) - 1, -1, -1):
+            if self.leaf[i]:
+                want[i] = list(self.demand[i])
+            else:
+                want[i] = [sum(col) for col in zip(*(want[k] for k in self.kids[i]), strict=True)]
+        capacity, rw = self.cap, self.rw
+        result: dict[str, FairShare] = {}
+        for i, name in enumerate(self.names):
+            vec = tuple(use[i])
+            share = _dom(vec, capacity, rw)
+            wt = weights[name]
+            weighted = share / wt if wt > 0 else (math.inf if share > 0 else 0.0)
+            d = _dom(want[i], capacity, rw)
+            result[name] = FairShare(name, vec, weighted, share / d if d > 0 else 0.0)
+        return dict(sorted(result.items()))
 
 
 def effective_weights(

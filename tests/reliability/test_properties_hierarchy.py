@@ -38,8 +38,8 @@ def trees(draw: st.DrawFn, *, backlogged: bool) -> tuple[list[TenantDemand], lis
         if name in inner:
             demand = tuple(0.0 for _ in range(n_res))
         elif backlogged:
-            # One mix for every leaf (see fairness.hierarchical_allocation: with mixes
-            # that differ inside a subtree, the subtree's aggregate direction is used).
+            # One mix for every leaf, so every leaf is stopped by the same resource
+            # (mixed demands: test_properties_hierarchy_mixed.py).
             scale = draw(st.sampled_from([10.0, 50.0]))
             demand = tuple(c * mix[r] * scale for r, c in enumerate(capacity))
         else:

@@ -246,3 +246,139 @@ def test_a_leaf_not_blocked_by_a_saturated_resource_keeps_growing():
     # out), a2 gets its 2 GPUs although the CPUs are used up.
     got = _mixed(a1=(100.0, 0.0), a2=(0.0, 2.0), b1=(100.0, 0.0))
     assert (got["a1"], got["a2"], got["b1"]) == ((5.0, 0.0), (0.0, 2.0), (5.0, 0.0))
+
+
+def _alloc(
+    tenants: list[TenantDemand], capacity: tuple[float, ...]
+) -> dict[str, tuple[float, ...]]:
+    got = fairness.fair_allocation(tenants, capacity=capacity, res_weights=(1.0,) * len(capacity))
+    return {n: tuple(round(v, 9) for v in s.allocation) for n, s in got.items()}
+
+
+Z2 = (0.0, 0.0)
+
+
+def test_a_child_of_another_dominant_resource_is_not_starved():
+    # The H-DRF paper's starvation example: 10 CPU / 10 GPU; n1 wants GPUs, n2's children
+    # n21 CPUs and n22 GPUs. n1, n21 and n22 rise level (n2's aggregate share is
+    # max(n21, n22) = n1's) until the GPUs run out at 5 + 5; n21 then takes the CPUs.
+    got = _alloc(
+        [
+            TenantDemand("n1", 1, (0.0, 100.0), {}, {}),
+            TenantDemand("n2", 1, Z2, {}, {}),
+            TenantDemand("n21", 1, (100.0, 0.0), {}, {}, "n2"),
+            TenantDemand("n22", 1, (0.0, 100.0), {}, {}, "n2"),
+        ],
+        (10.0, 10.0),
+    )
+    assert (got["n1"], got["n21"], got["n22"]) == ((0, 5), (10, 0), (0, 5))
+
+
+def test_a_blocked_sibling_does_not_hand_its_parent_an_edge():
+    # The paper's blocking example: 12 CPU / 12 GPU; n1, n2 want CPUs, n3 = {n31 CPUs,
+    # n32 GPUs}, n4 GPUs. All rise level until the CPUs run out at 4 + 4 + 4; n32 and n4
+    # then share the GPUs left (12 - 4 - 4 = 4) evenly: 6 each. (The round-based
+    # filling gave n32 4 and n4 8: n3's CPU share held n32 back.)
+    got = _alloc(
+        [
+            TenantDemand("n1", 1, (100.0, 0.0), {}, {}),
+            TenantDemand("n2", 1, (100.0, 0.0), {}, {}),
+            TenantDemand("n3", 1, Z2, {}, {}),
+            TenantDemand("n31", 1, (100.0, 0.0), {}, {}, "n3"),
+            TenantDemand("n32", 1, (0.0, 100.0), {}, {}, "n3"),
+            TenantDemand("n4", 1, (0.0, 100.0), {}, {}),
+        ],
+        (12.0, 12.0),
+    )
+    assert got["n1"] == got["n2"] == got["n31"] == (4, 0)
+    assert got["n32"] == got["n4"] == (0, 6)
+
+
+def test_a_child_catches_up_under_a_share_held_by_its_met_sibling():
+    # 10 CPU / 10 GPU; n = {c1 CPUs (weight 1), c2 4 GPUs (weight 3)}, m CPUs.
+    # Level rise: c2 = 3 * c1 in share, n's share = c2's = m's; c2 is met at 4 GPUs
+    # (0.4) with c1 at 0.4 / 3 and m at 0.4. n's share stays 0.4 (c2's GPUs) while c1
+    # grows to 4 CPUs; then n (now c1's CPUs) and m rise level: 5 CPUs each.
+    got = _alloc(
+        [
+            TenantDemand("n", 1, Z2, {}, {}),
+            TenantDemand("c1", 1, (100.0, 0.0), {}, {}, "n"),
+            TenantDemand("c2", 3, (0.0, 4.0), {}, {}, "n"),
+            TenantDemand("m", 1, (100.0, 0.0), {}, {}),
+        ],
+        (10.0, 10.0),
+    )
+    assert (got["c1"], got["c2"], got["m"]) == ((5, 0), (0, 4), (5, 0))
+
+
+@pytest.mark.parametrize("shape", ["flat", "one parent", "two parents", "parent's limit"])
+def test_mixed_demands_under_a_parent_are_filled_exactly(shape: str):
+    # Capacity (1 CPU, 4 GB, 1 GPU); a asks (9, 1, 0), b (0, 4, 0). a's dominant share
+    # is its CPU: 9 x_a, b's its memory: x_b; level: x_b = 9 x_a. Memory runs out first:
+    # x_a + 4 x_b = 37 x_a = 4, so a gets 36/37 CPU and 4/37 GB, b 144/37 GB, and both
+    # are blocked (both need memory). The same under one parent, under two, and when
+    # the parent's limit, not the cluster, is (1, 4, 1). (The round-based filling gave
+    # a 0.9641 CPU whenever a and b shared a parent: it stopped short of the exact fill.)
+    cap = (1.0, 4.0, 1.0)
+    a, b = (9.0, 1.0, 0.0), (0.0, 4.0, 0.0)
+    none = (0.0, 0.0, 0.0)
+    tenants = {
+        "flat": [TenantDemand("a", 1, a, {}, {}), TenantDemand("b", 1, b, {}, {})],
+        "one parent": [
+            TenantDemand("P", 1, none, {}, {}),
+            TenantDemand("a", 1, a, {}, {}, "P"),
+            TenantDemand("b", 1, b, {}, {}, "P"),
+        ],
+        "two parents": [
+            TenantDemand("P", 1, none, {}, {}),
+            TenantDemand("Q", 1, none, {}, {}),
+            TenantDemand("a", 1, a, {}, {}, "P"),
+            TenantDemand("b", 1, b, {}, {}, "Q"),
+        ],
+        "parent's limit": [
+            TenantDemand("P", 1, none, {}, {0: 1.0, 1: 4.0, 2: 1.0}),
+            TenantDemand("a", 1, a, {}, {}, "P"),
+            TenantDemand("b", 1, b, {}, {}, "P"),
+        ],
+    }[shape]
+    if shape == "parent's limit":
+        cap = (10.0, 40.0, 10.0)
+    got = fairness.fair_allocation(tenants, capacity=cap, res_weights=(1.0, 1.0, 1.0))
+    assert got["a"].allocation == pytest.approx((36 / 37, 4 / 37, 0.0), rel=1e-12)
+    assert got["b"].allocation == pytest.approx((0.0, 144 / 37, 0.0), rel=1e-12)
+
+
+def test_an_inner_guarantee_is_filled_among_the_leaves_that_ask_for_it():
+    # 12 CPU / 12 GPU; A guaranteed 6 GPUs, with a1 (GPUs) and a2 (CPUs only, so A's
+    # GPU guarantee does nothing for it); B = {b1 GPUs}. A's 6 GPUs all start with a1, so
+    # A starts at 0.5 and B alone rises to it: b1 6 GPUs, and the GPUs are used up. A's
+    # share without the GPUs is a2's 0, and a2 takes the CPUs nobody else asks for.
+    got = _alloc(
+        [
+            TenantDemand("A", 1, Z2, {1: 6.0}, {}),
+            TenantDemand("B", 1, Z2, {}, {}),
+            TenantDemand("a1", 1, (0.0, 100.0), {}, {}, "A"),
+            TenantDemand("a2", 1, (100.0, 0.0), {}, {}, "A"),
+            TenantDemand("b1", 1, (0.0, 100.0), {}, {}, "B"),
+        ],
+        (12.0, 12.0),
+    )
+    assert (got["a1"], got["a2"], got["b1"]) == ((0, 6), (12, 0), (0, 6))
+
+
+def test_a_guaranteed_child_above_its_siblings_counts_in_full_for_its_parent():
+    # 20 CPUs; A guaranteed 8 = {a1 guaranteed 6, a2}, B = {b1}; all backlogged. Starts:
+    # a1 6, and A's 8 filled with a2's 2. A (8) waits while B rises to it, then A and B
+    # rise level, A's growth going to a2: 6 + a2 = b1 and 6 + a2 + b1 = 20, so a2 4 and
+    # b1 10: A's guarantee is inside its half, it does not enlarge it. (Were a1 rescaled
+    # to a2's level, as the paper does for children above their level without a
+    # guarantee, A would count as 2 * a2 and take 10.67.)
+    tenants = [
+        TenantDemand("A", 1, (0.0,), {0: 8.0}, {}),
+        TenantDemand("B", 1, (0.0,), {}, {}),
+        TenantDemand("a1", 1, BIG, {0: 6.0}, {}, "A"),
+        TenantDemand("a2", 1, BIG, {}, {}, "A"),
+        TenantDemand("b1", 1, BIG, {}, {}, "B"),
+    ]
+    got = _alloc(tenants, (20.0,))
+    assert (got["a1"], got["a2"], got["b1"]) == ((6,), (4,), (10,))
