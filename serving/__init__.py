@@ -126,8 +126,9 @@ def cert_reloader(
     cert_file: str, key_file: str, *, client_ca: str | None, metrics: metrics_mod.Metrics
 ) -> tls.CertReloader:
     """The serving certificate's reloader, reporting to ``metrics``: the expiry gauge
-    (set now and on every reload, what the certificate-expiry alerts read) and the
-    reload counters."""
+    (set now and on every reload, what the certificate-expiry alerts read), the
+    reload counters and the handshake counter (new connections: whether the clients
+    keep theirs alive)."""
 
     def reloaded(not_after: dt.datetime) -> None:
         metrics.observe_tls_reload(ok=True)
@@ -141,6 +142,14 @@ def cert_reloader(
         client_ca=client_ca,
     )
     metrics.set_tls_cert_expiry(reloader.not_after.timestamp())
+    context = reloader.context
+    select = context.sni_callback  # runs once in every handshake, with or without SNI
+
+    def counted(connection: Any, server_name: Any, ctx: ssl.SSLContext) -> Any:
+        metrics.count_tls_handshake()
+        return select(connection, server_name, ctx) if select is not None else None
+
+    context.sni_callback = counted
     return reloader
 
 
