@@ -167,6 +167,13 @@ class Metrics:
             "Rotated certificate files that failed to load; the last good pair stayed.",
             registry=r,
         )
+        self.tls_handshakes = Counter(
+            "fairshare_tls_handshakes_total",
+            "TLS handshakes on the serving port, one per new connection. Clients that "
+            "keep connections alive (kube-apiserver, kube-scheduler) make it grow far "
+            "slower than the request counters; a rate near theirs means no reuse.",
+            registry=r,
+        )
         self.tls_cert_expiry = Gauge(
             "fairshare_tls_cert_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use.",
@@ -306,6 +313,10 @@ class Metrics:
     def observe_tls_reload(self, *, ok: bool) -> None:
         """Count a certificate rotation: loaded (``ok``) or refused."""
         (self.tls_reloads if ok else self.tls_reload_errors).inc()
+
+    def count_tls_handshake(self) -> None:
+        """Count a TLS handshake begun on the serving port (a new connection)."""
+        self.tls_handshakes.inc()
 
     def set_tls_cert_expiry(self, timestamp: float) -> None:
         """Record the serving certificate's ``notAfter`` as Unix seconds."""

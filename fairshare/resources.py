@@ -247,17 +247,19 @@ def pod_demand(
     *,
     mig: Mapping[str, Fraction],
     pvc_sizes: Mapping[str, Fraction] | None = None,
+    requests: Mapping[str, Fraction] | None = None,
 ) -> PodDemand:
     """A pod's request vector (exact) and GPU shape.
 
     ``pvc_sizes`` maps claim names in the pod's namespace to their storage request;
     the pod's ``storage`` is the sum over the claims it mounts that are known.
     The ``nvidia.com/gpu`` amount is replaced by the GPU total (a fraction for
-    shared GPUs) and MIG resources are folded into it.
+    shared GPUs) and MIG resources are folded into it. ``requests``: the pod's
+    ``pod_resource_requests``, when the caller has parsed them already (not read again).
     """
     spec = _mapping(pod.get("spec"), "spec")
     meta = _mapping(pod.get("metadata"), "metadata")
-    reqs = pod_resource_requests(spec)
+    reqs = pod_resource_requests(spec) if requests is None else dict(requests)
     gpu = gpu_demand(reqs, meta.get("annotations") or {}, mig=mig)
     for name in [n for n in reqs if n.startswith(MIG_PREFIX)]:
         del reqs[name]
@@ -316,6 +318,7 @@ def pod_usage(
     mig: Mapping[str, Fraction],
     device_memory: Mapping[str, int] | None = None,
     largest_memory: int | None = None,
+    requests: Mapping[str, Fraction] | None = None,
 ) -> PodDemand:
     """What one pod counts in its tenant's usage: the one rule for admission,
     reservations, the webhook's watch and the extender's shares.
@@ -323,9 +326,9 @@ def pod_usage(
     ``device_memory`` maps node names to their GPU device memory (bytes) and
     ``largest_memory`` is the largest known; a GPU-memory request is resolved against the
     node in ``spec.nodeName`` (see :func:`device_memory_for` and :func:`counted_demand`).
-    Raises ``DemandError`` like :func:`pod_demand`.
+    ``requests`` as in :func:`pod_demand`. Raises ``DemandError`` like :func:`pod_demand`.
     """
-    demand = pod_demand(pod, mig=mig)
+    demand = pod_demand(pod, mig=mig, requests=requests)
     if demand.gpu.memory is None:
         return demand
     spec = pod.get("spec")

@@ -291,6 +291,7 @@ async def serve(
             rt, sink, tls_reloader=reloader, periodic=lambda: publish_tenant_metrics(deps)
         )
     )
+    deps.background.append(serving.freeze_after_sync(rt.source.ready))
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare webhook on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -17,8 +17,10 @@ than a ConfigMap so the webhook's write permission cannot touch the fairness con
 
 Reservations carry wall-clock deadlines (replicas share no monotonic clock); entries
 whose pod is already in the watched usage, or past their deadline, are dropped on each
-write. Tenants without a ``limit`` never reserve, so they cost no API call. A dry run is
-judged the same way and writes nothing.
+write. Tenants without a ``limit`` never reserve, so they cost no API call, and neither
+does a pod that claims no resource capped by its tenant's or an ancestor's limit (only
+limited resources take part in a quota check). A dry run is judged the same way and
+writes nothing.
 
 ``LeaseStore`` is the API side, written against a small protocol so tests can swap in an
 in-memory store with the same conflict behaviour.
@@ -173,6 +175,11 @@ class SharedReservations:
         tenant = config.tenant(claim.tenant)
         if tenant is None or not tenant.limit:
             return probe.response  # nothing to over-admit: no API round trip
+        if not claims_limited(config, claim):
+            # No limit up the tree caps what this pod claims (a CPU-only pod of a tenant
+            # that limits GPUs): no verdict on any replica can depend on its reservation,
+            # so it is not written (the Lease write is most of a validate call's time).
+            return probe.response
         cached = self._cache.get(claim.tenant)
         for attempt in range(self.attempts):
             # Optimistic: start from the last version this replica saw; read only when
@@ -212,6 +219,15 @@ class SharedReservations:
         return wire.deny(
             429, f"fairshare: quota of tenant {claim.tenant} is busy (concurrent creates); retry"
         )
+
+
+def claims_limited(config: FairShareConfig, claim: review.Claim) -> bool:
+    """Whether ``claim`` holds a positive amount of a resource that the claiming tenant's
+    limit or an ancestor's limit caps (only those amounts take part in a quota check)."""
+    claimed = {name for name, amount in claim.amounts.items() if amount > 0}
+    tenant = config.tenant(claim.tenant)
+    chain = () if tenant is None else (tenant, *config.ancestors(claim.tenant))
+    return any(claimed & set(t.limit or {}) for t in chain)
 
 
 def _watched(view: UsageTracker, key: str) -> bool:

@@ -273,7 +273,12 @@ def _judge_pod(
     try:
         # The same rule as the watch counts the pod by (a share of the largest device
         # before it is bound: never over-denies; a whole GPU when no size is known).
-        demand = pod_usage(pod, mig=config.mig_fractions(), largest_memory=view.max_device_memory())
+        demand = pod_usage(
+            pod,
+            mig=config.mig_fractions(),
+            largest_memory=view.max_device_memory(),
+            requests=sharing.requests,
+        )
     except DemandError as exc:
         return _deny((Malformed(str(exc)),), warnings=warnings)
     if tenant is None and resolution.source == "deny-gpu" and demand.wants_gpu:

@@ -19,6 +19,7 @@ ALL_NAMES = [
     "fairshare_config_reload_errors_total",
     "fairshare_tls_reloads_total",
     "fairshare_tls_reload_errors_total",
+    "fairshare_tls_handshakes_total",
     "fairshare_tls_cert_expiry_timestamp_seconds",
     "fairshare_tenant_usage",
     "fairshare_tenant_limit",

@@ -647,3 +647,66 @@ async def test_patch_webhook_ca_bundle_patches_every_webhook() -> None:
         ("mutating", "fairshare-mutate", 2),  # test + add for one webhook
         ("validating", "fairshare-validate", 4),  # two webhooks
     ]
+
+
+async def test_serving_reloader_counts_one_handshake_per_connection(
+    volume: SecretVolume, ca: CA
+) -> None:
+    """Requests on a kept-alive connection add no handshake; a new connection adds one."""
+    import aiohttp
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    import serving
+    from fairshare.metrics import Metrics
+
+    registry = CollectorRegistry()
+    reloader = serving.cert_reloader(
+        str(volume.cert), str(volume.key), client_ca=None, metrics=Metrics(registry)
+    )
+
+    async def ok(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
+    await site.start()
+    port = runner.addresses[0][1]
+
+    def handshakes() -> float | None:
+        return registry.get_sample_value("fairshare_tls_handshakes_total")
+
+    async def session() -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=trusting(ca), limit=1)
+        return aiohttp.ClientSession(connector=connector)
+
+    async def served_serial() -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting(ca))
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await reader.read()).endswith(b"ok")
+        writer.close()
+        await writer.wait_closed()
+        return x509.load_der_x509_certificate(der).serial_number
+
+    try:
+        assert handshakes() == 0
+        async with await session() as client:
+            for _ in range(3):
+                async with client.get(f"https://127.0.0.1:{port}/") as resp:
+                    assert await resp.text() == "ok"
+            assert handshakes() == 1
+        async with await session() as client, client.get(f"https://127.0.0.1:{port}/") as resp:
+            assert await resp.text() == "ok"
+        assert handshakes() == 2
+        # The rotation swap still runs behind the count: new connections get the new pair.
+        before = await served_serial()
+        volume.publish(*mint(ca))
+        assert reloader.maybe_reload()
+        assert await served_serial() != before
+        assert handshakes() == 4
+    finally:
+        await runner.cleanup()

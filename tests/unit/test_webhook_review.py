@@ -491,3 +491,28 @@ def test_gpu_memory_requests_count_against_the_gpu_limit(
     assert full.reasons == (Insufficient("vision", GPU, F(4), counted, F(4), ("vision-lab",)),)
     free = review.judge(request, view=view_free, config=CONFIG, phase="validate")
     assert free.claim is not None and free.claim.amounts[GPU] == counted
+
+
+@pytest.mark.parametrize("phase", ["mutate", "validate"])
+def test_a_pod_s_quantities_are_parsed_once_per_call(
+    phase: review.Phase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The GPU-sharing check and the pod's demand read the same requests: parsed once.
+    from fairshare import resources
+    from webhook.policies import gpu_sharing
+
+    calls: list[object] = []
+    real = resources.pod_resource_requests
+
+    def counted(spec: Any) -> dict[str, F]:
+        calls.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(resources, "pod_resource_requests", counted)
+    monkeypatch.setattr(gpu_sharing, "pod_resource_requests", counted)
+    pod = make_pod("p").ns("nlp-serve").req(gpu=1, cpu="1").init(requests={"cpu": "2"}).obj()
+    verdict = judge(make_request(pod), phase=phase)
+    assert verdict.response.allowed
+    assert len(calls) == 1
+    if phase == "validate":  # the init container's 2 CPUs win over the container's 1
+        assert verdict.claim == Claim("nlp-serve/p", "nlp", {GPU: F(1), CPU: F(2)})

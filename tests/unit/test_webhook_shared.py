@@ -117,3 +117,82 @@ async def test_one_replica_needs_one_api_call_per_admission():
     open_body = review_body("o1", "o1", 1, namespace="open")
     assert await _validate(a, open_body)  # namespace in no tenant with a limit
     assert store.writes == 5
+
+
+def _cpu_body(uid: str, name: str, namespace: str) -> dict[str, Any]:
+    body = review_body(uid, name, 0, namespace=namespace)
+    body["request"]["object"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    return body
+
+
+async def test_a_claim_no_limit_caps_is_not_written():
+    # A CPU-only pod of a tenant that limits only GPUs: its reservation could not change
+    # any verdict, so it costs no API call; a GPU pod still writes.
+    store = MemoryStore()
+    a = replica(store)
+    for i in range(3):
+        assert await _validate(a, _cpu_body(f"c{i}", f"c{i}", "nlp"))
+    assert (store.reads, store.writes) == (0, 0)
+    assert await _validate(a, review_body("g1", "g1", 1))
+    assert store.writes == 1
+
+
+async def test_an_ancestor_s_limit_on_the_claimed_resource_is_written():
+    # The tenant limits GPUs only, its parent limits CPU: a CPU-only pod's reservation
+    # counts against the parent's limit, so it is written as before.
+    config = loading.config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": [
+                {"name": "org", "limit": {"cpu": "2"}},
+                {
+                    "name": "team",
+                    "parent": "org",
+                    "namespaces": ["team"],
+                    "limit": {"nvidia.com/gpu": "4"},
+                },
+            ],
+        }
+    )
+    store = MemoryStore()
+    deps = webhook_app.build_deps(config=lambda: config, ready=lambda: True)
+    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "team"}}])
+    shared = coordination.SharedReservations(store, ttl=30.0)
+    from webhook import wire
+
+    async def validate(body: dict[str, Any]) -> bool:
+        req = wire.decode_review(__import__("json").dumps(body).encode())
+        return (await shared.admit(req, view=deps.tracker, config=config)).allowed
+
+    assert await validate(_cpu_body("c1", "c1", "team"))
+    assert await validate(_cpu_body("c2", "c2", "team"))
+    assert store.writes == 2
+    assert not await validate(_cpu_body("c3", "c3", "team"))  # 2 reserved + 1 > 2
+
+
+def test_claims_limited_reads_the_tenant_and_its_ancestors():
+    from webhook.review import Claim
+
+    config = loading.config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": [
+                {"name": "org", "limit": {"memory": "1Ti"}},
+                {
+                    "name": "team",
+                    "parent": "org",
+                    "namespaces": ["t"],
+                    "limit": {"nvidia.com/gpu": "4"},
+                },
+            ],
+        }
+    )
+    one = Fraction(1)
+    assert coordination.claims_limited(config, Claim("t/p", "team", {"nvidia.com/gpu": one}))
+    assert coordination.claims_limited(config, Claim("t/p", "team", {"memory": one}))
+    assert not coordination.claims_limited(config, Claim("t/p", "team", {"cpu": one}))
+    assert not coordination.claims_limited(
+        config, Claim("t/p", "team", {"nvidia.com/gpu": Fraction(0), "cpu": one})
+    )
