@@ -293,6 +293,8 @@ def _tenant_row(
     out: dict[str, Any] = {
         "name": name,
         "weight": weight,
+        # As configured: among its siblings (``weight`` is its weight in the whole tree).
+        "configuredWeight": float(spec.weight) if spec else 1.0,
         "dominantShare": _round(share),
         "fairShare": _round(fair),
         "pods": pods,
@@ -523,6 +525,15 @@ def _cell(value: object) -> str:
     return text
 
 
+def _weight_text(t: Mapping[str, Any]) -> str:
+    """``weight 3``; in a tree, where the weight in the whole tree differs from the
+    configured one: ``weight 3 (1.5 in the whole tree)``."""
+    configured = t.get("configuredWeight", t["weight"])
+    if abs(configured - t["weight"]) <= 1e-9 * max(1.0, abs(configured)):
+        return f"weight {configured:g}"
+    return f"weight {configured:g} ({t['weight']:.4g} in the whole tree)"
+
+
 def render_status_text(report: Mapping[str, Any]) -> str:
     """The status report as terminal text: one table per tenant, then the cluster."""
     lines: list[str] = []
@@ -530,7 +541,7 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         pods = t["pods"]
         parent = f"  in {t['parent']}" if t.get("parent") else ""
         lines.append(
-            f"{t.get('level', 'tenant').upper()} {t['name']}{parent}  weight {t['weight']:g}  "
+            f"{t.get('level', 'tenant').upper()} {t['name']}{parent}  {_weight_text(t)}  "
             f"dominant share {t['dominantShare']:.4f}  fair share {t['fairShare']:.4f}  "
             f"pods: {pods['running']} running, {pods['pending']} pending, "
             f"{pods['held']} held by the gate"
@@ -665,7 +676,7 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
         parts.append(f'<div class=tenant id="tenant-{_e(t["name"])}">')
         parts.append(
             f"<b>{_e(t['name'])}</b> <span class=muted>{_e(level)}{_e(parent)}"
-            f"weight {t['weight']:g}</span><br>"
+            f"{_e(_weight_text(t))}</span><br>"
             f"dominant share <b class=share>{ds:.4f}</b> "
             f'<span class=bar style="width:{min(ds, 1) * 120:.0f}px"></span><br>'
             f"fair share <b class=fair-share>{fs:.4f}</b> "

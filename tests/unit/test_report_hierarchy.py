@@ -56,9 +56,13 @@ def test_status_shows_each_level_with_its_subtree():
     assert a2["dominantShare"] == 0.25
     text = report.render_status_text(data)
     assert "ORGANISATION ml  weight 1" in text
-    assert "TENANT a2  in ml  weight 0.5" in text
+    # Its configured weight (among its siblings), then its weight in the whole tree.
+    assert "TENANT a2  in ml  weight 1 (0.5 in the whole tree)" in text
+    assert (a2["configuredWeight"], a2["weight"]) == (1.0, 0.5)
     page = report.render_status_html(data)
-    assert "<b>a2</b> <span class=muted>tenant, in ml, weight 0.5</span>" in page
+    assert (
+        "<b>a2</b> <span class=muted>tenant, in ml, weight 1 (0.5 in the whole tree)</span>" in page
+    )
     assert "<b>ml</b> <span class=muted>organisation, weight 1</span>" in page
 
 
