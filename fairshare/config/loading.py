@@ -128,7 +128,11 @@ def _message(error: ErrorDetails) -> str:
     if error["type"] in ("list_type", "tuple_type"):
         return "must be a list"
     if error["type"] == "dict_type":
-        return "must be a mapping"
+        got = error.get("input")
+        kind = {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+            type(got), ""
+        )
+        return f"must be a mapping, got {kind}" if kind else "must be a mapping"
     message = error["msg"].removeprefix("Value error, ")
     if message.startswith("Input should be "):
         return "must be " + message.removeprefix("Input should be ")
