@@ -441,7 +441,12 @@ INVALID = [
         "is not a valid label value",
     ),
     ("tenants-not-a-list", {"tenants": {"a": 1}}, "tenants", "must be a list"),
-    ("resources-not-a-mapping", {"resources": ["cpu"]}, "resources", "must be a mapping, got a list"),
+    (
+        "resources-not-a-mapping",
+        {"resources": ["cpu"]},
+        "resources",
+        "must be a mapping, got a list",
+    ),
     (
         "resource-weight-negative",
         {"resources": {"nvidia.com/gpu": {"weight": -1}}},
