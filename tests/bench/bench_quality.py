@@ -362,7 +362,25 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     ]
     if v["noPaper"]:
         lines.append(f"- no published figure for {', '.join(v['noPaper'])} (shown as –).")
-    lines += ["", "#### Per trace", ""]
+    if fair:
+        lines += ["", *render_fairness(fair, meta)]
+    lines += [
+        "",
+        f"{meta['runs']} runs on {meta['workers']} worker(s), {meta['cores']} cores, "
+        f"{meta['seconds'] / 60:.1f} min in all ({meta['cpuSeconds'] / 60:.1f} CPU-minutes "
+        f"in the runs: about {meta['cpuSeconds'] / 60 / max(1, meta['workers']):.0f} min "
+        f"on {meta['workers']} idle core(s)). Per-trace detail: "
+        f"`quality-{meta['date']}-detail.md`.",
+        "",
+        ATTRIBUTION,
+    ]
+    return "\n".join(lines)
+
+
+def render_detail(summary: dict[str, Any]) -> str:
+    """Per trace: each policy's spread and fragmentation (the ``-detail.md`` file)."""
+    alloc = summary["allocation"]
+    lines = ["### GPU allocation at 100 % arrived, per trace", ""]
     for pods, per in alloc.items():
         lines += [
             f"`{pods}`",
@@ -381,17 +399,7 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         if "oursMinusFgd" in per:
             lines.append(f"| ours − fgd | {per['oursMinusFgd']:+.2f} | | | |")
         lines.append("")
-    if fair:
-        lines += render_fairness(fair, meta)
-    lines += [
-        "",
-        f"{meta['runs']} runs on {meta['workers']} worker(s), {meta['cores']} cores, "
-        f"{meta['seconds'] / 60:.1f} min in all ({meta['cpuSeconds'] / 60:.1f} CPU-minutes "
-        f"in the runs: about {meta['cpuSeconds'] / 60 / max(1, meta['workers']):.0f} min "
-        f"on {meta['workers']} idle core(s)).",
-        "",
-        ATTRIBUTION,
-    ]
+    lines.append(ATTRIBUTION)
     return "\n".join(lines)
 
 
@@ -411,8 +419,8 @@ def render_fairness(fair: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         "CPU and memory for one task), a maximum flow with the cluster to itself. "
         "rel = |share ÷ fair − 1|: max and mean over the tenants; Jain's index over "
         "share ÷ fair. The controls have no fairness gate: they show the baseline. "
-        f"Mean over {seed_text} seed(s) per cell (the first of the allocation seeds; "
-        "worst seed in brackets).",
+        f"{seed_text} seed(s) per cell, the first of the allocation seeds (mean; the worst "
+        "seed in brackets).",
         "",
         "| trace | policy | GPU alloc % | divisible: max rel | mean rel | Jain "
         "| constrained: max rel | mean rel | Jain |",
@@ -434,9 +442,9 @@ def render_fairness(fair: dict[str, Any], meta: dict[str, Any]) -> list[str]:
             lines.append(f"| {pods} | {p} | {f['allocation']:.2f} | " + " | ".join(cells) + " |")
     ours = {pods: per["ours"] for pods, per in fair.items() if "ours" in per}
     if ours:
+        lines.append("")
         for target in ("divisible", "constrained"):
             miss = [p for p, f in ours.items() if f[target]["maxRelWorst"] > FAIR_AIM]
-            lines.append("")
             lines.append(
                 f"- ours, {target} target: every tenant within {100 * FAIR_AIM:.0f} % on "
                 f"{len(ours) - len(miss)} of {len(ours)} traces"
@@ -731,7 +739,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
     stem.with_suffix(".md").write_text(text + "\n")
-    written = [stem.with_suffix(".json"), stem.with_suffix(".md")]
+    detail = out / f"quality-{meta['date']}-detail.md"
+    detail.write_text(render_detail(summary) + "\n")
+    written = [stem.with_suffix(".json"), stem.with_suffix(".md"), detail]
     if plot(stem.with_suffix(".png"), summary):
         written.append(stem.with_suffix(".png"))
     else:

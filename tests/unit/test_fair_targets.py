@@ -208,3 +208,71 @@ def test_allocation_verdicts() -> None:
     assert v["bestfitOffPaper"] == ["cpu250"]  # 0.49 off
     assert v["fgdOffPaper"] == ["cpu250"]  # 0.70 off; default's 0.23 is within
     assert v["noPaper"] == ["mine"]
+
+
+def _alloc_run(pods: str, policy: str, seed: int, value: float) -> dict[str, object]:
+    return {
+        "kind": "allocation",
+        "pods": pods,
+        "policy": policy,
+        "seed": seed,
+        "allocationAt100": value,
+        "fragmentation": 5.0,
+        "curve": {"99": value - 0.5, "100": value},
+        "cpuSeconds": 1.0,
+    }
+
+
+def _fair_run(pods: str, policy: str, seed: int, rel: float) -> dict[str, object]:
+    dev = {"maxRel": rel, "meanRel": rel / 2, "maxAbs": 1.0, "jain": 0.99}
+    tenants = [
+        {
+            "tenant": f"tenant-{i}",
+            "weight": w,
+            "demand": 0.5,
+            "share": 0.125 * w,
+            "fair": 0.125 * w,
+            "fairConstrained": 0.125 * w,
+            "usableGpu": 0.5,
+            "gpuShare": 0.125 * w,
+        }
+        for i, w in enumerate((1.0, 1.0, 2.0, 4.0))
+    ]
+    return {
+        "kind": "fairness",
+        "pods": pods,
+        "policy": policy,
+        "seed": seed,
+        "allocation": 95.0,
+        "divisible": dev,
+        "constrained": dev,
+        "tenants": tenants,
+        "cpuSeconds": 1.0,
+    }
+
+
+def test_the_bench_renders_its_tables() -> None:
+    runs = []
+    for pods, base in (("default", 95.0), ("cpu250", 92.5)):
+        for pol, off in (("ours", 0.5), ("bestfit", -2.0), ("fgd", 0.0)):
+            runs += [_alloc_run(pods, pol, s, base + off) for s in (42, 43)]
+            runs.append(_fair_run(pods, pol, 42, 0.03 if pol == "ours" else 0.9))
+    summary = bench_quality.summarize(runs, ["default", "cpu250"])
+    meta = {
+        "date": "2026-12-03",
+        "seeds": [42, 43],
+        "weights": [1.0, 1.0, 2.0, 4.0],
+        "load": 2.0,
+        "workers": 2,
+        "cores": 2,
+        "runs": len(runs),
+        "seconds": 60.0,
+        "cpuSeconds": 120.0,
+    }
+    text = bench_quality.render(summary, meta)
+    assert "| cpu250 | 93.00 ± 0.00 | 90.50 ± 0.00 | 92.50 ± 0.00 | 91.21 | 93.20 |" in text
+    assert "ours ≥ the paper's FGD on 1 of 2 traces; below on cpu250." in text
+    assert "ours, divisible target: every tenant within 5 % on 2 of 2 traces." in text
+    assert "The two targets agree on every trace" in text
+    assert "| default | fgd | 95.00 | 90.0 % (90.0 %) | 45.0 % | 0.990 (0.990) |" in text
+    assert "`cpu250`" in bench_quality.render_detail(summary)
