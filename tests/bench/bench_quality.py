@@ -100,7 +100,7 @@ FAIR_AIM = 0.05
 # ordering the pool longest first and for the estimate of the time left.
 COST = {
     ("allocation", "ours"): 1.3,
-    ("allocation", "bestfit"): 0.55,
+    ("allocation", "bestfit"): 0.45,
     ("allocation", "fgd"): 1.0,
     ("fairness", "ours"): 7.5,
     ("fairness", "bestfit"): 0.4,
@@ -547,7 +547,7 @@ def plot(path: Path, summary: dict[str, Any]) -> bool:
     if spare:
         spare[0].legend(handles, labels, loc="center", frameon=False)
         fig.suptitle(title)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.4 * rows)))  # room for the title
     else:
         fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, fontsize=9)
         fig.suptitle(title)
