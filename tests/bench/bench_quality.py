@@ -619,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"development run: pod lists {','.join(QUICK_TRACES)}, seeds {QUICK_SEEDS} "
         "(--pods/--seeds still override)",
     )
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        help=f"comma list of policies to run (default: {','.join(POLICIES)})",
+    )
     p.add_argument("--tenants", type=int, default=4, help="tenants for fairness (0: skip it)")
     p.add_argument("--weights", default=None, help="tenant weights, e.g. 1,1,2,4 (the default)")
     p.add_argument("--load", type=float, default=2.0, help="saturation demand × GPU capacity")
@@ -654,6 +659,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     seeds = _seeds(args.seeds)
+    policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+    unknown = [x for x in policies if x not in POLICIES]
+    if unknown or not policies:
+        print(
+            f"bench-quality: unknown policy {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(POLICIES)}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         weights = _weights(args.weights, args.tenants) if args.tenants > 0 else ()
         if args.tenants > 0 and not (math.isfinite(args.load) and args.load > 0):
@@ -664,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[Job] = []
     fair_seeds = seeds[: max(0, args.fair_seeds)] if weights else []
     for pods in traces:
-        for pol in POLICIES:
+        for pol in policies:
             jobs += [("fairness", str(trace), pods, s, pol, weights, args.load) for s in fair_seeds]
             jobs += [("allocation", str(trace), pods, s, pol) for s in seeds]
     # Longest first, so the last runs of the pool are short ones.
@@ -672,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = max(1, args.workers)
     total_cost = sum(_cost(j) for j in jobs)
     print(
-        f"bench-quality: {len(jobs)} runs ({len(traces)} pod lists × {len(POLICIES)} "
+        f"bench-quality: {len(jobs)} runs ({len(traces)} pod lists × {len(policies)} "
         f"policies × {len(seeds)} seeds, saturation on {len(fair_seeds)} seed(s)) on "
         f"{workers} worker(s), {os.cpu_count()} cores",
         file=sys.stderr,
