@@ -294,25 +294,34 @@ def _pct(v: float) -> str:
 
 
 def allocation_verdicts(alloc: dict[str, Any]) -> dict[str, list[str]]:
-    """Which traces miss which aim: ours below the paper's FGD, a control off by more
-    than ``CONTROL_TOLERANCE`` from the paper's figure, a paper figure missing."""
-    out: dict[str, list[str]] = {"oursBelowPaperFgd": [], "noPaper": []}
-    for pol in ("bestfit", "fgd"):
-        out[f"{pol}OffPaper"] = []
+    """Per aim, the traces it applies to (``<aim>Of``: policy run, paper figure known) and
+    those that miss it: ours below the paper's FGD; a control off the paper's figure by
+    more than ``CONTROL_TOLERANCE``. ``noPaper``: traces without a published figure."""
+    out: dict[str, list[str]] = {"noPaper": []}
+    for aim in ("oursBelowPaperFgd", "bestfitOffPaper", "fgdOffPaper"):
+        out[aim] = []
+        out[aim + "Of"] = []
     for pods, per in alloc.items():
         paper = per.get("paper", {})
         if "fgd" not in paper or "bestfit" not in paper:
             out["noPaper"].append(pods)
-        if "ours" in per and "fgd" in paper and per["ours"]["mean"] < paper["fgd"]:
-            out["oursBelowPaperFgd"].append(pods)
+        if "ours" in per and "fgd" in paper:
+            out["oursBelowPaperFgdOf"].append(pods)
+            if per["ours"]["mean"] < paper["fgd"]:
+                out["oursBelowPaperFgd"].append(pods)
         for pol in ("bestfit", "fgd"):
-            if (
-                pol in per
-                and pol in paper
-                and abs(per[pol]["mean"] - paper[pol]) > CONTROL_TOLERANCE
-            ):
-                out[f"{pol}OffPaper"].append(pods)
+            if pol in per and pol in paper:
+                out[f"{pol}OffPaperOf"].append(pods)
+                if abs(per[pol]["mean"] - paper[pol]) > CONTROL_TOLERANCE:
+                    out[f"{pol}OffPaper"].append(pods)
     return out
+
+
+def _verdict(v: dict[str, list[str]], aim: str, what: str, misses: str) -> str:
+    of, miss = v[aim + "Of"], v[aim]
+    return f"{what} on {len(of) - len(miss)} of {len(of)}" + (
+        f" ({misses} {', '.join(miss)})" if miss else ""
+    )
 
 
 def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -346,20 +355,22 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             f"| {_signed(ours_paper)} | {_signed(per.get('oursMinusFgd'))} |"
         )
     v = allocation_verdicts(alloc)
-    n = len(alloc)
-    with_paper = n - len(v["noPaper"])
-    lines += [
-        "",
-        f"- ours ≥ the paper's FGD on {with_paper - len(v['oursBelowPaperFgd'])} of "
-        f"{with_paper} traces"
-        + (f"; below on {', '.join(v['oursBelowPaperFgd'])}." if v["oursBelowPaperFgd"] else "."),
-        f"- controls within {CONTROL_TOLERANCE} points of the paper: bestfit on "
-        f"{with_paper - len(v['bestfitOffPaper'])} of {with_paper}"
-        + (f" (not {', '.join(v['bestfitOffPaper'])})" if v["bestfitOffPaper"] else "")
-        + f", fgd on {with_paper - len(v['fgdOffPaper'])} of {with_paper}"
-        + (f" (not {', '.join(v['fgdOffPaper'])})" if v["fgdOffPaper"] else "")
-        + ".",
+    lines.append("")
+    if v["oursBelowPaperFgdOf"]:
+        lines.append(
+            "- " + _verdict(v, "oursBelowPaperFgd", "ours ≥ the paper's FGD", "below:") + "."
+        )
+    controls = [
+        _verdict(v, f"{pol}OffPaper", pol, "not")
+        for pol in ("bestfit", "fgd")
+        if v[f"{pol}OffPaperOf"]
     ]
+    if controls:
+        lines.append(
+            f"- controls within {CONTROL_TOLERANCE} points of the paper: "
+            + ", ".join(controls)
+            + "."
+        )
     if v["noPaper"]:
         lines.append(f"- no published figure for {', '.join(v['noPaper'])} (shown as –).")
     if fair:
@@ -368,7 +379,7 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         f"{meta['runs']} runs on {meta['workers']} worker(s), {meta['cores']} cores, "
         f"{meta['seconds'] / 60:.1f} min in all ({meta['cpuSeconds'] / 60:.1f} CPU-minutes "
-        f"in the runs: about {meta['cpuSeconds'] / 60 / max(1, meta['workers']):.0f} min "
+        f"in the runs: about {meta['cpuSeconds'] / 60 / max(1, meta['workers']):.1f} min "
         f"on {meta['workers']} idle core(s)). Per-trace detail: "
         f"`quality-{meta['date']}-detail.md`.",
         "",

@@ -205,6 +205,8 @@ def test_allocation_verdicts() -> None:
     }
     v = bench_quality.allocation_verdicts(alloc)
     assert v["oursBelowPaperFgd"] == ["cpu250"]
+    assert v["oursBelowPaperFgdOf"] == ["default", "cpu250"]  # "mine" has no figure
+    assert v["fgdOffPaperOf"] == ["default", "cpu250"]  # "mine" ran no fgd
     assert v["bestfitOffPaper"] == ["cpu250"]  # 0.49 off
     assert v["fgdOffPaper"] == ["cpu250"]  # 0.70 off; default's 0.23 is within
     assert v["noPaper"] == ["mine"]
@@ -271,7 +273,8 @@ def test_the_bench_renders_its_tables() -> None:
     }
     text = bench_quality.render(summary, meta)
     assert "| cpu250 | 93.00 ± 0.00 | 90.50 ± 0.00 | 92.50 ± 0.00 | 91.21 | 93.20 |" in text
-    assert "ours ≥ the paper's FGD on 1 of 2 traces; below on cpu250." in text
+    assert "ours ≥ the paper's FGD on 1 of 2 (below: cpu250)." in text
+    assert "bestfit on 1 of 2 (not cpu250), fgd on 1 of 2 (not cpu250)." in text
     assert "ours, divisible target: every tenant within 5 % on 2 of 2 traces." in text
     assert "The two targets agree on every trace" in text
     assert "| default | fgd | 95.00 | 90.0 % (90.0 %) | 45.0 % | 0.990 (0.990) |" in text
