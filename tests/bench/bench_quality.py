@@ -14,7 +14,7 @@ Two protocols, both in ``fairshare/simulator/openb.py``:
   unweighted dominant share at the end against two fair targets
   (``fairshare/simulator/targets.py``): weighted DRF over a divisible cluster, and the
   same water-filling with each tenant capped by the GPU its tasks can use (GPU models,
-  shapes). One such run of ``ours`` costs about fifteen allocation runs, so each trace
+  shapes). One such run of ``ours`` costs about twelve allocation runs, so each trace
   runs the first ``--fair-seeds`` seeds only (default 1; the output says how many).
 
 Runs go to a process pool (``--workers``, default the core count), longest first;
@@ -97,13 +97,13 @@ CONTROL_TOLERANCE = 0.4
 # The aim for every tenant at saturation: |share ÷ fair − 1| at most this.
 FAIR_AIM = 0.05
 # Rough cost of one run relative to an FGD allocation run (CPU seconds measured
-# 2026-12-03: FGD allocation 4-10 s, ours' saturation run on gpuspec20 about 105 s), for
-# ordering the pool longest first and for the estimate of the time left.
+# 2026-12-03: FGD allocation 4-10 s; ours' saturation run 92 s on default, about 105 s
+# on gpuspec20), for ordering the pool longest first and for the time left.
 COST = {
     ("allocation", "ours"): 1.3,
     ("allocation", "bestfit"): 0.45,
     ("allocation", "fgd"): 1.0,
-    ("fairness", "ours"): 14.0,
+    ("fairness", "ours"): 12.5,
     ("fairness", "bestfit"): 0.4,
     ("fairness", "fgd"): 0.7,
 }
@@ -644,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="how many of the seeds each trace's saturation runs use, the first ones "
-        "(default 1: one saturation run of ours costs about fifteen allocation runs)",
+        "(default 1: one saturation run of ours costs about twelve allocation runs)",
     )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
