@@ -10,7 +10,9 @@ Protocol (Weng et al., ATC'23, as their artifact runs it):
 2. pods from ``openb_pod_list_<NAME>.csv``, sorted by name, shuffled with the seed;
 3. inflated to 130 % of the cluster's GPU capacity by appending copies drawn with
    replacement from the original list (``<name>-tuned-<i>``);
-4. each pod is tried once, in order, and never deleted;
+4. each pod is tried once, in order, and never deleted; the controls (``bestfit``,
+   ``fgd``) break ties between equal integer scores by one seeded random node order
+   (``node_tie_ranks``), as the reference simulator's node-name prefixes do;
 5. after each pod: arrived = cumulative requested GPU ÷ capacity, allocation =
    allocated milli-GPU ÷ capacity; the figure at x % arrived is the mean of the
    allocations of the events whose arrived rounds to x.
@@ -196,6 +198,20 @@ def arrival_order(pods: Sequence[TracePod], *, seed: int, gpus: int, tune: float
     return order
 
 
+def node_tie_ranks(n: int, seed: int) -> list[int]:
+    """The controls' tie-break rank of each of ``n`` nodes: a seeded random permutation.
+
+    Weng et al.'s simulator sorts the nodes by name, prefixes each name with the index
+    ``rand.Perm`` gives it (``0042-openb-node-0007``) and lets its kube-scheduler take the
+    smallest name among equal scores; so ties go to one random node order, fixed for
+    the run and drawn from the run's seed. Go's generator is not reproduced: the order
+    is a permutation drawn from ``seed`` by Python's, the same for every control.
+    """
+    ranks = list(range(n))
+    random.Random(f"openb-node-order-{seed}").shuffle(ranks)
+    return ranks
+
+
 def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
     """The tenant weights as floats; ValueError unless there is at least one and all > 0."""
     out = tuple(float(w) for w in weights)
@@ -229,7 +245,7 @@ def _cluster(
     """A simulation holding the trace's GPU nodes, its workload mix set from the pod list."""
     nodes = load_nodes(trace)
     originals = load_pods(trace, pods)
-    sim = Simulation(config, policy=policy, seed=seed)
+    sim = Simulation(config, policy=policy, seed=seed, tie_rank=node_tie_ranks(len(nodes), seed))
     for name, alloc, labels in nodes:
         sim.add_node(name, alloc, labels)
     cpu_col = sim.index.column(CPU)
