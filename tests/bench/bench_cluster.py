@@ -1068,11 +1068,12 @@ def profile_markdown(prof: dict[str, Any]) -> list[str]:
                     f"| `{b['function']}` |"
                 )
         elif "self" in p:
+            pk = ", ".join(f"{x['function']} {x['pct']:.0f} %" for x in p.get("packages", [])[:8])
             lines += [
                 "",
-                f"{p['samples']} samples.",
+                f"{p['samples']} samples. Own CPU by package: {pk}.",
                 "",
-                "| self % | function | | inclusive % | function |",
+                "| self % | function | | inclusive % | fairshare's functions |",
                 "|---:|---|---|---:|---|",
             ]
             for a, b in zip(p["self"][:10], p["inclusive"][:10], strict=False):

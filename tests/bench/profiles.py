@@ -48,21 +48,36 @@ def parse_pprof_top(text: str, n: int = 10) -> list[dict[str, Any]]:
     return rows
 
 
-def _frame(frame: str) -> str:
-    """``func (path/file.py:123)`` → ``func (file.py)``: one row per function."""
+OURS = ("fairshare/", "scheduler_plugin/", "serving/", "webhook/", "_native/")
+"""Frames of this project (py-spy names files relative to their sys.path entry)..."""
+ENTRY = ("fairshare/__main__.py", "fairshare/cli.py")
+"""...but not the entry point, on every stack."""
+
+
+def _frame(frame: str) -> tuple[str, str]:
+    """``func (pkg/file.py:123)`` → (``func (pkg/file.py)``, ``pkg/file.py``): one row per
+    function, whatever the line."""
     m = re.match(r"^(.*?) \((.*?)(?::\d+)?\)$", frame.strip())
     if m is None:
-        return frame.strip()
-    return f"{m.group(1)} ({Path(m.group(2)).name})"
+        return frame.strip(), ""
+    return f"{m.group(1)} ({m.group(2)})", m.group(2)
 
 
-def collapsed_top(text: str, n: int = 10) -> dict[str, Any]:
+def _package(path: str) -> str:
+    """``asyncio/events.py`` → ``asyncio``; ``ssl.py`` → ``ssl``; ``<frozen runpy>`` kept."""
+    first = path.split("/", 1)[0]
+    return first.removesuffix(".py") if first else "?"
+
+
+def collapsed_top(text: str, n: int = 10, ours: tuple[str, ...] = OURS) -> dict[str, Any]:
     """From collapsed stacks (``frame;frame;frame count`` per line, root first, as
-    py-spy's ``--format raw`` writes): total samples, and the top ``n`` functions by self
-    samples (leaf) and by inclusive samples (anywhere on the stack, once per stack)."""
+    py-spy's ``--format raw`` writes): total samples; the top ``n`` functions by self
+    samples (leaf); this project's functions (``ours``: path prefixes) by inclusive
+    samples (anywhere on the stack, once per stack); self samples by package."""
     total = 0
     self_: dict[str, int] = {}
     incl: dict[str, int] = {}
+    pkg: dict[str, int] = {}
     for line in text.splitlines():
         line = line.rstrip()
         if not line:
@@ -76,8 +91,10 @@ def collapsed_top(text: str, n: int = 10) -> dict[str, Any]:
         if not frames:
             continue
         total += k
-        self_[frames[-1]] = self_.get(frames[-1], 0) + k
-        for f in set(frames):
+        leaf, leaf_path = frames[-1]
+        self_[leaf] = self_.get(leaf, 0) + k
+        pkg[_package(leaf_path)] = pkg.get(_package(leaf_path), 0) + k
+        for f in {n for n, path in frames if path.startswith(ours) and path not in ENTRY}:
             incl[f] = incl.get(f, 0) + k
 
     def top(d: dict[str, int]) -> list[dict[str, Any]]:
@@ -87,7 +104,7 @@ def collapsed_top(text: str, n: int = 10) -> dict[str, Any]:
             for f, c in best
         ]
 
-    return {"samples": total, "self": top(self_), "inclusive": top(incl)}
+    return {"samples": total, "self": top(self_), "inclusive": top(incl), "packages": top(pkg)}
 
 
 def pyspy_binary() -> str | None:

@@ -234,18 +234,22 @@ def test_pprof_top_rows_are_parsed_with_units() -> None:
 
 def test_collapsed_stacks_give_self_and_inclusive_tops() -> None:
     text = (
-        "main (app.py:1);handle (app.py:10);json_dumps (enc.py:5) 6\n"
-        "main (app.py:1);handle (app.py:12);filter (ext.py:3) 3\n"
-        "main (app.py:1);handle (app.py:10);handle (app.py:11) 1\n"
+        "run (asyncio/runners.py:1);handle (fairshare/app.py:10);dumps (json/encoder.py:5) 6\n"
+        "run (asyncio/runners.py:1);handle (fairshare/app.py:12);fit (scheduler_plugin/f.py:3) 3\n"
+        "run (asyncio/runners.py:1);handle (fairshare/app.py:10);handle (fairshare/app.py:11) 1\n"
     )
     out = profiles.collapsed_top(text, 2)
     assert out["samples"] == 10
     assert out["self"] == [
-        {"function": "json_dumps (enc.py)", "samples": 6, "pct": 60.0},
-        {"function": "filter (ext.py)", "samples": 3, "pct": 30.0},
+        {"function": "dumps (json/encoder.py)", "samples": 6, "pct": 60.0},
+        {"function": "fit (scheduler_plugin/f.py)", "samples": 3, "pct": 30.0},
     ]
-    # Inclusive counts a function once per stack, even when it recurses.
-    assert out["inclusive"][0] == {"function": "handle (app.py)", "samples": 10, "pct": 100.0}
+    # Inclusive: this project's functions only, once per stack even when they recurse.
+    assert out["inclusive"] == [
+        {"function": "handle (fairshare/app.py)", "samples": 10, "pct": 100.0},
+        {"function": "fit (scheduler_plugin/f.py)", "samples": 3, "pct": 30.0},
+    ]
+    assert [p["function"] for p in out["packages"]] == ["json", "scheduler_plugin"]
     with pytest.raises(ValueError, match="without a count"):
         profiles.collapsed_top("main (a.py:1) x\n")
 
