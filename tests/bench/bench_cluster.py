@@ -1005,6 +1005,15 @@ def summarise(data: dict[str, Any]) -> None:
             s[key] = {k: spread(d.get(k, 0.0) for d in per)["median"] for k in names}
         checks = [r["hami"] for r in rows if "hami" in r]
         if checks:
+            per = [
+                {k: v / max(r["bound"], 1) for k, v in r["hami"]["standin"]["requests"].items()}
+                for r in rows
+                if "hami" in r
+            ]
+            s["standin_requests_per_pod"] = {
+                k: spread(d.get(k, 0.0) for d in per)["median"]
+                for k in sorted({k for d in per for k in d})
+            }
             s["hami_devices_ok"] = all(c["ok"] for c in checks)
             s["hami_checks"] = [
                 {k: c[k] for k in ("pods_checked", "devices", "n_duplicates", "n_wrong_count",
@@ -1142,6 +1151,8 @@ def markdown(data: dict[str, Any]) -> str:
         elif "hami" in summ:
             h = summ["hami"]
             checks = h.get("hami_checks") or []
+            standin = h.get("standin_requests_per_pod") or {}
+            stext = ", ".join(f"`{k}` {v:.2f}" for k, v in sorted(standin.items()))
             lines += [
                 "",
                 "HAMi: its scheduler (`./cmd/scheduler`, "
@@ -1156,7 +1167,9 @@ def markdown(data: dict[str, Any]) -> str:
                     if h.get("hami_devices_ok")
                     else f"NOT all correct: {checks}"
                 )
-                + f" ({', '.join(str(c['devices']) for c in checks)} GPUs).",
+                + f" ({', '.join(str(c['devices']) for c in checks)} GPUs). The device "
+                f"plugin stand-in's own requests per pod, included in the HAMi column below "
+                f"(a device plugin makes them too): {stext or '–'}.",
             ]
         rss = [
             f"fairshare extender {data['extender_peak_rss_mib']:.0f} MiB"

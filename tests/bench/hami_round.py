@@ -326,7 +326,12 @@ class StandinStats:
     locks_released: int = 0
     lock_conflicts: int = 0
     not_holder: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+    """The stand-in's own API requests by ``VERB resource`` (budget.request_key's form)."""
     errors: list[str] = field(default_factory=list)
+
+    def count(self, key: str) -> None:
+        self.requests[key] = self.requests.get(key, 0) + 1
 
 
 def lock_owner(value: str | None) -> tuple[str, str] | None:
@@ -350,6 +355,7 @@ async def device_plugin_standin(
     async def handle(name: str, node: str) -> None:
         merge = {"Content-Type": "application/merge-patch+json"}
         body = {"metadata": {"annotations": {ANN_PHASE: "success"}}}
+        stats.count("PATCH pods")
         async with api.session.patch(
             f"{api.server}/api/v1/namespaces/{ns}/pods/{name}", data=json.dumps(body), headers=merge
         ) as r:
@@ -359,6 +365,7 @@ async def device_plugin_standin(
                 return
         stats.pods += 1
         for _ in range(10):
+            stats.count("GET nodes")
             _, n = await api.call("GET", f"/api/v1/nodes/{node}")
             meta = n["metadata"]
             if lock_owner((meta.get("annotations") or {}).get(ANN_LOCK)) != (ns, name):
@@ -370,6 +377,7 @@ async def device_plugin_standin(
                     "annotations": {ANN_LOCK: None},
                 }
             }
+            stats.count("PATCH nodes")
             async with api.session.patch(
                 f"{api.server}/api/v1/nodes/{node}", data=json.dumps(unlock), headers=merge
             ) as r:
