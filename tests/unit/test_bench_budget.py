@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from scheduler_plugin import hami
 from tests.bench import budget, hami_round, profiles
@@ -302,3 +303,8 @@ def test_bench_tuning_slows_kwok_and_follows_with_the_grace_period_defaults_unch
     slow = cluster.kwok_config(600)
     assert "durationMilliseconds: 600000" in slow and "jitterDurationMilliseconds: 900000" in slow
     assert "@" not in slow.split("kind: Stage")[2].split("steps:")[0]
+    assert "KwokConfiguration" not in slow
+    docs = list(yaml.safe_load_all(cluster.kwok_config(600, 16)))
+    assert docs[0]["kind"] == "KwokConfiguration"
+    assert docs[0]["options"] == {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16}
+    assert [d["kind"] for d in docs[1:]] == ["Stage"] * (len(docs) - 1)

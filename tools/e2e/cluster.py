@@ -99,6 +99,8 @@ class Tuning:
     """Delay of the node condition heartbeat stage: between this and 1.5× this."""
     apiserver_profiling: bool = False
     """kube-apiserver's `--profiling` (/debug/pprof)."""
+    kwok_parallelism: int = 0
+    """kwok's nodePlayStageParallelism and nodeLeaseParallelism (0: kwok's default, 4)."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -644,9 +646,17 @@ spec:
 )
 
 
-def kwok_config(heartbeat_seconds: int = NODE_HEARTBEAT_SECONDS) -> str:
+def kwok_config(heartbeat_seconds: int = NODE_HEARTBEAT_SECONDS, parallelism: int = 0) -> str:
     ms = heartbeat_seconds * 1000
-    text = "---\n".join(KWOK_STAGES)
+    docs = list(KWOK_STAGES)
+    if parallelism > 0:
+        docs.insert(
+            0,
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+            f"  nodePlayStageParallelism: {parallelism}\n"
+            f"  nodeLeaseParallelism: {parallelism}\n",
+        )
+    text = "---\n".join(docs)
     return text.replace("@HEARTBEAT_MS@", str(ms)).replace("@JITTER_MS@", str(ms * 3 // 2))
 
 
@@ -1189,7 +1199,9 @@ def do_up(
     paths.component_kubeconfig("x").parent.mkdir(parents=True, exist_ok=True)
     for user in ("admin", "kube-controller-manager", "kube-scheduler", "kwok"):
         write_kubeconfig(paths.component_kubeconfig(user), server, paths.pki, user)
-    (paths.run / "kwok.yaml").write_text(kwok_config(tuning.node_heartbeat_seconds))
+    (paths.run / "kwok.yaml").write_text(
+        kwok_config(tuning.node_heartbeat_seconds, tuning.kwok_parallelism)
+    )
     write_scheduler_config(paths, scheduler_config)
 
     state: dict[str, Any] = {
@@ -1433,6 +1445,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--apiserver-profiling", action="store_true", help="serve kube-apiserver /debug/pprof"
     )
+    up.add_argument(
+        "--kwok-parallelism",
+        type=int,
+        default=0,
+        help="kwok's node stage and lease parallelism (default: kwok's own, 4)",
+    )
     down = add("down", "stop the control plane and remove its state (logs are kept)")
     down.add_argument("--purge-logs", action="store_true", help="also remove run/logs")
     status = add("status", "show component health; exit status 0 only if all are healthy")
@@ -1453,7 +1471,12 @@ def main(argv: list[str] | None = None) -> int:
             paths,
             sched,
             ext,
-            Tuning(args.node_lease_seconds, args.node_heartbeat_seconds, args.apiserver_profiling),
+            Tuning(
+                args.node_lease_seconds,
+                args.node_heartbeat_seconds,
+                args.apiserver_profiling,
+                args.kwok_parallelism,
+            ),
         ),
         "down": lambda: do_down(paths, args.purge_logs),
         "status": lambda: do_status(paths, args.json),
