@@ -306,5 +306,9 @@ def test_bench_tuning_slows_kwok_and_follows_with_the_grace_period_defaults_unch
     assert "KwokConfiguration" not in slow
     docs = list(yaml.safe_load_all(cluster.kwok_config(600, 16)))
     assert docs[0]["kind"] == "KwokConfiguration"
-    assert docs[0]["options"] == {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16}
+    assert docs[0]["options"] == {
+        "nodePlayStageParallelism": 16,
+        "nodeLeaseParallelism": 16,
+        "podPlayStageParallelism": 4,
+    }
     assert [d["kind"] for d in docs[1:]] == ["Stage"] * (len(docs) - 1)

@@ -652,9 +652,12 @@ def kwok_config(heartbeat_seconds: int = NODE_HEARTBEAT_SECONDS, parallelism: in
     if parallelism > 0:
         docs.insert(
             0,
+            # With a KwokConfiguration, kwok leaves unset parallelisms at 0 (and refuses
+            # them): pods keep kwok's default, 4.
             "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
             f"  nodePlayStageParallelism: {parallelism}\n"
-            f"  nodeLeaseParallelism: {parallelism}\n",
+            f"  nodeLeaseParallelism: {parallelism}\n"
+            "  podPlayStageParallelism: 4\n",
         )
     text = "---\n".join(docs)
     return text.replace("@HEARTBEAT_MS@", str(ms)).replace("@JITTER_MS@", str(ms * 3 // 2))
