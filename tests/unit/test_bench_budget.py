@@ -297,6 +297,9 @@ def test_bench_tuning_slows_kwok_and_follows_with_the_grace_period_defaults_unch
         "kube-controller-manager", node_lease_seconds=600
     )
     assert "--profiling=true" in argv("kube-apiserver", apiserver_profiling=True)
+    assert not any("kube-api-qps" in a for a in argv("kube-controller-manager"))
+    kcm = argv("kube-controller-manager", controller_qps=200)
+    assert "--kube-api-qps=200" in kcm and "--kube-api-burst=400" in kcm
     default = cluster.kwok_config()
     assert "durationMilliseconds: 60000" in default
     assert "jitterDurationMilliseconds: 90000" in default

@@ -101,6 +101,9 @@ class Tuning:
     """kube-apiserver's `--profiling` (/debug/pprof)."""
     kwok_parallelism: int = 0
     """kwok's nodePlayStageParallelism and nodeLeaseParallelism (0: kwok's default, 4)."""
+    controller_qps: int = 0
+    """kube-controller-manager's `--kube-api-qps` (burst twice that; 0: its default, 20):
+    its node lifecycle controller adds and removes every new node's not-ready taint."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -1078,6 +1081,14 @@ def argv_for(
                 if tuning.node_lease_seconds > NODE_LEASE_SECONDS
                 else []
             ),
+            *(
+                [
+                    f"--kube-api-qps={tuning.controller_qps}",
+                    f"--kube-api-burst={2 * tuning.controller_qps}",
+                ]
+                if tuning.controller_qps > 0
+                else []
+            ),
         ]
     if name == "kube-scheduler":
         return [
@@ -1454,6 +1465,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="kwok's node stage and lease parallelism (default: kwok's own, 4)",
     )
+    up.add_argument(
+        "--controller-qps",
+        type=int,
+        default=0,
+        help="kube-controller-manager's API QPS, burst twice that (default: its own, 20)",
+    )
     down = add("down", "stop the control plane and remove its state (logs are kept)")
     down.add_argument("--purge-logs", action="store_true", help="also remove run/logs")
     status = add("status", "show component health; exit status 0 only if all are healthy")
@@ -1479,6 +1496,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.node_heartbeat_seconds,
                 args.apiserver_profiling,
                 args.kwok_parallelism,
+                args.controller_qps,
             ),
         ),
         "down": lambda: do_down(paths, args.purge_logs),
