@@ -1080,6 +1080,8 @@ def profile_markdown(prof: dict[str, Any]) -> list[str]:
             lines += ["", f"not profiled: {p['error']}"]
             continue
         if "top_flat" in p:
+            pk = ", ".join(f"`{x['package']}` {x['flat_pct']:.0f} %" for x in p.get("packages", []))
+            lines += ["", f"Own CPU by package: {pk}."]
             lines += ["", "| flat % | function | | cum % | function |", "|---:|---|---|---:|---|"]
             for a, b in zip(p["top_flat"][:10], p["top_cum"][:10], strict=False):
                 lines.append(

@@ -54,6 +54,26 @@ ENTRY = ("fairshare/__main__.py", "fairshare/cli.py")
 """...but not the entry point, on every stack."""
 
 
+def go_package(function: str) -> str:
+    """``k8s.io/apiserver/pkg/storage/etcd3.(*store).Get`` → ``k8s.io/apiserver/pkg/storage/
+    etcd3``; ``runtime.mallocgc`` → ``runtime``; a bare assembly symbol (``aeshashbody``) →
+    ``runtime``."""
+    name = function.removesuffix(" (inline)")
+    slash = name.rfind("/", 0, name.find("(") if "(" in name else len(name))
+    dot = name.find(".", slash + 1)
+    return name[:dot] if dot > 0 else "runtime"
+
+
+def by_package(rows: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:
+    """Flat CPU of :func:`parse_pprof_top` rows summed by Go package, largest first."""
+    out: dict[str, float] = {}
+    for r in rows:
+        k = go_package(r["function"])
+        out[k] = out.get(k, 0.0) + r["flat_pct"]
+    best = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [{"package": k, "flat_pct": round(v, 1)} for k, v in best]
+
+
 def _frame(frame: str) -> tuple[str, str]:
     """``func (pkg/file.py:123)`` → (``func (pkg/file.py)``, ``pkg/file.py``): one row per
     function, whatever the line."""
@@ -126,10 +146,10 @@ async def go_profile(session: Any, base: str, seconds: float, out: Path) -> dict
     if shutil.which("go") is None:
         return {"file": out.name, "error": "go not installed: no pprof summary"}
     res: dict[str, Any] = {"file": out.name}
-    for key, flag in (("top_flat", []), ("top_cum", ["-cum"])):
+    for key, flag in (("top_flat", ["-nodecount=100000"]), ("top_cum", ["-nodecount=40", "-cum"])):
         proc = await asyncio.to_thread(
             subprocess.run,
-            ["go", "tool", "pprof", "-top", "-nodecount=40", *flag, str(out)],
+            ["go", "tool", "pprof", "-top", *flag, str(out)],
             capture_output=True,
             text=True,
             check=False,
@@ -138,6 +158,8 @@ async def go_profile(session: Any, base: str, seconds: float, out: Path) -> dict
             return res | {"error": proc.stderr[-500:]}
         out.with_suffix(f".{key}.txt").write_text(proc.stdout)
         res[key] = parse_pprof_top(proc.stdout, 15)
+        if key == "top_flat":
+            res["packages"] = by_package(parse_pprof_top(proc.stdout, 100000), 12)
         for line in proc.stdout.splitlines():
             if line.strip().startswith("Duration:"):
                 res["header"] = line.strip()

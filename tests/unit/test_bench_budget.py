@@ -231,6 +231,17 @@ def test_pprof_top_rows_are_parsed_with_units() -> None:
     assert rows[1]["flat_s"] == pytest.approx(0.85) and rows[1]["cum_pct"] == 31.41
     assert rows[2]["flat_s"] == 0 and rows[2]["cum_s"] == pytest.approx(12.3)
     assert len(profiles.parse_pprof_top(PPROF_TOP, 1)) == 1
+    assert profiles.go_package("k8s.io/apiserver/pkg/storage/etcd3.(*store).Get") == (
+        "k8s.io/apiserver/pkg/storage/etcd3"
+    )
+    assert profiles.go_package("runtime.spanClass.sizeclass (inline)") == "runtime"
+    assert profiles.go_package("aeshashbody") == "runtime"
+    assert profiles.go_package("encoding/json.(*decodeState).object") == "encoding/json"
+    assert profiles.by_package(rows) == [
+        {"package": "runtime", "flat_pct": 6.7},
+        {"package": "encoding/json", "flat_pct": 2.7},
+        {"package": "net/http", "flat_pct": 0.0},
+    ]
 
 
 def test_collapsed_stacks_give_self_and_inclusive_tops() -> None:
