@@ -56,12 +56,12 @@ ENTRY = ("fairshare/__main__.py", "fairshare/cli.py")
 
 def go_package(function: str) -> str:
     """``k8s.io/apiserver/pkg/storage/etcd3.(*store).Get`` → ``k8s.io/apiserver/pkg/storage/
-    etcd3``; ``runtime.mallocgc`` → ``runtime``; a bare assembly symbol (``aeshashbody``) →
-    ``runtime``."""
+    etcd3``; ``runtime.mallocgc`` → ``runtime``; a bare assembly symbol (``aeshashbody``,
+    ``p256MulInternal``) → ``(assembly)``."""
     name = function.removesuffix(" (inline)")
     slash = name.rfind("/", 0, name.find("(") if "(" in name else len(name))
     dot = name.find(".", slash + 1)
-    return name[:dot] if dot > 0 else "runtime"
+    return name[:dot] if dot > 0 else "(assembly)"
 
 
 def by_package(rows: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:
