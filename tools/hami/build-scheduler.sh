@@ -13,10 +13,6 @@ set -euo pipefail
 version="${1:-v2.9.0}"
 # HAMi's go.mod has no /v2 suffix, so the proxy knows a tag by a pseudo-version.
 declare -A pseudo=([v2.9.0]=v0.0.0-20260519091452-3a006c6ae2f0)
-if ! command -v go >/dev/null 2>&1; then
-  echo "HAMi build: 'go' not found; install Go >= 1.26 to build HAMi's scheduler" >&2
-  exit 3
-fi
 base="${XDG_CACHE_HOME:-$HOME/.cache}/fairshare"
 src="${FAIRSHARE_HAMI_SRC:-}"
 tag="$version"
@@ -29,6 +25,10 @@ flock 9
 if [[ -x "$cache/hami-scheduler" && -f "$cache/chart/Chart.yaml" ]]; then
   echo "$cache/hami-scheduler"
   exit 0
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "HAMi build: 'go' not found; install Go >= 1.26 to build HAMi's scheduler" >&2
+  exit 3
 fi
 if [[ -z "$src" && -f "$base/hami-src-$version/go.mod" ]]; then
   src="$base/hami-src-$version"
