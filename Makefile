@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 OPENB ?= $(firstword $(wildcard ../shared/data/openb) $(wildcard $(HOME)/openb))
 
-.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels \
+.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels bench-cluster \
         soak cluster-bins clean
 
 install: $(VENV)/.installed
@@ -50,8 +50,18 @@ demo: install build
 	$(VENV)/bin/fairshare simulate --demo
 
 # All benchmarks in one run (kernels, servers, the real control plane); figures only.
+# The [bench] extra brings py-spy for `bench-cluster PROFILE=1`.
 bench: install build
+	-$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m tests.bench
+
+# The real control plane alone: default profile / fairshare / HAMi's extender (built from
+# its sources, cached in ~/.cache/fairshare/hami-scheduler), the per-pod budget, admission.
+# NODES=5000, PODS=..., REPS=..., QUICK=1, PROFILE=1 (CPU profiles during a fairshare round).
+bench-cluster: install build
+	-$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m tests.bench.bench_cluster $(if $(QUICK),--quick) $(if $(NODES),--nodes $(NODES)) \
+	  $(if $(PODS),--pods $(PODS)) $(if $(REPS),--reps $(REPS)) $(if $(PROFILE),--profile)
 
 bench-kernels: install build
 	$(PY) -m tests.bench.bench_kernels

@@ -2,23 +2,47 @@
 
     python -m tests.bench.bench_cluster [--quick] [--nodes 1000] [--pods 5000] [--reps 2]
                                         [--state-dir .e2e-bench] [--keep-cluster]
+                                        [--no-hami] [--profile [SECONDS]]
 
 Uses its own local control plane (``tools/e2e/cluster.py up --state-dir .e2e-bench``:
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok; binaries from
-``tools/e2e/build-bins.sh``), never the e2e tests' ``.e2e``.
+``tools/e2e/build-bins.sh``), never the e2e tests' ``.e2e``. kwok is slowed for the bench
+(``--node-lease-seconds 600 --node-heartbeat-seconds 600``: node leases renewed every
+150 s instead of 10 s, condition heartbeats every 600–900 s instead of 60–90 s;
+kube-controller-manager's node monitor grace period follows the lease, 610 s; kwok's
+node stage and lease parallelism 16 instead of 4, ``--kwok-parallelism 16``;
+kube-controller-manager's API QPS 200 instead of 20, ``--controller-qps 200``): at 5,000
+nodes the default lease renewals alone are 500 writes/s, more than two cores serve, new
+nodes wait on 4 kwok workers for their first status, and the node lifecycle controller
+adds and removes each new node's not-ready taint at 20 requests/s (10,000 patches).
 
 (a) **Scheduler throughput.** N kwok GPU nodes (8 × ``nvidia.com/gpu`` each, GPU
-feature-discovery labels) and M pods (75 % ask 1 GPU, 25 % ask 2; 1 CPU, 2 GiB), the same
-pods in every round, created by an asyncio client (50 in flight). Three kube-scheduler
-configurations, alternating within each repetition, kube-scheduler restarted between
-rounds: the default profile; our extender with filter + prioritize (nodeCacheCapable,
-weight 5, ignorable false, http on 127.0.0.1); the same plus bind. The extender is the
-real ``fairshare extender --kubeconfig`` process (API watches). ``percentageOfNodesToScore``
-is left at its default. kube-scheduler's client QPS/burst is raised to 500/1000 in all
-three configurations (the default 50/100 caps binding at ~50 pods/s and would hide the
-difference). Pods/s = M / (first create sent → last pod seen bound on a watch, client
-clock); the 1 s-resolution server timestamps (creationTimestamp → PodScheduled) are kept
-in the JSON as a cross-check. Pods are deleted (grace 0) between rounds.
+feature-discovery labels, and registered for HAMi: ``hami.io/node-nvidia-register`` +
+``hami.io/node-handshake``, which nothing else reads) and M pods (75 % ask 1 GPU, 25 %
+ask 2; 1 CPU, 2 GiB), the same pods in every round, created by an asyncio client (50 in
+flight). Four kube-scheduler configurations, alternating within each repetition,
+kube-scheduler restarted between rounds: the default profile; our extender with filter +
+prioritize (nodeCacheCapable, weight 5, ignorable false, http on 127.0.0.1); the same
+plus bind; HAMi's scheduler extender (filter + bind, as its Helm chart configures it,
+built from HAMi's sources at bench time: ``tests/bench/hami_round.py`` says how, and what
+was changed; left out, with the reason printed, where it cannot be built). The extenders
+are real processes with API watches (``fairshare extender --kubeconfig``; HAMi's
+``scheduler``). ``percentageOfNodesToScore`` is left at its default. kube-scheduler's
+client QPS/burst is raised to 500/1000 in all configurations (the default 50/100 caps
+binding at ~50 pods/s and would hide the difference), HAMi's client too. Pods/s = M /
+(first create sent → last pod seen bound on a watch, client clock); the 1 s-resolution
+server timestamps (creationTimestamp → PodScheduled) are kept in the JSON as a
+cross-check. Pods are deleted (grace 0) between rounds. In HAMi's rounds, every pod's
+GPUs (its ``hami.io/vgpu-devices-allocated``) are checked: as many as asked, on its node,
+none given twice.
+
+**Per-pod budget.** For every round: CPU milliseconds per bound pod of each process, and
+API requests per bound pod by verb and resource (the round's delta of kube-apiserver's
+``apiserver_request_total``, every client included: the bench's own creates and watch are
+the same in every configuration) and by client group (flow schema). ``--profile``: a
+kube-apiserver and a kube-scheduler CPU profile (``/debug/pprof/profile``, summarised with
+``go tool pprof -top``) and a py-spy recording of the extender, taken during the first
+fairshare round (filter + prioritize + bind), saved under ``bench/results/profiles/``.
 
 (b) **Admission overhead.** Pod creates (pods name an unknown scheduler, so nothing but
 admission runs) in three namespaces, same run, alternating: none; a ResourceQuota on the
@@ -35,6 +59,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -48,7 +73,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import common
+from tests.bench import budget, common, hami_round, profiles
 from tests.bench.common import cell, fmt_ms, fmt_num, percentile, progress, spread
 
 CLUSTER_PY = common.ROOT / "tools" / "e2e" / "cluster.py"
@@ -61,6 +86,18 @@ WEBHOOK_LABEL = "fairshare-bench-webhook"
 CONCURRENCY = 50
 PAUSE = "registry.k8s.io/pause:3.10"
 QPS, BURST = 500, 1000
+BENCH_LEASE_SECONDS = 600
+BENCH_HEARTBEAT_SECONDS = 600
+BENCH_KWOK_PARALLELISM = 16
+BENCH_CONTROLLER_QPS = 200
+KINDS = ("default", "extender", "extender+bind", "hami")
+LABELS = {
+    "default": "default profile",
+    "extender": "+ fairshare filter, prioritize",
+    "extender+bind": "+ fairshare filter, prioritize, bind",
+    "hami": "+ HAMi filter, bind",
+}
+PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "extender", "hami", "kwok")
 DEFAULT_PODS = 1500
 """Not 5,000: on this 2-core machine the extender rounds run at ~10-15 pods/s (see the
 report), so 4 extender rounds of 5,000 pods alone would take ~25 minutes. ``--pods 5000``."""
@@ -90,6 +127,13 @@ class Api:
 
     async def close(self) -> None:
         await self.session.close()
+
+    async def text(self, path: str) -> str:
+        async with self.session.get(self.server + path) as r:
+            data = await r.text()
+            if r.status != 200:
+                raise RuntimeError(f"GET {path}: {r.status} {data[:300]!r}")
+            return data
 
     async def call(
         self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)
@@ -127,7 +171,11 @@ def component_pids(state: dict[str, Any]) -> dict[str, int]:
 # -- manifests -----------------------------------------------------------------------------
 
 
-def node_manifest(name: str) -> dict[str, Any]:
+def node_index(name: str) -> int:
+    return int(name.removeprefix(NODE_PREFIX))
+
+
+def node_manifest(name: str, now: float | None = None) -> dict[str, Any]:
     res = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
     res["nvidia.com/gpu"] = "8"
     return {
@@ -146,7 +194,11 @@ def node_manifest(name: str) -> dict[str, Any]:
                 "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
                 "nvidia.com/gpu.memory": "81920",
             },
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                "kwok.x-k8s.io/node": "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                **hami_round.node_annotations(node_index(name), 8, now or time.time()),
+            },
         },
         "spec": {},
         "status": {"capacity": dict(res), "allocatable": dict(res), "conditions": []},
@@ -215,6 +267,11 @@ def load_state(state_dir: Path) -> dict[str, Any]:
     return data
 
 
+def ready_timeout(n: int) -> float:
+    """Seconds to wait for ``n`` new kwok nodes to be Ready: 600, or 0.25 s a node."""
+    return max(600.0, 0.25 * n)
+
+
 async def ensure_nodes(api: Api, n: int) -> float:
     t0 = time.monotonic()
     _, have = await api.call("GET", f"/api/v1/nodes?labelSelector={NODE_LABEL}%3Dtrue")
@@ -228,7 +285,29 @@ async def ensure_nodes(api: Api, n: int) -> float:
     await bounded(
         CONCURRENCY, [api.call("POST", "/api/v1/nodes", node_manifest(x)) for x in missing]
     )
-    progress(f"nodes: {len(missing)} created, {len(extra)} deleted; waiting for Ready")
+    # Nodes of a kept cluster made before they were registered for HAMi.
+    unregistered = [
+        i["metadata"]["name"]
+        for i in have["items"]
+        if i["metadata"]["name"] in want
+        and hami_round.ANN_REGISTER not in (i["metadata"].get("annotations") or {})
+    ]
+    now = time.time()
+    await bounded(
+        CONCURRENCY,
+        [
+            merge_patch(
+                api,
+                f"/api/v1/nodes/{x}",
+                {"metadata": {"annotations": hami_round.node_annotations(node_index(x), 8, now)}},
+            )
+            for x in unregistered
+        ],
+    )
+    progress(
+        f"nodes: {len(missing)} created, {len(extra)} deleted, {len(unregistered)} "
+        "registered for HAMi; waiting for Ready"
+    )
     while True:
         _, have = await api.call("GET", f"/api/v1/nodes?labelSelector={NODE_LABEL}%3Dtrue")
         ready = 0
@@ -239,9 +318,21 @@ async def ensure_nodes(api: Api, n: int) -> float:
                 ready += 1
         if ready >= n and len(have["items"]) == n:
             return time.monotonic() - t0
-        if time.monotonic() - t0 > 600:
-            raise RuntimeError(f"only {ready}/{n} bench nodes Ready after 600s")
+        if time.monotonic() - t0 > ready_timeout(n):
+            raise RuntimeError(f"only {ready}/{n} bench nodes Ready after {ready_timeout(n):.0f}s")
         await asyncio.sleep(2)
+
+
+async def merge_patch(api: Api, path: str, body: Any, ok: tuple[int, ...] = (200,)) -> int:
+    async with api.session.patch(
+        api.server + path,
+        data=json.dumps(body),
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as r:
+        data = await r.read()
+        if r.status not in ok:
+            raise RuntimeError(f"PATCH {path}: {r.status} {data[:300]!r}")
+        return r.status
 
 
 async def ensure_namespace(api: Api, name: str, labels: dict[str, str] | None = None) -> None:
@@ -341,22 +432,39 @@ async def scheduling_round(
     timeout: float,
     ext_base: str | None,
     pids: dict[str, int],
+    scheduler: str | None = None,
+    hami: bool = False,
+    profile: Any = None,
 ) -> dict[str, Any]:
+    """One round: create ``pods`` (with ``scheduler`` as schedulerName), wait until all
+    are bound. ``hami``: run the device plugin stand-in and check HAMi's assignments.
+    ``profile``: a coroutine function (started when the creates start) taking profiles."""
     _, lst = await api.call("GET", f"/api/v1/namespaces/{SCHED_NS}/pods?limit=1")
+    rv0 = lst["metadata"]["resourceVersion"]
     bound: dict[str, float] = {}
     stop = asyncio.Event()
     watch_errors: list[str] = []
     listed_late: list[str] = []
     stall = 90.0
-    watcher = asyncio.create_task(
-        watch_bound(api, SCHED_NS, lst["metadata"]["resourceVersion"], bound, stop, watch_errors)
+    watcher = asyncio.create_task(watch_bound(api, SCHED_NS, rv0, bound, stop, watch_errors))
+    standin_stats = hami_round.StandinStats()
+    standin = (
+        asyncio.create_task(
+            hami_round.device_plugin_standin(api, SCHED_NS, rv0, stop, standin_stats)
+        )
+        if hami
+        else None
     )
     await asyncio.sleep(0.3)
     metrics0 = await scrape_ext(api, ext_base)
+    api0 = await api.text("/metrics")
     path = f"/api/v1/namespaces/{SCHED_NS}/pods"
     cpu0 = cpu_snapshot(pids)
     t_first = time.monotonic()
-    await bounded(CONCURRENCY, [api.call("POST", path, pod_manifest(n, g)) for n, g in pods])
+    profiling = asyncio.create_task(profile()) if profile else None
+    await bounded(
+        CONCURRENCY, [api.call("POST", path, pod_manifest(n, g, scheduler)) for n, g in pods]
+    )
     t_created = time.monotonic()
     bound_at_created = len(bound)
     m = len(pods)
@@ -386,11 +494,20 @@ async def scheduling_round(
                 break
             seen, seen_at = len(bound), now if extra else seen_at
     cpu1 = cpu_snapshot(pids)
+    api1 = await api.text("/metrics")
     stop.set()
-    watcher.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await watcher
+    for task in (watcher, standin):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
     metrics1 = await scrape_ext(api, ext_base)
+    profiles = None
+    if profiling is not None:
+        try:
+            profiles = await profiling
+        except Exception as exc:
+            profiles = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     times = sorted(bound.values())
     done = len(times)
     t_last = times[-1] if times else t_first
@@ -430,6 +547,17 @@ async def scheduling_round(
         "bound_seen_only_by_list": len(listed_late),
         "listed_total": len(full["items"]),
     }
+    try:
+        out["api"] = budget.summarise_round(api0, api1, done)
+    except ValueError as exc:
+        out["api"] = {"error": str(exc)}
+    if hami:
+        want = dict(pods)
+        out["hami"] = hami_round.check_assignments(full["items"], want) | {
+            "standin": dataclasses.asdict(standin_stats) | {"errors": standin_stats.errors[:5]}
+        }
+    if profiles is not None:
+        out["profiles"] = profiles
     if not out["complete"]:
         _, evs = await api.call(
             "GET", f"/api/v1/namespaces/{SCHED_NS}/events?fieldSelector=reason%3DFailedScheduling"
@@ -468,20 +596,57 @@ def ext_summary(before: str, after: str) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass
+class Peers:
+    """The extender processes of the scheduler rounds."""
+
+    ext_port: int
+    ext_pid: int
+    hami: hami_round.Hami | None = None
+    hami_port: int = 0
+    hami_pid: int = 0
+    hami_skipped: str | None = None
+
+
+async def clear_hami_locks(api: Api) -> int:
+    """Remove node locks left by HAMi's binds (none when its stand-in kept up)."""
+    _, have = await api.call("GET", f"/api/v1/nodes?labelSelector={NODE_LABEL}%3Dtrue")
+    locked = [
+        i["metadata"]["name"]
+        for i in have["items"]
+        if hami_round.ANN_LOCK in (i["metadata"].get("annotations") or {})
+    ]
+    body = {"metadata": {"annotations": {hami_round.ANN_LOCK: None}}}
+    await bounded(CONCURRENCY, [merge_patch(api, f"/api/v1/nodes/{n}", body) for n in locked])
+    return len(locked)
+
+
 async def bench_scheduler(
-    api: Api, state_dir: Path, m: int, reps: int, ext_port: int, ext_pid: int, work: Path
+    api: Api,
+    state_dir: Path,
+    m: int,
+    reps: int,
+    peers: Peers,
+    work: Path,
+    profiler: Any = None,
 ) -> list[dict[str, Any]]:
     await ensure_namespace(api, SCHED_NS)
     await clear_pods(api, SCHED_NS)
     pods = workload(m)
-    timeout = max(120.0, m / 5.0)
     rows = []
-    kinds = ("default", "extender", "extender+bind")
+    kinds = [k for k in KINDS if k != "hami" or peers.hami is not None]
     current = None
     for rep in range(reps):
         for kind in kinds:
             cfg = work / f"sched-{kind.replace('+', '-')}.json"
-            cfg.write_text(json.dumps(scheduler_config(kind, ext_port), indent=2))
+            if kind == "hami":
+                assert peers.hami is not None
+                sched_cfg = peers.hami.scheduler_config(peers.hami_port)
+                scheduler = peers.hami.scheduler_name
+            else:
+                sched_cfg = scheduler_config(kind, peers.ext_port)
+                scheduler = None
+            cfg.write_text(json.dumps(sched_cfg, indent=2))
             if current != kind:
                 t0 = time.monotonic()
                 await asyncio.to_thread(
@@ -494,21 +659,123 @@ async def bench_scheduler(
                 progress(f"kube-scheduler restarted with {kind} ({time.monotonic() - t0:.1f}s)")
                 current = kind
                 await asyncio.sleep(2)  # let its informers sync the nodes
-            ext_base = None if kind == "default" else f"http://127.0.0.1:{ext_port}"
-            pids = component_pids(load_state(state_dir)) | {"extender": ext_pid}
-            r = await scheduling_round(api, pods, timeout, ext_base, pids)
+            ext_base = f"http://127.0.0.1:{peers.ext_port}" if kind.startswith("ext") else None
+            pids = component_pids(load_state(state_dir)) | {"extender": peers.ext_pid}
+            if peers.hami_pid:
+                pids["hami"] = peers.hami_pid
+            prof = None
+            if profiler is not None and kind == "extender+bind" and rep == 0:
+                prof = profiler
+            # A round ends at this limit even if pods are still being bound: 5 pods/s for
+            # the default profile and fairshare, 1 pod/s for HAMi (3-6 pods/s measured).
+            timeout = max(300.0, m / 1.0) if kind == "hami" else max(120.0, m / 5.0)
+            r = await scheduling_round(
+                api, pods, timeout, ext_base, pids, scheduler, kind == "hami", prof
+            )
             r.update({"config": kind, "rep": rep})
             rows.append(r)
+            extra = ""
+            if "hami" in r:
+                h = r["hami"]
+                extra = (
+                    f"; HAMi devices {'OK' if h['ok'] else 'WRONG'} ({h['devices']} GPUs on "
+                    f"{h['pods_checked']} pods, {h['n_duplicates']} given twice), stand-in "
+                    f"released {h['standin']['locks_released']} locks"
+                )
             progress(
                 f"scheduler {kind:14s} rep {rep + 1}/{reps}: {r['bound']}/{m} bound, "
                 f"{r['pods_per_s']:.1f} pods/s (creates took {r['create_s']:.1f}s, "
                 f"{r['bound_when_creates_done']} bound by then); CPU ms/pod "
-                f"{r['cpu_ms_per_pod']}"
+                f"{r['cpu_ms_per_pod']}{extra}"
             )
             cleared = await clear_pods(api, SCHED_NS)
             progress(f"  pods deleted in {cleared:.1f}s")
-            await asyncio.sleep(3)  # let the extender's watch catch the deletes
+            if kind == "hami":
+                left = await clear_hami_locks(api)
+                r["hami"]["locks_left"] = left
+                if left:
+                    progress(f"  {left} HAMi node locks were left; removed")
+            await asyncio.sleep(3)  # let the extenders' watches catch the deletes
     return rows
+
+
+def make_profiler(api: Api, state_dir: Path, ext_pid: int, seconds: float) -> Any:
+    """A coroutine function profiling kube-apiserver, kube-scheduler and the extender
+    for ``seconds`` at once; files under bench/results/profiles/<date>[-quick]/."""
+
+    async def run() -> dict[str, Any]:
+        out = common.RESULTS / "profiles" / common.result_paths()[0].stem
+        out.mkdir(parents=True, exist_ok=True)
+        state = load_state(state_dir)
+        sched = f"https://127.0.0.1:{state['components']['kube-scheduler']['port']}"
+        names = ("kube-apiserver", "kube-scheduler", "extender")
+        got = await asyncio.gather(
+            profiles.go_profile(api.session, api.server, seconds, out / "kube-apiserver.pprof"),
+            profiles.go_profile(api.session, sched, seconds, out / "kube-scheduler.pprof"),
+            profiles.pyspy_profile(ext_pid, seconds, out / "extender.pyspy.txt"),
+            return_exceptions=True,
+        )
+        res: dict[str, Any] = {"seconds": seconds, "dir": str(out)}
+        for name, g in zip(names, got, strict=True):
+            res[name] = {"error": f"{type(g).__name__}: {g}"} if isinstance(g, BaseException) else g
+        progress(f"  profiles written to {out}")
+        return res
+
+    return run
+
+
+async def hami_nodes(api: Api, metrics_port: int) -> int:
+    """How many nodes HAMi's extender has registered (its own device metrics)."""
+    async with api.session.get(f"http://127.0.0.1:{metrics_port}/metrics", ssl=False) as r:
+        text = await r.text()
+    samples = budget.parse_samples(text, "hami_gpu_memory_limit_bytes")
+    return len({labels.get("node") for labels, _ in samples})
+
+
+async def start_hami(
+    api: Api, state_dir: Path, work: Path, kube_version: str, nodes: int
+) -> tuple[hami_round.Hami, int, Any] | str:
+    """HAMi's extender running against the bench cluster, or the reason it cannot be."""
+    try:
+        progress("HAMi: building/locating its scheduler (cached) and rendering its chart")
+        hami = await asyncio.to_thread(hami_round.prepare, kube_version)
+    except hami_round.HamiUnavailable as exc:
+        return str(exc)
+    port, mport = common.free_port(), common.free_port()
+    dev = work / "hami-device-config.yaml"
+    dev.write_text(hami.device_config)
+    env = dict(os.environ) | hami.env | {"KUBECONFIG": str(state_dir / "kubeconfig")}
+    argv = hami.argv(port, mport, dev)
+    log = state_dir / "bench-hami.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=work, env=env
+    )
+    try:
+        await asyncio.to_thread(
+            common.wait_http, f"http://127.0.0.1:{port}/healthz", 120, None, proc
+        )
+    except RuntimeError as exc:
+        common.stop(proc)
+        tail = log.read_text(errors="replace")[-800:]
+        return f"HAMi's scheduler did not come up: {exc}; log tail: {tail}"
+    # It registers the nodes from their annotations every 15 s: wait for all of them, so
+    # its first round does not start on an empty device cache.
+    t0 = time.monotonic()
+    seen = 0
+    while time.monotonic() - t0 < 180:
+        with contextlib.suppress(Exception):
+            seen = await hami_nodes(api, mport)
+        if seen >= nodes:
+            break
+        await asyncio.sleep(1)
+    else:
+        common.stop(proc)
+        return f"HAMi's scheduler registered only {seen}/{nodes} nodes in 180 s"
+    progress(f"HAMi registered {seen} nodes in {time.monotonic() - t0:.1f}s")
+    hami.notes.append(" ".join([Path(argv[0]).name, *argv[1:]]).replace(str(work) + "/", ""))
+    progress(f"HAMi's extender up on 127.0.0.1:{port} (pid {proc.pid})")
+    return hami, port, proc
 
 
 # -- (b) admission overhead ----------------------------------------------------------------
@@ -744,6 +1011,27 @@ def summarise(data: dict[str, Any]) -> None:
                 s[f"ext_{verb}_p50_s"] = spread(v["p50_s"] for v in vals)
                 s[f"ext_{verb}_p99_s"] = spread(v["p99_s"] for v in vals)
                 s[f"ext_{verb}_calls"] = spread(v["calls"] for v in vals)
+        for key in ("requests_per_pod", "flow_schema_per_pod"):
+            per = [r["api"][key] for r in rows if key in r.get("api", {})]
+            names = sorted({k for d in per for k in d})
+            s[key] = {k: spread(d.get(k, 0.0) for d in per)["median"] for k in names}
+        checks = [r["hami"] for r in rows if "hami" in r]
+        if checks:
+            per = [
+                {k: v / max(r["bound"], 1) for k, v in r["hami"]["standin"]["requests"].items()}
+                for r in rows
+                if "hami" in r
+            ]
+            s["standin_requests_per_pod"] = {
+                k: spread(d.get(k, 0.0) for d in per)["median"]
+                for k in sorted({k for d in per for k in d})
+            }
+            s["hami_devices_ok"] = all(c["ok"] for c in checks)
+            s["hami_checks"] = [
+                {k: c[k] for k in ("pods_checked", "devices", "n_duplicates", "n_wrong_count",
+                                   "n_no_annotation", "n_foreign")}
+                for c in checks
+            ]  # fmt: skip
         summ[kind] = s
     data["scheduler_summary"] = summ
     data["scheduler_default_pods_per_s"] = base
@@ -777,6 +1065,47 @@ def summarise(data: dict[str, Any]) -> None:
     data["admission_summary"] = asum
 
 
+def profile_markdown(prof: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"#### Where the CPU goes: profiles of {prof.get('seconds', '?'):.0f} s during the "
+        "first fairshare round (filter + prioritize + bind)",
+        "",
+        f"Files in `{common._portable(str(prof.get('dir', '')))}` (Go: `go tool pprof`; "
+        "extender: py-spy collapsed stacks, `--nonblocking`). Top 10 by own (flat / self) "
+        "CPU, then by cumulative / inclusive:",
+    ]
+    for name in ("kube-apiserver", "kube-scheduler", "extender"):
+        p = prof.get(name) or {}
+        lines += ["", f"**{name}**" + (f" ({p['header']})" if p.get("header") else "")]
+        if p.get("error"):
+            lines += ["", f"not profiled: {p['error']}"]
+            continue
+        if "top_flat" in p:
+            pk = ", ".join(f"`{x['package']}` {x['flat_pct']:.0f} %" for x in p.get("packages", []))
+            lines += ["", f"Own CPU by package: {pk}."]
+            lines += ["", "| flat % | function | | cum % | function |", "|---:|---|---|---:|---|"]
+            for a, b in zip(p["top_flat"][:10], p["top_cum"][:10], strict=False):
+                lines.append(
+                    f"| {a['flat_pct']:.1f} | `{a['function']}` | | {b['cum_pct']:.1f} "
+                    f"| `{b['function']}` |"
+                )
+        elif "self" in p:
+            pk = ", ".join(f"{x['function']} {x['pct']:.0f} %" for x in p.get("packages", [])[:8])
+            lines += [
+                "",
+                f"{p['samples']} samples. Own CPU by package: {pk}.",
+                "",
+                "| self % | function | | inclusive % | fairshare's functions |",
+                "|---:|---|---|---:|---|",
+            ]
+            for a, b in zip(p["self"][:10], p["inclusive"][:10], strict=False):
+                lines.append(
+                    f"| {a['pct']:.1f} | `{a['function']}` | | {b['pct']:.1f} | `{b['function']}` |"
+                )
+    return lines
+
+
 def markdown(data: dict[str, Any]) -> str:
     m = data["machine"]
     lines = [
@@ -789,7 +1118,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"({'contention possible' if data['other_apiservers'] else 'none'}).",
     ]
     summ = data.get("scheduler_summary") or {}
+    kinds = [k for k in KINDS if k in summ]
     if summ:
+        tune = data.get("kwok_tuning") or {}
         lines += [
             "",
             f"### Scheduler throughput: {data['nodes']:,} kwok GPU nodes (8 GPUs), "
@@ -799,15 +1130,23 @@ def markdown(data: dict[str, Any]) -> str:
             "Pods/s = pods / (first create sent → last pod seen bound), client clock; "
             f"pods created {CONCURRENCY} in flight. Ratio = pods/s ÷ the default profile's "
             "in the same repetition. kube-scheduler client QPS/burst "
-            f"{QPS}/{BURST} in all three; percentageOfNodesToScore default. "
-            "Extender latencies: its own histogram during the round (5000 ms = at or beyond "
-            "its top bucket, i.e. ≥ 5 s). Aim: ≥ 0.75× default.",
+            f"{QPS}/{BURST} in all configurations; percentageOfNodesToScore default. "
+            "Extender latencies: fairshare's own histogram during the round (5000 ms = at "
+            "or beyond its top bucket, i.e. ≥ 5 s). Aim: ≥ 0.75× default. kwok slowed for "
+            f"the bench: node leases {tune.get('node_lease_seconds', '?')} s (renewed every "
+            f"{(tune.get('node_lease_seconds') or 0) // 4} s), condition heartbeats every "
+            f"{tune.get('node_heartbeat_seconds', '?')}–"
+            f"{(tune.get('node_heartbeat_seconds') or 0) * 3 // 2} s, node monitor grace "
+            f"period {tune.get('node_monitor_grace_period_s', '?')} s, kwok node stage and lease "
+            f"parallelism {tune.get('kwok_parallelism', 4)}, kube-controller-manager API QPS "
+            f"{tune.get('controller_qps', 20)} (it taints and untaints every new node).",
             "",
             "| kube-scheduler | pods/s | ratio vs default | all bound | extender filter "
             "p50 / p99 | prioritize p50 / p99 | bind p50 / p99 |",
             "|---|---|---|---|---|---|---|",
         ]
-        for kind, s in summ.items():
+        for kind in kinds:
+            s = summ[kind]
 
             def v(verb: str, s: dict[str, Any] = s) -> str:
                 if f"ext_{verb}_p50_s" not in s:
@@ -819,33 +1158,97 @@ def markdown(data: dict[str, Any]) -> str:
             ratio = s["ratio_vs_default_same_rep"]
             rtxt = "1 (baseline)" if kind == "default" else cell(ratio, lambda x: f"{x:.2f}×")
             lines.append(
-                f"| {kind} | {cell(s['pods_per_s'], lambda x: f'{x:.1f}')} | {rtxt} "
+                f"| {LABELS[kind]} | {cell(s['pods_per_s'], lambda x: f'{x:.1f}')} | {rtxt} "
                 f"| {'yes' if s['complete'] else 'NO ' + str(s['bound'])} | {v('filter')} "
                 f"| {v('prioritize')} | {v('bind')} |"
             )
+        if data.get("hami_skipped"):
+            lines += ["", f"HAMi's extender was left out of this run: {data['hami_skipped']}"]
+        elif "hami" in summ:
+            h = summ["hami"]
+            checks = h.get("hami_checks") or []
+            standin = h.get("standin_requests_per_pod") or {}
+            stext = ", ".join(f"`{k}` {v:.2f}" for k, v in sorted(standin.items()))
+            lines += [
+                "",
+                "HAMi: its scheduler (`./cmd/scheduler`, "
+                f"{hami_round.HAMI_VERSION}) as its Helm chart runs it "
+                "(`tests/bench/hami_round.py` lists what the bench changes), with "
+                f"`--kube-qps={hami_round.QPS} --kube-burst={hami_round.BURST}` (the chart "
+                "sets neither; the client default 5/10 caps it near 0.5 pods/s); its device "
+                "plugin's part played by the bench at once (a best case for HAMi). GPUs it "
+                "assigned: "
+                + (
+                    "every pod got as many as it asked, on its node, none given twice"
+                    if h.get("hami_devices_ok")
+                    else f"NOT all correct: {checks}"
+                )
+                + f" ({', '.join(str(c['devices']) for c in checks)} GPUs). The device "
+                f"plugin stand-in's own requests per pod, included in the HAMi column below "
+                f"(a device plugin makes them too): {stext or '–'}.",
+            ]
+        rss = [
+            f"fairshare extender {data['extender_peak_rss_mib']:.0f} MiB"
+            if data.get("extender_peak_rss_mib")
+            else "",
+            f"HAMi's extender {data['hami_peak_rss_mib']:.0f} MiB"
+            if data.get("hami_peak_rss_mib")
+            else "",
+        ]
+        if any(rss):
+            lines += ["", "Peak RSS over the run: " + ", ".join(x for x in rss if x) + "."]
     if summ:
-        comps = ["kube-scheduler", "extender", "kube-apiserver", "etcd", "kwok"]
         lines += [
             "",
-            "CPU milliseconds per scheduled pod during the round (all pods' create → bind "
-            "→ kwok status updates; /proc of each process), median of the repetitions; and "
-            "the binding rate once all creates were sent (the scheduler's own pace when "
-            "creation is not the limit):",
+            "#### Per-pod budget",
             "",
-            "| kube-scheduler | " + " | ".join(comps) + " | pods/s after creates done |",
-            "|---|" + "---:|" * (len(comps) + 1),
-        ]
-        for kind, s in summ.items():
-            cpu = s.get("cpu_ms_per_pod", {})
-            vals = [
-                f"{cpu[c]['median']:.2f}" if c in cpu and cpu[c]["median"] is not None else "–"
-                for c in comps
-            ]
-            lines.append(
-                f"| {kind} | "
-                + " | ".join(vals)
-                + f" | {cell(s['rate_after_creates'], lambda x: f'{x:.1f}')} |"
+            "CPU milliseconds per scheduled pod during the round (all pods' create → bind "
+            "→ kwok status updates; /proc of each process), median of the repetitions. "
+            "Both extenders run through every round (an idle one still follows the pods "
+            "on its watches):",
+            "",
+            *budget.cpu_table(
+                [LABELS[k] for k in kinds],
+                {
+                    LABELS[k]: {
+                        proc: summ[k]["cpu_ms_per_pod"].get(proc, {}).get("median")
+                        for proc in PROCESSES
+                    }
+                    for k in kinds
+                },
+                [p for p in PROCESSES if any(p in summ[k]["cpu_ms_per_pod"] for k in kinds)],
+            ),
+            "",
+            "kube-apiserver requests per scheduled pod, by verb and resource (the round's "
+            "delta of `apiserver_request_total`, every client: the bench's own create and "
+            "watch are in every column), median of the repetitions:",
+            "",
+            *budget.requests_table(
+                [LABELS[k] for k in kinds],
+                {LABELS[k]: summ[k].get("requests_per_pod") or {} for k in kinds},
+            ),
+            "",
+            "The same requests by client group (kube-apiserver's flow schemas: "
+            "`kube-scheduler`; `exempt` = system:masters clients: the bench, both extenders, "
+            "the HAMi stand-in, kwok; `kube-controller-manager`, `service-accounts`...):",
+            "",
+            *budget.requests_table(
+                [LABELS[k] for k in kinds],
+                {LABELS[k]: summ[k].get("flow_schema_per_pod") or {} for k in kinds},
+                8,
+            ),
+            "",
+            "Binding rate once all creates were sent (the scheduler's own pace when "
+            "creation is not the limit): "
+            + "; ".join(
+                f"{LABELS[k]} {cell(summ[k]['rate_after_creates'], lambda x: f'{x:.1f}')}"
+                for k in kinds
             )
+            + " pods/s.",
+        ]
+    prof = next((r["profiles"] for r in data.get("scheduler") or [] if r.get("profiles")), None)
+    if prof:
+        lines += profile_markdown(prof)
     asum = data.get("admission_summary") or {}
     if asum:
         adm = data["admission"]
@@ -919,7 +1322,20 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     progress("building/locating control-plane binaries (cached)")
     await asyncio.to_thread(ensure_bins)
     t0 = time.monotonic()
-    await asyncio.to_thread(cluster_py, "up", state_dir=state_dir, timeout=600)
+    up = ["up", "--node-lease-seconds", str(BENCH_LEASE_SECONDS)]
+    up += ["--node-heartbeat-seconds", str(BENCH_HEARTBEAT_SECONDS)]
+    up += ["--kwok-parallelism", str(BENCH_KWOK_PARALLELISM)]
+    up += ["--controller-qps", str(BENCH_CONTROLLER_QPS)]
+    if args.profile:
+        up.append("--apiserver-profiling")
+    data["kwok_tuning"] = {
+        "node_lease_seconds": BENCH_LEASE_SECONDS,
+        "node_heartbeat_seconds": BENCH_HEARTBEAT_SECONDS,
+        "node_monitor_grace_period_s": BENCH_LEASE_SECONDS + 10,
+        "kwok_parallelism": BENCH_KWOK_PARALLELISM,
+        "controller_qps": BENCH_CONTROLLER_QPS,
+    }
+    await asyncio.to_thread(cluster_py, *up, state_dir=state_dir, timeout=600)
     progress(f"control plane up in {time.monotonic() - t0:.1f}s ({state_dir})")
     state = load_state(state_dir)
     with contextlib.suppress(Exception):
@@ -930,6 +1346,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     data["other_apiservers"] = common.other_apiservers(state_dir)
     api = Api(state["server"], Path(state["pki_dir"]))
     ext = None
+    hami_proc = None
     try:
         took = await ensure_nodes(api, args.nodes)
         progress(f"{args.nodes} nodes Ready in {took:.1f}s")
@@ -947,10 +1364,32 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             await asyncio.to_thread(
                 common.wait_http, f"http://127.0.0.1:{ext_port}/readyz", 120, None, ext
             )
+            peers = Peers(ext_port, ext.pid)
+            if args.no_hami:
+                peers.hami_skipped = "--no-hami"
+            else:
+                got = await start_hami(
+                    api, state_dir, work, data.get("kube_version", "v1.36.3"), args.nodes
+                )
+                if isinstance(got, str):
+                    peers.hami_skipped = got
+                    progress(f"HAMi round left out: {got}")
+                else:
+                    peers.hami, peers.hami_port, hami_proc = got
+                    peers.hami_pid = hami_proc.pid
+                    data["hami_command"] = peers.hami.notes
+            data["hami_skipped"] = peers.hami_skipped
+            profiler = None
+            if args.profile:
+                profiler = make_profiler(api, state_dir, ext.pid, args.profile)
             data["scheduler"] = await bench_scheduler(
-                api, state_dir, args.pods, args.reps, ext_port, ext.pid, work
+                api, state_dir, args.pods, args.reps, peers, work, profiler
             )
             data["extender_peak_rss_mib"] = common.peak_rss_mib(ext.pid)
+            if hami_proc is not None:
+                data["hami_peak_rss_mib"] = common.peak_rss_mib(hami_proc.pid)
+            common.stop(hami_proc)
+            hami_proc = None
             common.stop(ext)
             ext = None
             cluster_py(
@@ -965,6 +1404,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             )
     finally:
         common.stop(ext)
+        common.stop(hami_proc)
         await api.close()
     data["other_apiservers_end"] = common.other_apiservers(state_dir)
     return data
@@ -982,6 +1422,17 @@ def run(argv: list[str] | None = None) -> str:
     p.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
     p.add_argument("--skip-scheduler", action="store_true")
     p.add_argument("--skip-admission", action="store_true")
+    p.add_argument("--no-hami", action="store_true", help="leave HAMi's extender out")
+    p.add_argument(
+        "--profile",
+        type=float,
+        nargs="?",
+        const=20.0,
+        default=None,
+        metavar="SECONDS",
+        help="profile kube-apiserver, kube-scheduler and the extender for SECONDS (default "
+        "20) during the first fairshare round (filter + prioritize + bind)",
+    )
     args = p.parse_args(argv)
     q = args.quick
     if q:

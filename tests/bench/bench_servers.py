@@ -1,7 +1,7 @@
 """The extender and the webhook alone on loopback, driven by a separate load generator.
 
     python -m tests.bench.bench_servers [--quick] [--sizes 1000 5000 10000] [--reps 3]
-                                        [--no-webhook] [--no-write]
+                                        [--no-webhook] [--no-write] [--extender-tls]
 
 Each server runs as its own process from the real command line (``fairshare extender``
 / ``fairshare webhook --state FILE``) over a synthetic Kubernetes ``List``: N GPU nodes
@@ -12,9 +12,10 @@ another process and keeps its connections alive.
 Extender: ``/filter`` and ``/prioritize`` with the nodeCacheCapable body (``NodeNames``,
 ``Nodes: null``) for a pending 1-GPU pod, at 500 candidates and with every node a
 candidate; one request at a time (kube-scheduler calls an extender sequentially from
-its scheduling cycle). Client-side latency is exact; server-side latency comes from the
-extender's own ``fairshare_extender_request_duration_seconds`` histogram (difference of
-two scrapes, interpolated inside buckets as Prometheus' ``histogram_quantile`` does).
+its scheduling cycle). ``--extender-tls``: over HTTPS, as with ``enableHTTPS``.
+Client-side latency is exact; server-side latency comes from the extender's own
+``fairshare_extender_request_duration_seconds`` histogram (difference of two scrapes,
+interpolated inside buckets as Prometheus' ``histogram_quantile`` does).
 
 Webhook: over TLS (``fairshare certs``), HTTP/1.1 keep-alive: admissions/s at saturation
 (closed loop, 8 connections) and p50/p99 at a fixed offered load of 1,000/s (open loop,
@@ -220,23 +221,36 @@ def scrape(url: str, ctx: Any = None) -> str:
 
 
 def bench_extender(
-    sizes: tuple[int, ...], reps: int, seconds: float, work: Path
+    sizes: tuple[int, ...], reps: int, seconds: float, work: Path, tls: bool = False
 ) -> list[dict[str, Any]]:
+    """``tls``: the extender serves HTTPS (``--tls-cert``), the load generator verifies it
+    and keeps its connection, as kube-scheduler does with ``enableHTTPS``."""
+    import ssl
+
     rows: list[dict[str, Any]] = []
     cfg = work / "config.yaml"
     cfg.write_text(CONFIG)
+    ctx = None
+    tls_args: list[str] = []
+    serve_tls: list[str] = []
+    if tls:
+        certs = work / "ext-certs"
+        ca = common.make_certs(certs)
+        ctx = ssl.create_default_context(cafile=str(ca))
+        tls_args = ["--tls-ca", str(ca)]
+        serve_tls = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
     for n in sizes:
         st = work / f"state-{n}.json"
         st.write_text(json.dumps(state_list(n), separators=(",", ":")))
         port = common.free_port()
         argv = [common.PY, "-m", "fairshare", "extender", "--config", str(cfg)]
         argv += ["--state", str(st), "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--log-level", "WARNING"]
+        argv += ["--log-level", "WARNING", *serve_tls]
         t0 = time.monotonic()
         proc = common.start(argv, work / f"extender-{n}.log")
         try:
-            base = f"http://127.0.0.1:{port}"
-            common.wait_http(f"{base}/readyz", 300, proc=proc)
+            base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+            common.wait_http(f"{base}/readyz", 300, ctx=ctx, proc=proc)
             startup = time.monotonic() - t0
             rss0 = common.rss_mib(proc.pid)
             progress(
@@ -253,22 +267,28 @@ def bench_extender(
                     for _ in range(reps):
                         label = f'verb="{verb}"'
                         name = "fairshare_extender_request_duration_seconds"
-                        h0 = common.histogram_from_metrics(scrape(f"{base}/metrics"), name, label)
+                        h0 = common.histogram_from_metrics(
+                            scrape(f"{base}/metrics", ctx), name, label
+                        )
                         r = loadgen(
                             port,
                             f"/{verb}",
                             bodies,
+                            *tls_args,
                             "--mode=closed",
                             "--concurrency=1",
                             f"--duration={seconds}",
                             "--warmup=0.3",
                         )
-                        h1 = common.histogram_from_metrics(scrape(f"{base}/metrics"), name, label)
+                        h1 = common.histogram_from_metrics(
+                            scrape(f"{base}/metrics", ctx), name, label
+                        )
                         d = common.histogram_delta(h0, h1)
                         server_p50.append(common.histogram_quantile(d, 0.5))
                         server_p99.append(common.histogram_quantile(d, 0.99))
                         client.append(r)
                     row = {
+                        "tls": tls,
                         "nodes": n,
                         "pods": n * PODS_PER_NODE,
                         "verb": verb,
@@ -407,7 +427,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"node, 4 tenants); a separate `tests.bench.loadgen` process, keep-alive. "
         f"Medians (min–max) over {data['reps']} repetitions of {data['seconds']:.0f} s each.",
         "",
-        "### Extender: one call at a time, nodeCacheCapable (`NodeNames`) body, 1-GPU pod",
+        "### Extender: one call at a time, nodeCacheCapable (`NodeNames`) body, 1-GPU pod"
+        + (", over TLS (keep-alive)" if data.get("extender_tls") else ", plain HTTP"),
         "",
         "Client = loadgen wall time per call (HTTP + JSON both ways). Server = the "
         "extender's own latency histogram (decode → verb, before encoding the answer), "
@@ -482,6 +503,7 @@ def run(
     *,
     webhook: bool = True,
     write: bool = True,
+    extender_tls: bool = False,
 ) -> str:
     sizes = sizes or ((1_000,) if quick else SIZES)
     reps = reps or (1 if quick else 3)
@@ -494,10 +516,11 @@ def run(
         "seconds": seconds,
         "sizes": list(sizes),
         "quick": quick,
+        "extender_tls": extender_tls,
     }
     work = Path(tempfile.mkdtemp(prefix="fairshare-bench-"))
     try:
-        data["extender"] = bench_extender(sizes, reps, seconds, work)
+        data["extender"] = bench_extender(sizes, reps, seconds, work, extender_tls)
         if webhook:
             data["webhook"] = bench_webhook(sizes[0], reps, 2.0 if quick else 4.0, 1000.0, work)
     finally:
@@ -517,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=None)
     p.add_argument("--no-webhook", action="store_true", help="the extender only")
     p.add_argument("--no-write", action="store_true", help="print only, write no results")
+    p.add_argument(
+        "--extender-tls",
+        action="store_true",
+        help="the extender serves HTTPS (kube-scheduler's enableHTTPS)",
+    )
     args = p.parse_args(argv)
     run(
         args.quick,
@@ -524,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         args.reps,
         webhook=not args.no_webhook,
         write=not args.no_write,
+        extender_tls=args.extender_tls,
     )
     return 0
 

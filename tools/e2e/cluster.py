@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import ipaddress
@@ -82,6 +83,35 @@ POD_CIDR = "10.244.0.0/16"  # kwok hands pod IPs out of this range
 FAKE_NODE_IP = "10.250.0.1"  # InternalIP kwok reports for its nodes (nothing listens there)
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node=fake"
 NODE_LEASE_SECONDS = 40
+NODE_HEARTBEAT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Settings of `up` that the e2e tests leave at their defaults; the cluster benchmark
+    changes them (`tests/bench/bench_cluster.py`): at thousands of kwok nodes, the node
+    leases (renewed every lease/4 s, as a kubelet does) and heartbeats take the cores."""
+
+    node_lease_seconds: int = NODE_LEASE_SECONDS
+    """kwok's `--node-lease-duration-seconds`; kube-controller-manager's
+    `--node-monitor-grace-period` follows it (lease + 10 s) when it is above the default."""
+    node_heartbeat_seconds: int = NODE_HEARTBEAT_SECONDS
+    """Delay of the node condition heartbeat stage: between this and 1.5× this."""
+    apiserver_profiling: bool = False
+    """kube-apiserver's `--profiling` (/debug/pprof)."""
+    kwok_parallelism: int = 0
+    """kwok's nodePlayStageParallelism and nodeLeaseParallelism (0: kwok's default, 4)."""
+    controller_qps: int = 0
+    """kube-controller-manager's `--kube-api-qps` (burst twice that; 0: its default, 20):
+    its node lifecycle controller adds and removes every new node's not-ready taint."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Tuning:
+        return cls(**(data or {}))
+
 
 START_TIMEOUT = {
     "etcd": 30.0,
@@ -471,8 +501,8 @@ spec:
         operator: In
         values: ["True"]
   delay:
-    durationMilliseconds: 60000
-    jitterDurationMilliseconds: 90000
+    durationMilliseconds: @HEARTBEAT_MS@
+    jitterDurationMilliseconds: @JITTER_MS@
   immediateNextStage: true
   steps:
   - patch:
@@ -619,8 +649,21 @@ spec:
 )
 
 
-def kwok_config() -> str:
-    return "---\n".join(KWOK_STAGES)
+def kwok_config(heartbeat_seconds: int = NODE_HEARTBEAT_SECONDS, parallelism: int = 0) -> str:
+    ms = heartbeat_seconds * 1000
+    docs = list(KWOK_STAGES)
+    if parallelism > 0:
+        docs.insert(
+            0,
+            # With a KwokConfiguration, kwok leaves unset parallelisms at 0 (and refuses
+            # them): pods keep kwok's default, 4.
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+            f"  nodePlayStageParallelism: {parallelism}\n"
+            f"  nodeLeaseParallelism: {parallelism}\n"
+            "  podPlayStageParallelism: 4\n",
+        )
+    text = "---\n".join(docs)
+    return text.replace("@HEARTBEAT_MS@", str(ms)).replace("@JITTER_MS@", str(ms * 3 // 2))
 
 
 # --------------------------------------------------------------------------------------------
@@ -961,7 +1004,12 @@ def write_scheduler_config(paths: Paths, source: Path | None) -> Path:
 
 
 def argv_for(
-    name: str, bins: Path, paths: Paths, ports: dict[str, int], kubeconfig: Path | None = None
+    name: str,
+    bins: Path,
+    paths: Paths,
+    ports: dict[str, int],
+    kubeconfig: Path | None = None,
+    tuning: Tuning = Tuning(),
 ) -> list[str]:
     pki = paths.pki
     kc = paths.component_kubeconfig
@@ -1009,7 +1057,7 @@ def argv_for(
             "--allow-privileged=true",
             # The `kubernetes` Service cannot point at a loopback endpoint; nothing needs it.
             "--endpoint-reconciler-type=none",
-            "--profiling=false",
+            f"--profiling={'true' if tuning.apiserver_profiling else 'false'}",
         ]
     if name == "kube-controller-manager":
         return [
@@ -1028,6 +1076,19 @@ def argv_for(
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--controllers=*",
             "--profiling=false",
+            *(
+                [f"--node-monitor-grace-period={tuning.node_lease_seconds + 10}s"]
+                if tuning.node_lease_seconds > NODE_LEASE_SECONDS
+                else []
+            ),
+            *(
+                [
+                    f"--kube-api-qps={tuning.controller_qps}",
+                    f"--kube-api-burst={2 * tuning.controller_qps}",
+                ]
+                if tuning.controller_qps > 0
+                else []
+            ),
         ]
     if name == "kube-scheduler":
         return [
@@ -1049,7 +1110,7 @@ def argv_for(
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}",
             "--manage-nodes-with-label-selector=",
-            f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            f"--node-lease-duration-seconds={tuning.node_lease_seconds}",
             f"--cidr={POD_CIDR}",
             f"--node-ip={FAKE_NODE_IP}",
             f"--server-address={LOOPBACK}:{ports['kwok']}",
@@ -1065,7 +1126,7 @@ def start_component(
     ports: dict[str, int],
     kubeconfig: Path | None = None,
 ) -> None:
-    argv = argv_for(name, bins, paths, ports, kubeconfig)
+    argv = argv_for(name, bins, paths, ports, kubeconfig, Tuning.from_dict(state.get("tuning")))
     home = paths.run / "kwok-home" if name == "kwok" else None  # ignore any ~/.kwok/kwok.yaml
     if home is not None:
         home.mkdir(parents=True, exist_ok=True)
@@ -1094,8 +1155,17 @@ def cluster_is_healthy(state: dict[str, Any]) -> bool:
     return all(s["healthy"] for s in component_status(state).values())
 
 
-def do_up(paths: Paths, scheduler_config: Path | None, external: Path | None = None) -> int:
+def do_up(
+    paths: Paths,
+    scheduler_config: Path | None,
+    external: Path | None = None,
+    tuning: Tuning = Tuning(),
+) -> int:
     existing = load_state(paths)
+    if existing is not None and Tuning.from_dict(existing.get("tuning")) != tuning:
+        log("the running cluster has other settings (lease, heartbeat, profiling); restarting")
+        do_down(paths, purge_logs=False)
+        existing = None
     if existing is not None and existing.get("external_kubeconfig") != (
         str(external) if external else None
     ):
@@ -1143,7 +1213,9 @@ def do_up(paths: Paths, scheduler_config: Path | None, external: Path | None = N
     paths.component_kubeconfig("x").parent.mkdir(parents=True, exist_ok=True)
     for user in ("admin", "kube-controller-manager", "kube-scheduler", "kwok"):
         write_kubeconfig(paths.component_kubeconfig(user), server, paths.pki, user)
-    (paths.run / "kwok.yaml").write_text(kwok_config())
+    (paths.run / "kwok.yaml").write_text(
+        kwok_config(tuning.node_heartbeat_seconds, tuning.kwok_parallelism)
+    )
     write_scheduler_config(paths, scheduler_config)
 
     state: dict[str, Any] = {
@@ -1162,6 +1234,7 @@ def do_up(paths: Paths, scheduler_config: Path | None, external: Path | None = N
         "kwok_node_annotation": KWOK_NODE_ANNOTATION,
         "scheduler_config_source": str(scheduler_config) if scheduler_config else None,
         "scheduler_config": str(paths.run / "kube-scheduler.config.json"),
+        "tuning": tuning.as_dict(),
         "components": {},
     }
     save_state(paths, state)
@@ -1370,6 +1443,34 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="use this existing cluster (e.g. kind) instead: start only kwok against it",
     )
+    up.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=NODE_LEASE_SECONDS,
+        help="kwok's node lease duration (renewed every lease/4 s); above the default, "
+        "kube-controller-manager's node monitor grace period becomes lease + 10 s",
+    )
+    up.add_argument(
+        "--node-heartbeat-seconds",
+        type=int,
+        default=NODE_HEARTBEAT_SECONDS,
+        help="seconds between kwok's node condition heartbeats (N to 1.5 N)",
+    )
+    up.add_argument(
+        "--apiserver-profiling", action="store_true", help="serve kube-apiserver /debug/pprof"
+    )
+    up.add_argument(
+        "--kwok-parallelism",
+        type=int,
+        default=0,
+        help="kwok's node stage and lease parallelism (default: kwok's own, 4)",
+    )
+    up.add_argument(
+        "--controller-qps",
+        type=int,
+        default=0,
+        help="kube-controller-manager's API QPS, burst twice that (default: its own, 20)",
+    )
     down = add("down", "stop the control plane and remove its state (logs are kept)")
     down.add_argument("--purge-logs", action="store_true", help="also remove run/logs")
     status = add("status", "show component health; exit status 0 only if all are healthy")
@@ -1386,7 +1487,18 @@ def main(argv: list[str] | None = None) -> int:
     if ext is not None:
         ext = ext.expanduser().resolve()
     commands: dict[str, Callable[[], int]] = {
-        "up": lambda: do_up(paths, sched, ext),
+        "up": lambda: do_up(
+            paths,
+            sched,
+            ext,
+            Tuning(
+                args.node_lease_seconds,
+                args.node_heartbeat_seconds,
+                args.apiserver_profiling,
+                args.kwok_parallelism,
+                args.controller_qps,
+            ),
+        ),
         "down": lambda: do_down(paths, args.purge_logs),
         "status": lambda: do_status(paths, args.json),
         "restart-scheduler": lambda: do_restart_scheduler(paths, sched),
