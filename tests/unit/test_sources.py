@@ -776,6 +776,26 @@ async def test_make_api_client_from_a_kubeconfig(tmp_path: Path):
         await api_client.close()
 
 
+@pytest.mark.parametrize("proxy", [None, "HTTPS_PROXY", "http_proxy"])
+async def test_api_client_trusts_the_environment_only_for_a_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxy: str | None
+):
+    """Without a proxy in the environment the client's session does not trust it: aiohttp
+    would otherwise look up ``.netrc`` in a worker thread before every API request."""
+    for var in informers.PROXY_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+    if proxy:
+        monkeypatch.setenv(proxy, "http://proxy.example:3128")
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    api_client = await informers.make_api_client(str(path))
+    try:
+        assert api_client.rest_client.pool_manager.trust_env is (proxy is not None)
+    finally:
+        await api_client.close()
+
+
 @pytest.mark.parametrize("where", ["missing-file", "not-in-cluster"])
 async def test_make_api_client_without_credentials_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
