@@ -73,10 +73,12 @@ soak: install build
 # openb: 11 pod lists x 3 policies x 10 seeds, plus the fairness-at-saturation runs.
 # matplotlib (the [bench] extra) draws the PNG; without it only the tables are written.
 # QUICK=1: --quick, 3 pod lists (default, gpuspec20, multigpu20) x 3 seeds, for development.
-# Runs are spread over all cores (--workers).
+# Runs are spread over all cores (--workers). RUNS_DIR=DIR keeps each finished run there and
+# reuses those already there (resume a cut-off run); empty it when the simulator changes.
 bench-quality: install build
 	-$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)" $(if $(QUICK),--quick)
+	$(PY) -m tests.bench.bench_quality --trace "$(OPENB)" $(if $(QUICK),--quick) \
+	  $(if $(RUNS_DIR),--runs-dir "$(RUNS_DIR)")
 
 cluster-bins:
 	bash tools/e2e/build-bins.sh

@@ -194,6 +194,39 @@ def _run(job: Job) -> dict[str, Any]:
     return _allocation_run(job) if job[0] == "allocation" else _fairness_run(job)
 
 
+def run_file(runs_dir: Path, job: Job) -> Path:
+    """Where ``--runs-dir`` keeps one run: named by what the run depends on (the trace
+    folder aside: one directory per trace)."""
+    kind, _trace, pods, seed, policy = job[:5]
+    name = f"{kind}-{pods}-{policy}-{seed}"
+    if kind == "fairness":
+        weights, load = job[5], job[6]
+        name += f"-w{'_'.join(f'{w:g}' for w in weights)}-l{load:g}"
+    return runs_dir / f"{name}.json"
+
+
+def load_saved_run(runs_dir: Path | None, job: Job) -> dict[str, Any] | None:
+    """A run ``--runs-dir`` already holds for ``job`` (None if none, or unreadable)."""
+    if runs_dir is None:
+        return None
+    path = run_file(runs_dir, job)
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return run if isinstance(run, dict) and "kind" in run else None
+
+
+def save_run(runs_dir: Path | None, job: Job, run: dict[str, Any]) -> None:
+    if runs_dir is None:
+        return
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = run_file(runs_dir, job)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run) + "\n")
+    tmp.replace(path)
+
+
 # -- aggregation ------------------------------------------------------------------------------
 
 
@@ -646,6 +679,13 @@ def main(argv: list[str] | None = None) -> int:
         help="how many of the seeds each trace's saturation runs use, the first ones "
         "(default 1: one saturation run of ours costs about twelve allocation runs)",
     )
+    p.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="keep every finished run here and reuse the runs it already holds (resume a "
+        "cut-off run; run policies separately); empty it when the simulator changes",
+    )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -693,6 +733,12 @@ def main(argv: list[str] | None = None) -> int:
         for pol in policies:
             jobs += [("fairness", str(trace), pods, s, pol, weights, args.load) for s in fair_seeds]
             jobs += [("allocation", str(trace), pods, s, pol) for s in seeds]
+    runs: list[dict[str, Any]] = []
+    saved = [(j, load_saved_run(args.runs_dir, j)) for j in jobs]
+    runs += [r for _, r in saved if r is not None]
+    jobs = [j for j, r in saved if r is None]
+    if runs:
+        print(f"bench-quality: {len(runs)} run(s) reused from {args.runs_dir}", file=sys.stderr)
     # Longest first, so the last runs of the pool are short ones.
     jobs.sort(key=lambda j: -_cost(j))
     workers = max(1, args.workers)
@@ -705,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commit = _commit()  # the checkout the runs start from
     t0 = time.perf_counter()
-    runs: list[dict[str, Any]] = []
+    reused = len(runs)
     done_cost = 0.0
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures: dict[Future[dict[str, Any]], Job] = {pool.submit(_run, j): j for j in jobs}
@@ -716,6 +762,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # report which run broke, then stop
                 print(f"bench-quality: {_describe(job)} failed: {exc!r}", file=sys.stderr)
                 raise
+            save_run(args.runs_dir, job, r)
             runs.append(r)
             done_cost += _cost(job)
             elapsed = time.perf_counter() - t0
@@ -739,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
         "workers": workers,
         "cores": os.cpu_count(),
         "commit": commit,
-        "runs": len(jobs),
+        "runs": len(jobs) + reused,
+        "reusedRuns": reused,
         "seconds": round(time.perf_counter() - t0, 1),
         "cpuSeconds": round(sum(r["cpuSeconds"] for r in runs), 1),
     }
