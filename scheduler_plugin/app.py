@@ -240,18 +240,21 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         namespace_labels=_labels(deps),
         fair=deps.tracker.fair_shares(config),
         on_gate=deps.tracker.note_filter,
+        parse=lambda pod: deps.tracker.request(pod, config),
     )
 
 
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
+    config = deps.config()
     return verbs.prioritize_verb(
         args,
         state=deps.tracker.state,
-        config=deps.config(),
+        config=config,
         namespace_labels=_labels(deps),
         mix=deps.tracker.mix(),
         context=deps.tracker.context(),
+        parse=lambda pod: deps.tracker.request(pod, config),
     )
 
 
