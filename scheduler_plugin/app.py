@@ -240,18 +240,21 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         namespace_labels=_labels(deps),
         fair=deps.tracker.fair_shares(config),
         on_gate=deps.tracker.note_filter,
+        parse=lambda pod: deps.tracker.request(pod, config),
     )
 
 
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
+    config = deps.config()
     return verbs.prioritize_verb(
         args,
         state=deps.tracker.state,
-        config=deps.config(),
+        config=config,
         namespace_labels=_labels(deps),
         mix=deps.tracker.mix(),
         context=deps.tracker.context(),
+        parse=lambda pod: deps.tracker.request(pod, config),
     )
 
 
@@ -541,6 +544,7 @@ async def serve(
     )
     api_client = None
     binder: Binder = bind_locally
+    api_binder = None
     if state_file is None:
         from fairshare.state import informers
         from scheduler_plugin import binding
@@ -550,7 +554,7 @@ async def serve(
             election.lease_duration if election else None,
             election.renew_deadline if election else None,
         )
-        binder = binding.api_binder(api_client, timeout=timeout)
+        binder = api_binder = binding.api_binder(api_client, timeout=timeout)
     deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
     box["m"] = deps.metrics
     deps.metrics.set_extender_leader(election is None)
@@ -596,5 +600,7 @@ async def serve(
             app, host=host, port=port, ssl_context=reloader.context if reloader else None
         )
     finally:
+        if api_binder is not None:
+            await api_binder.close()
         if api_client is not None:
             await api_client.close()

@@ -1,21 +1,21 @@
 """POST a pod's Binding to the API server: the extender's bind verb, as an adapter.
 
-Imports kubernetes_asyncio. The Binding's ``metadata.annotations`` carry
-``fairshare.io/gpu-devices``; the pods/binding storage copies them onto the pod in the
-same write that sets ``spec.nodeName`` (with the pod UID as a precondition), so a crash
-can never leave a device annotation without a binding, or the reverse.
+Uses a kubernetes_asyncio ``ApiClient``'s connection pool and credentials. The
+Binding's ``metadata.annotations`` carry ``fairshare.io/gpu-devices``; the pods/binding
+storage copies them onto the pod in the same write that sets ``spec.nodeName`` (with the
+pod UID as a precondition), so a crash can never leave a device annotation without a
+binding, or the reverse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
 from typing import Any
+from urllib.parse import quote
 
-from kubernetes_asyncio import client as k8s_client
+import aiohttp
 
 from scheduler_plugin.verbs import BindPlan
-
-_client: Any = k8s_client
 
 
 class BindingError(Exception):
@@ -36,26 +36,62 @@ def bind_timeout(lease_duration: float | None, renew_deadline: float | None) -> 
     return max(0.5, min(BIND_TIMEOUT, (lease_duration - renew_deadline) * 0.8))
 
 
-def api_binder(
-    api_client: Any, *, timeout: float = BIND_TIMEOUT
-) -> Callable[[BindPlan], Awaitable[None]]:
+class ApiBinder:
     """A binder that creates ``plan.binding`` through ``pods/binding``, giving up (and
-    failing the bind, which kube-scheduler retries) after ``timeout`` seconds."""
-    v1 = _client.CoreV1Api(api_client)
+    failing the bind, which kube-scheduler retries) after ``timeout`` seconds.
 
-    async def bind(plan: BindPlan) -> None:
-        # Raw JSON in and out: the generated V1Binding model rejects some valid replies.
-        resp = await v1.create_namespaced_pod_binding(
-            plan.name,
-            plan.namespace,
-            dict(plan.binding),
-            _preload_content=False,
-            _request_timeout=timeout,
+    The POST goes out on the ``ApiClient``'s own connection pool (its TLS connections to
+    the API server, client certificate and ``tls-server-name`` included) but not through
+    its generated method: that one re-serialises the body and, its session trusting the
+    environment, reads ``~/.netrc`` and the proxy variables in a worker thread for every
+    request; a bind is on kube-scheduler's path for every pod. A proxy of the kubeconfig
+    and a bearer token (refreshed by the configuration's hook) are used as the client
+    uses them. ``close()`` closes only this session, never the shared pool.
+    """
+
+    def __init__(self, api_client: Any, *, timeout: float = BIND_TIMEOUT) -> None:
+        self.config = api_client.configuration
+        rest = api_client.rest_client
+        self.session = aiohttp.ClientSession(
+            connector=rest.pool_manager.connector, connector_owner=False, trust_env=False
         )
-        # With _preload_content=False the client hands back error statuses unraised.
-        if resp.status >= 300:
-            detail = (await resp.read()).decode(errors="replace")[:300]
-            raise BindingError(f"HTTP {resp.status}: {detail}")
-        resp.release()
+        self.extra: dict[str, Any] = {}
+        if rest.server_hostname:
+            self.extra["server_hostname"] = rest.server_hostname
+        if rest.proxy:
+            self.extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            self.extra["proxy_headers"] = rest.proxy_headers
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.agent = str(api_client.user_agent)
 
-    return bind
+    async def __call__(self, plan: BindPlan) -> None:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": self.agent,
+        }
+        token = (await self.config.auth_settings()).get("BearerToken")
+        if token and token.get("value"):
+            headers["authorization"] = token["value"]
+        ns, name = quote(plan.namespace, safe=""), quote(plan.name, safe="")
+        url = f"{self.config.host}/api/v1/namespaces/{ns}/pods/{name}/binding"
+        async with self.session.post(
+            url,
+            data=json.dumps(plan.binding).encode(),
+            headers=headers,
+            timeout=self.timeout,
+            **self.extra,
+        ) as resp:
+            if resp.status >= 300:
+                detail = (await resp.read()).decode(errors="replace")[:300]
+                raise BindingError(f"HTTP {resp.status}: {detail}")
+            await resp.read()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def api_binder(api_client: Any, *, timeout: float = BIND_TIMEOUT) -> ApiBinder:
+    """The ``ApiBinder`` of ``api_client`` (call it in the event loop that serves)."""
+    return ApiBinder(api_client, timeout=timeout)

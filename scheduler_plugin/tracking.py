@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,8 @@ KIND_PVC = "PersistentVolumeClaim"
 
 GONE_MEMORY = 10_000
 """How many deleted pod uids to remember (a late filter call must not revive them)."""
+VERB_READS = 256
+"""How many pods sent by kube-scheduler to keep parsed (``ExtenderTracker.request``)."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +102,14 @@ def _rebind(state: ClusterState, held: BoundPod, row: Sequence[float]) -> None:
         mig=held.mig,
         group=held.group,
     )
+
+
+def _inputs(slim: dict[str, Any], tenant: str | None) -> tuple[Any, ...]:
+    """What reading a (slim) pod depends on besides the config and the node set: all of
+    the slim pod but its phase (a terminal phase never gets this far), and its tenant."""
+    status = slim.get("status")
+    claims = status.get("resourceClaimStatuses") if isinstance(status, dict) else None
+    return (slim.get("metadata"), slim.get("spec"), claims, tenant)
 
 
 def _claim_key(claim: dict[str, Any]) -> str:
@@ -150,6 +160,16 @@ class ExtenderTracker:
     _largest: tuple[int, int | None] | None = field(default=None, init=False)
     _memory_uids: set[str] = field(default_factory=set, init=False)
     """Pods that ask by GPU memory: their rows depend on the nodes' device memory."""
+    _read: dict[str, tuple[FairShareConfig, tuple[Any, ...], bool]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """Per pod, what its last reading depended on (``_inputs``), with the config it was
+    read under and whether it is a GPU share: a watch event that changes none of it (a
+    status update, the phase going Pending -> Running) is not parsed again."""
+    _verb_reads: OrderedDict[tuple[str, str], tuple[Any, ...]] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
+    """The pods of the last scheduler calls by (uid, resourceVersion), parsed (``request``)."""
 
     def __post_init__(self) -> None:
         config = self.config()
@@ -308,7 +328,7 @@ class ExtenderTracker:
             if deleted:
                 self._forget_pod(objects.pod_uid(obj))
             else:
-                self._pod(obj)
+                self._pod(obj, skip_unchanged=True)
         elif kind == dra.KIND_CLAIM:
             if deleted:
                 self.resource_claims.pop(_claim_key(obj), None)
@@ -442,6 +462,7 @@ class ExtenderTracker:
             return
         had_claims = self.claim_pods.pop(uid, None) is not None
         self.pods.pop(uid, None)
+        self._read.pop(uid, None)
         self.gated.discard(uid)
         self._memory_uids.discard(uid)
         self.class_keys.pop(uid, None)
@@ -457,7 +478,20 @@ class ExtenderTracker:
         if self.on_change is not None:
             self.on_change()
 
-    def _pod(self, pod: dict[str, Any]) -> None:
+    def _settled(self, uid: str, slim: dict[str, Any]) -> bool:
+        """Is the pod held as its last reading left it (so reading it again changes
+        nothing)? Bound: accounted on its node. Pending: queued, or known unreadable."""
+        if objects.is_bound(slim):
+            held = self.state.pods.get(uid)
+            node = (slim.get("spec") or {}).get("nodeName")
+            return held is not None and held.node == node and uid not in self.pending
+        return uid in self.pending or uid in self.unreadable
+
+    def _pod(self, pod: dict[str, Any], *, skip_unchanged: bool = False) -> None:
+        """Read one pod into the state. ``skip_unchanged``: a watch event whose pod
+        differs from the last reading only where nothing here looks (``_inputs``) is
+        not parsed again (the node set, namespace labels and config changes re-read pods
+        without it)."""
         uid = objects.pod_uid(pod)
         config = self.config()
         if handoff.is_reservation_pod(pod, config.gpu_sharing.reservation):
@@ -471,9 +505,19 @@ class ExtenderTracker:
             self._mix_changes += 1
         # Only what a later re-read needs is kept: at 100,000 pods the whole objects
         # would be most of the process' memory.
-        self.pods[uid] = objects.slim_pod(pod)
-        self.unreadable.pop(uid, None)
+        slim = objects.slim_pod(pod)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
+        inputs = _inputs(slim, tenant)
+        held = self._read.get(uid)
+        unchanged = held is not None and held[0] is config and held[1] == inputs
+        if skip_unchanged and unchanged and self._settled(uid, slim):
+            self.pods[uid] = slim
+            if held is not None and held[2] and objects.is_bound(slim):
+                self._changed()  # as below: a shared GPU's sweep looks at its pods
+            return
+        self.pods[uid] = slim
+        self.unreadable.pop(uid, None)
+        share = False
         try:
             req = objects.pod_request(
                 pod,
@@ -482,6 +526,7 @@ class ExtenderTracker:
                 index=self.state.index,
                 device_memory=self.largest_device_memory,
             )
+            share = objects.is_share(req)
             if req.demand.gpu.memory is not None:
                 self._memory_uids.add(uid)
             else:
@@ -490,14 +535,15 @@ class ExtenderTracker:
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
-                objects.apply_pod(self.state, pod, config, tenant)
-                if self.on_change is not None and objects.is_share(req):
+                objects.apply_pod(self.state, pod, config, tenant, request=req)
+                if self.on_change is not None and share:
                     self.on_change()
             else:
                 self.pending[uid] = req
         except (StateError, resources.DemandError) as exc:
             self.unreadable[uid] = str(exc)
             self.pending.pop(uid, None)
+        self._read[uid] = (config, inputs, share)
         names = dra.pod_claim_names(pod)
         if names or uid in self.claim_pods:
             if names:
@@ -536,6 +582,36 @@ class ExtenderTracker:
                 self.pods.pop(uid, None)
                 self.pending.pop(uid, None)
                 self.unreadable[uid] = f"{type(exc).__name__}: {exc}"
+
+    def request(self, pod: Mapping[str, Any], config: FairShareConfig) -> PodRequest:
+        """The ``PodRequest`` of a pod sent by kube-scheduler (``verbs.request_for``),
+        read once per pod version: filter and prioritize of one scheduling attempt carry
+        the same pod (uid and ``resourceVersion``), so prioritize reuses filter's reading
+        as long as the tenant, config, columns and largest device are the same. Raises
+        ``resources.DemandError`` (not remembered: the next call reads the pod again)."""
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
+        state = self.state
+        stamp = (tenant, self.largest_device_memory())
+        key = (uid, version) if isinstance(uid, str) and isinstance(version, str) else None
+        held = self._verb_reads.get(key) if key is not None else None
+        if held is not None and held[0] is config and held[1] is state.index and held[2] == stamp:
+            req: PodRequest = held[3]
+            return req
+        req = objects.pod_request(
+            pod,
+            config=config,
+            tenant=tenant,
+            index=state.index,
+            device_memory=self.largest_device_memory,
+        )
+        if key is not None:
+            self._verb_reads[key] = (config, state.index, stamp, req)
+            while len(self._verb_reads) > VERB_READS:
+                self._verb_reads.popitem(last=False)
+        return req
 
     def fair_shares(self, config: FairShareConfig) -> dict[str, fairness.FairShare]:
         """The fair allocation over bound + pending demand, cached until either changes."""

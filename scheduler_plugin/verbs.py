@@ -46,6 +46,9 @@ from fairshare.state.cluster import BoundPod, ClusterState
 from scheduler_plugin import filtering, preemption, wire
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
+Parse = Callable[[Mapping[str, Any]], PodRequest]
+"""A pod in a request -> its ``PodRequest`` (``request_for`` with the caller's state,
+config and labels, possibly remembered); raises ``resources.DemandError``."""
 
 
 def request_for(
@@ -66,6 +69,18 @@ def request_for(
     )
 
 
+def _parse(
+    pod: Mapping[str, Any],
+    parse: Parse | None,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None,
+) -> PodRequest:
+    if parse is not None:
+        return parse(pod)
+    return request_for(pod, state=state, config=config, namespace_labels=namespace_labels or {})
+
+
 # -- filter ------------------------------------------------------------------------------
 
 
@@ -78,18 +93,17 @@ def filter_verb(
     namespace_labels: NamespaceLabels | None = None,
     fair: Mapping[str, fairness.FairShare] | None = None,
     on_gate: Callable[[PodRequest, fairness.GateDecision | None], None] | None = None,
+    parse: Parse | None = None,
 ) -> dict[str, Any]:
     """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
 
     ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
     ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
-    for the gated-pods gauge.
+    for the gated-pods gauge. ``parse`` reads the pod (default: ``request_for``).
     """
     names = args.candidate_names()
     try:
-        req = request_for(
-            args.pod, state=state, config=config, namespace_labels=namespace_labels or {}
-        )
+        req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
         return _filter_result(args, (), {}, dict.fromkeys(names, reason)).encode()
@@ -132,17 +146,17 @@ def prioritize_verb(
     namespace_labels: NamespaceLabels | None = None,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
+    parse: Parse | None = None,
 ) -> list[dict[str, Any]]:
     """``HostPriorityList`` as JSON: one ``{Host, Score}`` per node given, 0..10 ints.
 
     Nodes that do not fit (or are unknown) score 0. ``context`` may be cached by the
     caller (it only changes with the node set); ``mix`` feeds the fragmentation term.
+    ``parse`` reads the pod (default: ``request_for``).
     """
     names = args.candidate_names()
     try:
-        req = request_for(
-            args.pod, state=state, config=config, namespace_labels=namespace_labels or {}
-        )
+        req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError:
         return wire.encode_scores(names, [0] * len(names))
     found = list(map(state.node_index.get, names))

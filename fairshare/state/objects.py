@@ -534,7 +534,12 @@ def _devices_for(
 
 
 def apply_pod(
-    state: ClusterState, pod: Mapping[str, Any], config: FairShareConfig, tenant: str | None
+    state: ClusterState,
+    pod: Mapping[str, Any],
+    config: FairShareConfig,
+    tenant: str | None,
+    *,
+    request: PodRequest | None = None,
 ) -> BoundPod | None:
     """Account a bound, non-terminal pod on its node; returns what the state holds.
 
@@ -542,6 +547,8 @@ def apply_pod(
     the same node with the same row is left as it is (informer resyncs are no-ops). A pod
     whose node the state does not know yet is skipped (None): the caller re-applies pods
     when their node arrives. Raises ``resources.DemandError`` for unreadable resources.
+    ``request``: the pod's ``pod_request`` under ``config`` and ``tenant`` when the caller
+    has it already (not used for a pod asking by GPU memory: its row depends on the node).
 
     A fractional pod joins its shared GPU (``fairshare.io/gpu-group``), so the shares
     of one group land on one slot whatever order the pods come back in; whole-GPU pods
@@ -557,13 +564,15 @@ def apply_pod(
         state.unbind(uid)
         return None
     node_memory = state.nodes[i].device_memory
-    req = pod_request(
-        pod,
-        config=config,
-        tenant=tenant,
-        index=state.index,
-        device_memory=lambda: node_memory or largest_device_memory(state),
-    )
+    req = request
+    if req is None or req.demand.gpu.memory is not None:
+        req = pod_request(
+            pod,
+            config=config,
+            tenant=tenant,
+            index=state.index,
+            device_memory=lambda: node_memory or largest_device_memory(state),
+        )
     annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
     row = req.row
     slices = mig_use(state, req, i)
