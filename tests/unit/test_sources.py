@@ -196,6 +196,27 @@ async def test_list_then_events_reach_the_sink_in_order():
     assert r.synced.is_set() and delays == []
 
 
+async def test_a_burst_of_watch_events_hands_the_loop_back():
+    """Events read in one chunk are not all handled before anything else runs: the
+    watch yields every EVENTS_PER_YIELD events (admission calls wait on the same loop)."""
+    n = 5 * informers.EVENTS_PER_YIELD
+    api = FakeApi(
+        lists=[listing(1)],
+        watches=[[event("ADDED", pod(f"p{i}", 2 + i)) for i in range(n)]],
+    )
+    sink = Recorder()
+    r, _ = reflector(api, sink)
+    seen: list[int] = []
+
+    async def other_request() -> None:
+        seen.append(sum(1 for c in sink.calls if c[0] == "ADDED"))
+
+    asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other_request()))
+    await play(r)
+    assert len(sink.calls) == n + 1  # nothing lost
+    assert seen and seen[0] <= informers.EVENTS_PER_YIELD + 1
+
+
 async def test_listed_items_get_kind_and_api_version():
     api = FakeApi(lists=[listing(3, pod("a", 1))], watches=[])
     sink = Store()
