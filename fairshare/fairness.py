@@ -20,13 +20,8 @@ Definitions (Ghodsi et al., "Dominant Resource Fairness", NSDI'11, with weights)
   for divisible demand, so it is work-conserving: nothing a tenant could still use is
   left unassigned.
 * The **gate**: a pod of tenant t waits when t's share *after* the pod would exceed
-  ``(1 - YIELD_BAND)`` × t's fair share **and** another tenant u with a lower current
-  share (ties broken by tenant name) has a pending pod that fits now. Below the band a
-  pod is never held back; in it (near its fair share, not above) a tenant yields to
-  tenants further below theirs, so when room runs out every tenant ends about the same
-  fraction short, not the last to fill alone. The band applies only to a tenant whose
-  fair allocation is short of its demand; one whose whole demand fits in its fair
-  allocation yields only above it. The lowest-share tenant with a fitting
+  t's fair share **and** another tenant u with a lower current share (ties broken by
+  tenant name) has a pending pod that fits now. The lowest-share tenant with a fitting
   pod is never held back, so no capacity is idle while a pod that fits waits.
 """
 
@@ -44,10 +39,6 @@ CurrentShare = NewType("CurrentShare", float)
 ShareAfter = NewType("ShareAfter", float)
 
 EPS = 1e-9
-YIELD_BAND = 0.05
-"""How close below its fair share a tenant starts to yield to tenants further below
-theirs (a fraction of the fair share). A tenant is never held below
-``(1 - YIELD_BAND)`` × its fair share, whatever another tenant waits for."""
 """Relative tolerance for share comparisons (shares are ratios of exact integers)."""
 
 
@@ -449,28 +440,10 @@ class GateDecision:
         """The text kube-scheduler shows in the pod's FailedScheduling event."""
         if self.allowed:
             return ""
-        if self.share_after <= self.fair_share * (1 + EPS) + EPS:
-            return (
-                f"tenant {self.tenant} near its fair share "
-                f"({self.share_after:.2f} of {self.fair_share:.2f}) while {self.waiting_for}, "
-                "further below its own, waits"
-            )
         return (
             f"tenant {self.tenant} above its fair share "
             f"({self.share_after:.2f} > {self.fair_share:.2f}) while {self.waiting_for} waits"
         )
-
-
-def exempt(share_after: float, fair_share: float, yield_band: float = YIELD_BAND) -> bool:
-    """Below the yield band: the pod is never held back."""
-    return share_after <= fair_share * (1 - yield_band) * (1 + EPS) + EPS
-
-
-def yield_band(fair: FairShare | None) -> float:
-    """The band for a tenant: ``YIELD_BAND`` when its fair allocation is short of its
-    demand (the cluster, not its demand, bounds it), else 0 (there is room for all it
-    asks: it never yields below its fair share)."""
-    return YIELD_BAND if fair is not None and fair.fraction_of_demand < 1 - 1e-6 else 0.0
 
 
 def check_gate(
@@ -480,15 +453,13 @@ def check_gate(
     share_after: ShareAfter,
     fair_share: float,
     contenders: Sequence[Contender],
-    band: float = YIELD_BAND,
 ) -> GateDecision:
     """Decide whether a pod of ``tenant`` may be placed now (see module docstring).
 
     The tenant waits only for a contender that has a pending pod fitting now and a
-    lower current share, or an equal share and a smaller name; and only when its share
-    after the pod is above ``1 - band`` of its fair share (``yield_band``).
+    lower current share, or an equal share and a smaller name.
     """
-    if exempt(share_after, fair_share, band):
+    if share_after <= fair_share * (1 + EPS) + EPS:
         return GateDecision(True, tenant, share_after, fair_share)
     ahead = [
         c

@@ -12,8 +12,7 @@ prometheus_client.
 * ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
   share that have a pending pod fitting some node now.
 
-A pod that keeps its tenant below ``1 - fairness.YIELD_BAND`` of its fair share is never
-gated (returns None).
+A pod that keeps its tenant within its fair share is never gated (returns None).
 """
 
 from __future__ import annotations
@@ -296,8 +295,7 @@ def check_fair_gate(
         fair = fair_shares_for(state, config, demand_rows(state, queue))
     mine_fair = fair.get(t)
     fair_share = mine_fair.share if mine_fair else 0.0
-    band = fairness.yield_band(mine_fair)
-    if fairness.exempt(share_after, fair_share, band):
+    if share_after <= fair_share * (1 + fairness.EPS) + fairness.EPS:
         return None
     shares = current_shares(state, config)
     mine = shares.get(t, 0.0)
@@ -311,5 +309,4 @@ def check_fair_gate(
         share_after=fairness.ShareAfter(share_after),
         fair_share=fair_share,
         contenders=contenders,
-        band=band,
     )

@@ -8,7 +8,6 @@ so nodes of other tests cannot take them; tenants are namespaces labelled
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,9 +33,7 @@ POOL = "fairshare-e2e/pool"
 GATE = "fairshare-e2e/hold"
 ANN_FRACTION = "fairshare.io/gpu-fraction"
 ANN_DEVICES = "fairshare.io/gpu-devices"
-FAIR_REASON = re.compile(r"tenant (\S+) (above|near) its fair share \(")
-"""The gate's reason: above its fair share, or near it (the yield band) while a tenant
-further below waits."""
+FAIR_REASON = "above its fair share"
 
 
 @pytest.fixture(autouse=True)
@@ -193,9 +190,11 @@ async def test_drf_through_the_real_scheduler(
     reasons = []
     for ns in namespaces.values():
         events = await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")
-        reasons += [e.message for e in events.items if FAIR_REASON.search(e.message or "")]
+        reasons += [e.message for e in events.items if FAIR_REASON in (e.message or "")]
     assert reasons, "no FailedScheduling event carries the fair-share reason"
-    assert any(m.group(1) in (a, b) for r in reasons if (m := FAIR_REASON.search(r)))
+    assert any(
+        f"tenant {a} {FAIR_REASON}" in r or f"tenant {b} {FAIR_REASON}" in r for r in reasons
+    )
 
 
 async def test_config_weights_change_the_next_contention_round(

@@ -162,40 +162,6 @@ def test_gate(after, contenders, allowed, waiting_for):
         )
 
 
-@pytest.mark.parametrize(
-    ("after", "contenders", "allowed", "waiting_for"),
-    [
-        # fair 0.40, band 5 %: below 0.38 never held, whoever waits
-        (0.37, [Contender("b", CurrentShare(0.0), True)], True, None),
-        # in the band (0.38 < 0.39 <= 0.40): yields to a lower tenant with a fitting pod
-        (0.39, [Contender("b", CurrentShare(0.1), True)], False, "b"),
-        (0.40, [Contender("b", CurrentShare(0.1), True)], False, "b"),
-        # ... but not to one that cannot run now, nor to a higher one
-        (0.39, [Contender("b", CurrentShare(0.1), False)], True, None),
-        (0.39, [Contender("b", CurrentShare(0.36), True)], True, None),
-    ],
-    ids=["below-band", "in-band-yields", "at-fair-yields", "no-fitting", "higher"],
-)
-def test_gate_yield_band(after, contenders, allowed, waiting_for):
-    """Near its fair share a tenant yields to tenants further below theirs, so that when
-    room runs out the shortfall is shared, not left to the last tenant to fill."""
-    assert pytest.approx(0.05) == fairness.YIELD_BAND
-    d = fairness.check_gate(
-        tenant="m",
-        current_share=CurrentShare(0.35),
-        share_after=ShareAfter(after),
-        fair_share=0.40,
-        contenders=contenders,
-    )
-    assert d.allowed is allowed
-    assert d.waiting_for == waiting_for
-    if not allowed:
-        assert d.reason == (
-            f"tenant m near its fair share ({after:.2f} of 0.40) while b, "
-            "further below its own, waits"
-        )
-
-
 def test_jain_index():
     assert fairness.jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     # (1 + 0)^2 / (2 * 1) = 0.5
