@@ -18,11 +18,12 @@ A pod that keeps its tenant within its fair share is never gated (returns None).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from fairshare import fairness, tenancy
 from fairshare.config.schema import FairShareConfig
-from fairshare.placement import PodRequest, filter_nodes
+from fairshare.placement import PodRequest, RequestShape, filter_nodes
 from fairshare.resources import to_kernel_units
 from fairshare.state.cluster import ClusterState
 
@@ -93,13 +94,13 @@ def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, l
     return admitted
 
 
-ShapeKey = tuple[object, ...]
+ShapeKey = RequestShape
 """What decides whether a pending pod fits now: kernel row, GPU demand (count, share or
 memory), allowed GPU models and node constraints. Two pods with one key fit alike."""
 
 
 def shape_key(p: PodRequest) -> ShapeKey:
-    return (p.row, p.demand.gpu, p.gpu_models, p.constraints)
+    return p.shape
 
 
 def pod_fits_somewhere(state: ClusterState, p: PodRequest) -> bool:
@@ -108,6 +109,91 @@ def pod_fits_somewhere(state: ClusterState, p: PodRequest) -> bool:
     if rows is not None and not rows:
         return False
     return bool(filter_nodes(state, p, rows=rows, explain=False).fits)
+
+
+def dominates(big: PodRequest, small: PodRequest, *, mig: bool = False) -> bool:
+    """Would ``small`` fit on every node where ``big`` fits? (Sufficient, not necessary.)
+
+    True when both have the same node constraints, ``big`` asks at least as much of
+    every resource, and, if ``small`` wants GPUs, ``big`` wants at least as many devices
+    with at least as much of each (fixed shares, not GPU-memory requests) on the same or
+    fewer GPU models. The device check of the fit is monotone in both (a device counts
+    when its free share is at least the pod's), so a node that takes ``big`` takes
+    ``small``. MIG (``mig``: the cluster has MIG nodes) never counts: slices are not
+    ordered by size.
+    """
+    b, s = _Order.of(big), _Order.of(small)
+    return b is not None and s is not None and b.dominates(s, mig=mig)
+
+
+@dataclass(frozen=True)
+class _Order:
+    """A request as ``dominates`` compares it (fields read once per shape)."""
+
+    constraints: object
+    row: tuple[float, ...]
+    gpu: bool  # wants GPUs
+    plain: bool  # a fixed per-device share, no MIG profile and no memory request
+    count: int
+    per_device: float
+    models: frozenset[str]
+
+    @staticmethod
+    def of(p: PodRequest) -> _Order | None:
+        g = p.demand.gpu
+        plain = g.source != "mig" and g.memory is None
+        return _Order(
+            p.constraints,
+            p.row,
+            p.demand.wants_gpu,
+            plain,
+            g.count,
+            float(g.per_device),
+            p.gpu_models,
+        )
+
+    def dominates(self, small: _Order, *, mig: bool) -> bool:
+        if small.gpu:
+            if not (self.gpu and self.plain and small.plain) or mig:
+                return False
+            if self.count < small.count or self.per_device < small.per_device:
+                return False
+            if small.models and not (self.models and self.models <= small.models):
+                return False
+        if self.constraints != small.constraints:
+            return False
+        return all(b >= s for b, s in zip(self.row, small.row, strict=True))
+
+
+class _Misfits:
+    """Shapes known to fit nowhere, kept as their minimal members (a shape dominating
+    another adds nothing: whatever dominates it dominates the other)."""
+
+    def __init__(self) -> None:
+        self.keys: set[ShapeKey] = set()
+        self.minimal: list[_Order] = []
+        self.orders: dict[ShapeKey, _Order | None] = {}
+
+    def order(self, p: PodRequest) -> _Order | None:
+        got = self.orders.get(p.shape)
+        if got is None:
+            got = self.orders[p.shape] = _Order.of(p)
+        return got
+
+    def covers(self, key: ShapeKey, order: _Order | None, mig: bool) -> bool:
+        """Known to fit nowhere: listed, or dominating a listed one."""
+        if key in self.keys:
+            return True
+        if order is not None and any(order.dominates(m, mig=mig) for m in self.minimal):
+            self.keys.add(key)
+            return True
+        return False
+
+    def add(self, key: ShapeKey, order: _Order | None, mig: bool) -> None:
+        self.keys.add(key)
+        if order is not None:
+            self.minimal = [m for m in self.minimal if not m.dominates(order, mig=mig)]
+            self.minimal.append(order)
 
 
 def has_fitting_pending(
@@ -122,29 +208,58 @@ def has_fitting_pending(
     A pod counts when it waits (no scheduling gate, and a scheduler that calls the
     extender: ``PodRequest.waiting``) and some node passes both its node constraints
     (node selector, required node affinity, taints vs tolerations: ``eligibility``) and
-    the fit (resources, GPU devices, GPU health and model: ``filter_nodes``). Every
-    distinct shape (``shape_key``) of the tenant's waiting pods is probed at most once,
-    in queue order, until one fits: the answer per shape goes in ``memo``, which
-    ``check_fair_gate`` keeps per state version (``ClusterState.memo``), across tenants
-    and decisions; a shape that fits nowhere is also remembered across binds (they only
-    take room) until a node changes or room is given back (``room_version``).
+    the fit (resources, GPU devices, GPU health and model: ``filter_nodes``).
     """
+    return fitting_pending(state, {tenant}, queue, memo=memo)[tenant]
+
+
+def fitting_pending(
+    state: ClusterState,
+    tenants: Iterable[str],
+    queue: Iterable[PodRequest],
+    *,
+    memo: dict[ShapeKey, bool] | None = None,
+) -> dict[str, bool]:
+    """For each of ``tenants``: does it have a pod waiting that could run now?
+
+    One walk over ``queue``, which stops once every tenant has a pod that fits. Each
+    distinct shape (``shape_key``) is probed at most once: the answer goes in ``memo``,
+    which ``check_fair_gate`` keeps per state version (``ClusterState.memo``), across
+    tenants and decisions. A shape that fits nowhere is also remembered across binds
+    (they only take room) until a node changes or room is given back
+    (``room_version``); so is a shape that ``dominates`` one known to fit nowhere,
+    without being probed.
+    """
+    out = dict.fromkeys(tenants, False)
+    open_ = set(out)
+    if not open_:
+        return out
     known = {} if memo is None else memo
-    no_fit = state.memo("gating.shape_fits_nowhere", growing_only=True)
+    held: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
+    misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
+    mig = bool(state.mig_nodes)
+    pods = state.pods
     for p in queue:
-        if p.tenant != tenant or not p.waiting or p.uid in state.pods:
+        u = p.tenant
+        if u not in open_ or not p.waiting or p.uid in pods:
             continue
-        key = shape_key(p)
-        if key in no_fit:
-            continue
+        key = p.shape
         fits = known.get(key)
         if fits is None:
+            if key in misfits.keys:
+                continue
+            order = misfits.order(p)
+            if misfits.covers(key, order, mig):
+                continue
             fits = known[key] = pod_fits_somewhere(state, p)
             if not fits:
-                no_fit[key] = True
+                misfits.add(key, order, mig)
         if fits:
-            return True
-    return False
+            out[u] = True
+            open_.discard(u)
+            if not open_:
+                break
+    return out
 
 
 def check_fair_gate(
@@ -185,13 +300,9 @@ def check_fair_gate(
     shares = current_shares(state, config)
     mine = shares.get(t, 0.0)
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
-    contenders = [
-        fairness.Contender(
-            u, fairness.CurrentShare(s), has_fitting_pending(state, u, queue, memo=memo)
-        )
-        for u, s in sorted(shares.items())
-        if u != t and s < mine + fairness.EPS
-    ]
+    lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
+    can_run = fitting_pending(state, [u for u, _ in lower], queue, memo=memo)
+    contenders = [fairness.Contender(u, fairness.CurrentShare(s), can_run[u]) for u, s in lower]
     return fairness.check_gate(
         tenant=t,
         current_share=fairness.CurrentShare(mine),

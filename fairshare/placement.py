@@ -15,6 +15,7 @@ knows the pending pods) → ``Scorer`` (a weighted sum of per-node terms in [0, 
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,34 @@ MAX_SCORE = 10
 """Extender score range is 0..MAX_SCORE (kube-scheduler MaxExtenderPriority)."""
 
 
+class RequestShape:
+    """What decides whether a pending pod fits now: kernel row, GPU demand (count, share
+    or memory), allowed GPU models and node constraints. Two pods with one shape fit
+    alike. Hashable, with the hash computed once (a GPU demand hashes Fractions)."""
+
+    __slots__ = ("__weakref__", "_hash", "key")
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, RequestShape) and self._hash == other._hash and self.key == other.key
+        )
+
+    def __repr__(self) -> str:
+        return f"RequestShape{self.key!r}"
+
+
+_SHAPES: weakref.WeakValueDictionary[tuple[object, ...], RequestShape] = (
+    weakref.WeakValueDictionary()
+)
+
+
 @dataclass(frozen=True)
 class PodRequest:
     """A pod ready to place: identity, tenant, exact demand and kernel row."""
@@ -50,6 +79,16 @@ class PodRequest:
     """Node selector, required node affinity and tolerations (which nodes it may use)."""
     waiting: bool = True
     """In the queue of a scheduler that calls the extender, with no scheduling gate."""
+
+    @cached_property
+    def shape(self) -> RequestShape:
+        """The request's shape (``RequestShape``), computed once and shared by every
+        live request of that shape (so that comparing two is an identity check)."""
+        key = (self.row, self.demand.gpu, self.gpu_models, self.constraints)
+        got = _SHAPES.get(key)
+        if got is None:
+            got = _SHAPES[key] = RequestShape(key)
+        return got
 
     @cached_property
     def fixed_gpu_milli(self) -> float | None:
