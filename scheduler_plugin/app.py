@@ -36,7 +36,6 @@ expose. Default-deny: a new route is protected unless listed as public.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -361,23 +360,6 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
     return app
 
 
-def freeze_after_sync(synced: asyncio.Event) -> CleanupCtx:
-    """Once the first full sync is in, collect and ``gc.freeze()`` what is alive.
-
-    The state holds hundreds of thousands of long-lived objects; frozen, they are no
-    longer traversed by the full collections that allocations in a verb trigger, which
-    otherwise make a prioritize over thousands of nodes take ten times its median.
-    """
-
-    async def freeze() -> None:
-        await synced.wait()
-        gc.collect()
-        gc.freeze()
-        log.debug("gc: %d objects frozen after the initial sync", gc.get_freeze_count())
-
-    return serving.background_task(freeze, "gc-freeze")
-
-
 @dataclass(frozen=True)
 class Election:
     """``--lease NAMESPACE/NAME`` and its timings (seconds; see ``leader.timing_error``)."""
@@ -576,7 +558,7 @@ async def serve(
             period=period,
         )
     )
-    deps.background.append(freeze_after_sync(rt.source.ready))
+    deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
         from scheduler_plugin import hami_hooks, reserving
 

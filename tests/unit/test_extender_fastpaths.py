@@ -192,29 +192,3 @@ def test_filter_fast_path_answers_as_node_by_node(seed: int, sick: float) -> Non
         assert got.fits == fits
         assert got.failed == failed
         assert dict(got.gpu_milli) == {i: req.gpu_milli_for(0) for i in fits}
-
-
-# -- gc --------------------------------------------------------------------------------------
-
-
-async def test_the_state_is_frozen_once_synced() -> None:
-    import asyncio
-    import gc
-
-    from scheduler_plugin import app
-
-    synced = asyncio.Event()
-    before = gc.get_freeze_count()
-    ctx = app.freeze_after_sync(synced)(None)  # type: ignore[arg-type]
-    await ctx.__anext__()
-    try:
-        await asyncio.sleep(0)
-        assert gc.get_freeze_count() == before
-        synced.set()
-        for _ in range(10):
-            await asyncio.sleep(0)
-        assert gc.get_freeze_count() > before
-    finally:
-        gc.unfreeze()
-        with pytest.raises(StopAsyncIteration):
-            await ctx.__anext__()
