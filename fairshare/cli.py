@@ -354,7 +354,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
         if args.leader_label_pod is not None:
             print("error: --leader-label-pod needs --lease", file=sys.stderr)
             return 1
-        return _run_server(args, serve)
+        return _run_server(args, serve, pick_in_filter=args.pick_in_filter)
     if args.state_file is not None:
         print("error: --lease needs the API; a --state run has a single replica", file=sys.stderr)
         return 1
@@ -373,7 +373,7 @@ def cmd_extender(args: argparse.Namespace) -> int:
         retry_period=args.retry_period,
         label_pod=args.leader_label_pod,
     )
-    return _run_server(args, serve, election=election)
+    return _run_server(args, serve, election=election, pick_in_filter=args.pick_in_filter)
 
 
 def default_identity() -> str:
@@ -857,6 +857,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="this replica's own pod: labelled fairshare.io/extender-leader=true while it "
         "leads (select it in the Service)",
+    )
+    ext.add_argument(
+        "--pick-in-filter",
+        action="store_true",
+        help="filter answers only the passing node prioritize would score highest, so "
+        "kube-scheduler skips scoring and one round trip per pod (its own scoring plugins "
+        "then no longer choose among nodes for these pods; default: off)",
     )
     ext.set_defaults(func=cmd_extender)
     rep = sub.add_parser(

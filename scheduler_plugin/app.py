@@ -148,6 +148,8 @@ class ExtenderDeps:
     leading: Callable[[], bool] = _always
     """May this replica decide now (it holds the Lease and caught up)? Always, alone."""
     binds_in_flight: int = 0
+    pick_in_filter: bool = False
+    """``--pick-in-filter``: filter answers only the node prioritize would score highest."""
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -240,6 +242,9 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         fair=deps.tracker.fair_shares(config),
         on_gate=deps.tracker.note_filter,
         parse=lambda pod: deps.tracker.request(pod, config),
+        pick=deps.pick_in_filter,
+        mix=deps.tracker.mix() if deps.pick_in_filter else None,
+        context=deps.tracker.context() if deps.pick_in_filter else None,
     )
 
 
@@ -495,11 +500,13 @@ async def serve(
     client_ca: str | None = None,
     stale_after: float = 10.0,
     election: Election | None = None,
+    pick_in_filter: bool = False,
 ) -> None:
     """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command).
 
     ``client_ca``: verify kube-scheduler's client certificate against this CA on the verbs
     (needs ``tls_cert``/``tls_key``). ``election``: decide only while holding its Lease.
+    ``pick_in_filter``: filter keeps only the node prioritize would score highest.
     """
     import _native
     from fairshare import __version__, runtime
@@ -538,6 +545,7 @@ async def serve(
         )
         binder = api_binder = binding.api_binder(api_client, timeout=timeout)
     deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
+    deps.pick_in_filter = pick_in_filter
     box["m"] = deps.metrics
     deps.metrics.set_extender_leader(election is None)
     if election is not None and api_client is not None:

@@ -94,12 +94,20 @@ def filter_verb(
     fair: Mapping[str, fairness.FairShare] | None = None,
     on_gate: Callable[[PodRequest, fairness.GateDecision | None], None] | None = None,
     parse: Parse | None = None,
+    pick: bool = False,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
 ) -> dict[str, Any]:
     """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
 
     ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
     ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
     for the gated-pods gauge. ``parse`` reads the pod (default: ``request_for``).
+
+    ``pick`` (``--pick-in-filter``): when more than one node passes, keep only the one
+    prioritize would score highest (``mix`` and ``context`` as prioritize takes them); the
+    other passing nodes are omitted, not failed. kube-scheduler then has one feasible node
+    and skips scoring, so prioritize is not called for the pod.
     """
     names = args.candidate_names()
     try:
@@ -112,7 +120,29 @@ def filter_verb(
     )
     if on_gate is not None:
         on_gate(req, out.gate)
-    return _filter_result(args, out.passing, out.failed, out.unresolvable).encode()
+    passing: Sequence[str] = out.passing
+    if pick and len(passing) > 1:
+        passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
+    return _filter_result(args, passing, out.failed, out.unresolvable).encode()
+
+
+def pick_best(
+    state: ClusterState,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    *,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
+) -> str:
+    """The node of ``names`` (not empty) that prioritize scores highest for ``req``.
+
+    Ties on prioritize's 0..10 score go to the higher [0, 1] score it was rounded from,
+    then to the node listed first in ``names`` (kube-scheduler's own candidate order).
+    """
+    ints, raw = node_scores(state, config, req, names, mix=mix, context=context)
+    best = max(range(len(names)), key=lambda k: (ints[k], raw[k], -k))
+    return names[best]
 
 
 def _filter_result(
@@ -159,6 +189,22 @@ def prioritize_verb(
         req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError:
         return wire.encode_scores(names, [0] * len(names))
+    ints, _ = node_scores(state, config, req, names, mix=mix, context=context)
+    return wire.encode_scores(names, ints)
+
+
+def node_scores(
+    state: ClusterState,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    *,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
+) -> tuple[list[int], list[float]]:
+    """Prioritize's scores of ``names`` for ``req``, in order: the 0..10 ints it answers
+    and the [0, 1] scores they were rounded from. Unknown nodes and nodes that do not fit
+    score 0 (both)."""
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fits = filter_nodes(state, req, rows=rows, explain=False).fits
@@ -169,8 +215,9 @@ def prioritize_verb(
     by_row: dict[int | None, int] = {
         i: min(hi, max(lo, int(s))) for i, s in scored.extender_scores().items()
     }
-    # Unknown nodes (None) and nodes that do not fit score 0.
-    return wire.encode_scores(names, list(map(by_row.get, found, repeat(0))))
+    raw = scored.scores
+    ints = list(map(by_row.get, found, repeat(0)))
+    return ints, [0.0 if i is None else raw.get(i, 0.0) for i in found]
 
 
 # -- preempt -----------------------------------------------------------------------------

@@ -90,11 +90,12 @@ BENCH_LEASE_SECONDS = 600
 BENCH_HEARTBEAT_SECONDS = 600
 BENCH_KWOK_PARALLELISM = 16
 BENCH_CONTROLLER_QPS = 200
-KINDS = ("default", "extender", "extender+bind", "hami")
+KINDS = ("default", "extender", "extender+bind", "extender+pick", "hami")
 LABELS = {
     "default": "default profile",
     "extender": "+ fairshare filter, prioritize",
     "extender+bind": "+ fairshare filter, prioritize, bind",
+    "extender+pick": "+ fairshare filter (--pick-in-filter), bind",
     "hami": "+ HAMi filter, bind",
 }
 PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "extender", "hami", "kwok")
@@ -233,14 +234,14 @@ def scheduler_config(kind: str, ext_port: int) -> dict[str, Any]:
         ext: dict[str, Any] = {
             "urlPrefix": f"http://127.0.0.1:{ext_port}",
             "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "weight": 5,
             "enableHTTPS": False,
             "nodeCacheCapable": True,
             "ignorable": False,
             "httpTimeout": "5s",
         }
-        if kind == "extender+bind":
+        if kind != "extender+pick":  # --pick-in-filter: filter leaves one node, no scoring
+            ext.update(prioritizeVerb="prioritize", weight=5)
+        if kind in ("extender+bind", "extender+pick"):
             ext["bindVerb"] = "bind"
         cfg["extenders"] = [ext]
     return cfg
@@ -606,6 +607,9 @@ class Peers:
     hami_port: int = 0
     hami_pid: int = 0
     hami_skipped: str | None = None
+    start_pick: Any = None
+    """() -> (a ``--pick-in-filter`` extender, ready; its port), for its rounds only."""
+    pick_proc: Any = None
 
 
 async def clear_hami_locks(api: Api) -> int:
@@ -619,6 +623,21 @@ async def clear_hami_locks(api: Api) -> int:
     body = {"metadata": {"annotations": {hami_round.ANN_LOCK: None}}}
     await bounded(CONCURRENCY, [merge_patch(api, f"/api/v1/nodes/{n}", body) for n in locked])
     return len(locked)
+
+
+def extender_argv(work: Path, state_dir: Path, port: int) -> list[str]:
+    argv = [common.PY, "-m", "fairshare", "extender", "--config", str(work / "config.yaml")]
+    argv += ["--kubeconfig", str(state_dir / "kubeconfig"), "--host", "127.0.0.1"]
+    return [*argv, "--port", str(port), "--log-level", "WARNING"]
+
+
+def start_pick_extender(work: Path, state_dir: Path) -> tuple[Any, int]:
+    """A second extender, with ``--pick-in-filter``, started (and synced) for one round."""
+    port = common.free_port()
+    argv = [*extender_argv(work, state_dir, port), "--pick-in-filter"]
+    proc = common.start(argv, state_dir / "bench-extender-pick.log")
+    common.wait_http(f"http://127.0.0.1:{port}/readyz", 120, None, proc)
+    return proc, port
 
 
 async def bench_scheduler(
@@ -647,6 +666,15 @@ async def bench_scheduler(
                 sched_cfg = scheduler_config(kind, peers.ext_port)
                 scheduler = None
             cfg.write_text(json.dumps(sched_cfg, indent=2))
+            pick = None
+            ext_port, ext_pid = peers.ext_port, peers.ext_pid
+            if kind == "extender+pick":
+                pick, ext_port = await asyncio.to_thread(peers.start_pick)
+                peers.pick_proc = pick
+                ext_pid = pick.pid
+                sched_cfg = scheduler_config(kind, ext_port)
+                cfg.write_text(json.dumps(sched_cfg, indent=2))
+                current = None  # its port is new each time: restart kube-scheduler
             if current != kind:
                 t0 = time.monotonic()
                 await asyncio.to_thread(
@@ -659,8 +687,8 @@ async def bench_scheduler(
                 progress(f"kube-scheduler restarted with {kind} ({time.monotonic() - t0:.1f}s)")
                 current = kind
                 await asyncio.sleep(2)  # let its informers sync the nodes
-            ext_base = f"http://127.0.0.1:{peers.ext_port}" if kind.startswith("ext") else None
-            pids = component_pids(load_state(state_dir)) | {"extender": peers.ext_pid}
+            ext_base = f"http://127.0.0.1:{ext_port}" if kind.startswith("ext") else None
+            pids = component_pids(load_state(state_dir)) | {"extender": ext_pid}
             if peers.hami_pid:
                 pids["hami"] = peers.hami_pid
             prof = None
@@ -690,6 +718,7 @@ async def bench_scheduler(
             )
             cleared = await clear_pods(api, SCHED_NS)
             progress(f"  pods deleted in {cleared:.1f}s")
+            common.stop(pick)
             if kind == "hami":
                 left = await clear_hami_locks(api)
                 r["hami"]["locks_left"] = left
@@ -1347,6 +1376,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     api = Api(state["server"], Path(state["pki_dir"]))
     ext = None
     hami_proc = None
+    peers = None
     try:
         took = await ensure_nodes(api, args.nodes)
         progress(f"{args.nodes} nodes Ready in {took:.1f}s")
@@ -1354,9 +1384,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         (work / "config.yaml").write_text(CONFIG)
         if not args.skip_scheduler:
             ext_port = common.free_port()
-            argv = [common.PY, "-m", "fairshare", "extender", "--config", str(work / "config.yaml")]
-            argv += ["--kubeconfig", str(state_dir / "kubeconfig"), "--host", "127.0.0.1"]
-            argv += ["--port", str(ext_port), "--log-level", "WARNING"]
+            argv = extender_argv(work, state_dir, ext_port)
             prof = os.environ.get("FAIRSHARE_BENCH_PROFILE")
             if prof:  # a cProfile dump of the extender, written when it stops
                 argv[1:3] = ["-m", "cProfile", "-o", f"{prof}/extender.prof", "-m", "fairshare"]
@@ -1365,6 +1393,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 common.wait_http, f"http://127.0.0.1:{ext_port}/readyz", 120, None, ext
             )
             peers = Peers(ext_port, ext.pid)
+            peers.start_pick = lambda: start_pick_extender(work, state_dir)
             if args.no_hami:
                 peers.hami_skipped = "--no-hami"
             else:
@@ -1405,6 +1434,8 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     finally:
         common.stop(ext)
         common.stop(hami_proc)
+        if peers is not None:
+            common.stop(peers.pick_proc)
         await api.close()
     data["other_apiservers_end"] = common.other_apiservers(state_dir)
     return data

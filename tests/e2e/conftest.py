@@ -601,8 +601,8 @@ class FairshareDev:
     def log_path(self, server: str) -> Path:
         return Path(dev_module().Layout(self.state_dir).log(server))
 
-    def restart_extender(self) -> None:
-        self.handles = dev_module().restart_extender(self.state_dir)
+    def restart_extender(self, *extra_args: str) -> None:
+        self.handles = dev_module().restart_extender(self.state_dir, extra_args)
 
     async def current_config_text(self, api: client.ApiClient) -> str:
         dev = dev_module()

@@ -134,3 +134,20 @@ def test_not_ready_after_must_be_positive(server, tmp_path, capsys):
     argv = [server, "--config", str(tmp_path / "c.yaml"), "--not-ready-after", "0"]
     assert cli.main(argv) == 1
     assert "--not-ready-after must be > 0 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [([], False), (["--pick-in-filter"], True), (["--lease", "ns/l", "--pick-in-filter"], True)],
+)
+def test_extender_passes_pick_in_filter_to_serve(argv, expected, tmp_path, monkeypatch):
+    from scheduler_plugin import app as ext_app
+
+    seen: dict[str, object] = {}
+
+    async def fake_serve(**kwargs: object) -> None:
+        seen.update(kwargs)
+
+    monkeypatch.setattr(ext_app, "serve", fake_serve)
+    assert cli.main(["extender", "--config", str(tmp_path / "c.yaml"), *argv]) == 0
+    assert seen["pick_in_filter"] is expected

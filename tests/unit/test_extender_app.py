@@ -211,3 +211,22 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
 async def test_fuzzer_findings_are_not_500s(client, body):
     r = await client.post("/filter", data=body)
     assert r.status in (200, 400)
+
+
+@pytest.mark.parametrize("pick", [False, True])
+async def test_pick_in_filter_answers_prioritize_s_best_node(client, pick):
+    client.deps.tracker.on_resync("Node", [node("n1", 2), node("n2", 0), node("n3", 4)])
+    client.deps.pick_in_filter = pick
+    # A CPU-only pod passes all three nodes.
+    pod = half_pod(0)
+    del pod["metadata"]["annotations"]
+    args = {"Pod": pod, "Nodes": None, "NodeNames": ["n1", "n2", "n3"]}
+    prio = await (await client.post("/prioritize", json=args)).json()
+    top = max(p["Score"] for p in prio)
+    best = [p["Host"] for p in prio if p["Score"] == top]
+    body = await (await client.post("/filter", json=args)).json()
+    if pick:
+        assert body["NodeNames"] in ([b] for b in best)
+        assert body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
+    else:
+        assert body["NodeNames"] == ["n1", "n2", "n3"]

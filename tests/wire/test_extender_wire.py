@@ -62,8 +62,10 @@ def answer(verb: str, body: bytes | dict[str, Any]) -> Any:
     """Run one verb as the HTTP adapter will: decode, call the pure function, encode."""
     loaded = objects.load_state_file(GOLDEN / "state.json", CONFIG)
     common = {"state": loaded.state, "config": CONFIG, "namespace_labels": loaded.namespace_labels}
-    if verb == "filter":
-        return verbs.filter_verb(wire.decode_extender_args(body), pending=loaded.pending, **common)
+    if verb in ("filter", "filter-pick"):
+        args = wire.decode_extender_args(body)
+        pick = verb == "filter-pick"
+        return verbs.filter_verb(args, pending=loaded.pending, pick=pick, **common)
     if verb == "prioritize":
         return verbs.prioritize_verb(wire.decode_extender_args(body), **common)
     if verb == "preempt":
@@ -80,11 +82,20 @@ CASES = [
     ("filter_nodenames_request.json", "filter", "filter_nodenames_response.json"),
     ("filter_nodes_request.json", "filter", "filter_nodes_response.json"),
     ("filter_gated_request.json", "filter", "filter_gated_response.json"),
+    ("filter_pick_request.json", "filter-pick", "filter_pick_response.json"),
     ("prioritize_request.json", "prioritize", "prioritize_response.json"),
     ("preempt_request.json", "preempt", "preempt_response.json"),
     ("bind_request.json", "bind", "bind_response.json"),
 ]
-IDS = ["filter-nodenames", "filter-nodes", "filter-gated", "prioritize", "preempt", "bind"]
+IDS = [
+    "filter-nodenames",
+    "filter-nodes",
+    "filter-gated",
+    "filter-pick",
+    "prioritize",
+    "preempt",
+    "bind",
+]
 
 
 def _expected(verb: str, response: str) -> Any:
@@ -138,8 +149,13 @@ def test_requests_have_kube_scheduler_s_exact_keys():
 
 @pytest.mark.parametrize(
     "response",
-    ["filter_nodenames_response.json", "filter_nodes_response.json", "filter_gated_response.json"],
-    ids=["nodenames", "nodes", "gated"],
+    [
+        "filter_nodenames_response.json",
+        "filter_nodes_response.json",
+        "filter_gated_response.json",
+        "filter_pick_response.json",
+    ],
+    ids=["nodenames", "nodes", "gated", "pick"],
 )
 def test_filter_responses_are_pascal_case_with_every_field(response):
     assert list(load(response)) == FILTER_KEYS
@@ -163,6 +179,46 @@ def test_gated_response_carries_the_gate_reason():
     assert gated["FailedNodes"]["gpu-1"] == (
         "tenant research above its fair share (0.62 > 0.38) while prod waits"
     )
+
+
+def _scores(request_file: str) -> dict[str, int]:
+    """What prioritize answers for the request's pod and candidates."""
+    body = answer("prioritize", (GOLDEN / request_file).read_bytes())
+    return {item["Host"]: item["Score"] for item in body}
+
+
+def test_pick_in_filter_keeps_only_the_node_prioritize_scores_highest():
+    # prod-etl-1 (CPU only) passes gpu-1, gpu-2 and gpu-3; prioritize scores gpu-3 highest.
+    raw = (GOLDEN / "filter_pick_request.json").read_bytes()
+    assert answer("filter", raw)["NodeNames"] == ["gpu-1", "gpu-2", "gpu-3"]
+    scores = _scores("filter_pick_request.json")
+    best = [n for n, s in scores.items() if s == max(scores.values())]
+    assert len(best) == 1
+    picked = answer("filter-pick", raw)
+    assert picked["NodeNames"] == best
+    # The others are omitted, not failed: kube-scheduler drops them from the feasible set.
+    assert picked["FailedNodes"] == {} and picked["FailedAndUnresolvableNodes"] == {}
+
+
+def test_pick_in_filter_breaks_ties_on_the_unrounded_score():
+    # gpu-3 and cpu-1 both score 8 in prioritize; cpu-1's unrounded score is higher.
+    raw = (GOLDEN / "prioritize_request.json").read_bytes()
+    scores = _scores("prioritize_request.json")
+    assert scores["gpu-3"] == scores["cpu-1"] == max(scores.values())
+    assert answer("filter-pick", raw)["NodeNames"] == ["cpu-1"]
+
+
+@pytest.mark.parametrize(
+    ("request_file", "response"),
+    [
+        ("filter_nodenames_request.json", "filter_nodenames_response.json"),
+        ("filter_nodes_request.json", "filter_nodes_response.json"),
+        ("filter_gated_request.json", "filter_gated_response.json"),
+    ],
+    ids=["nodenames", "nodes", "gated"],
+)
+def test_pick_in_filter_leaves_one_or_no_passing_node_unchanged(request_file, response):
+    assert answer("filter-pick", (GOLDEN / request_file).read_bytes()) == load(response)
 
 
 def test_prioritize_response_is_a_bare_array_of_int_scores():

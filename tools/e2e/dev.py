@@ -459,8 +459,15 @@ def _spawn(argv: list[str], path: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def start_server(layout: Layout, state: dict[str, Any], server: str, port: int) -> int:
-    return _spawn(server_argv(layout, state, server, port), layout.log(server)).pid
+def start_server(
+    layout: Layout,
+    state: dict[str, Any],
+    server: str,
+    port: int,
+    extra_args: tuple[str, ...] = (),
+) -> int:
+    argv = [*server_argv(layout, state, server, port), *extra_args]
+    return _spawn(argv, layout.log(server)).pid
 
 
 def _alive(pid: int) -> bool:
@@ -719,9 +726,12 @@ def stop(state_dir: Path = DEFAULT_STATE_DIR) -> None:
         log("fairshare stopped")
 
 
-def restart_extender(state_dir: Path = DEFAULT_STATE_DIR) -> Handles:
+def restart_extender(
+    state_dir: Path = DEFAULT_STATE_DIR, extra_args: tuple[str, ...] = ()
+) -> Handles:
     """Stop the extender and start a new one on the same port (the scheduler keeps its
-    configuration); returns once it is ready again."""
+    configuration), with `extra_args` (e.g. `--pick-in-filter`; not remembered: the next
+    restart drops them); returns once it is ready again."""
     state_dir = Path(state_dir).resolve()
     layout = Layout(state_dir)
     with _locked(state_dir):
@@ -730,7 +740,7 @@ def restart_extender(state_dir: Path = DEFAULT_STATE_DIR) -> Handles:
             raise DevError("fairshare is not up: run `make dev-up` first")
         state = cluster_state(state_dir)
         stop_server("extender", h.extender_pid)
-        h.extender_pid = start_server(layout, state, "extender", h.extender_port)
+        h.extender_pid = start_server(layout, state, "extender", h.extender_port, extra_args)
         save_handles(layout, h)
         took = wait_ready(layout, h, "extender")
         log(f"fairshare extender restarted ({took:.1f}s)")
