@@ -387,38 +387,14 @@ async def clear_pods(api: Api, ns: str) -> float:
 async def watch_bound(
     api: Api, ns: str, rv: str, bound: dict[str, float], stop: asyncio.Event, errors: list[str]
 ) -> None:
-    """Record, per pod name, when a watch first shows it with ``spec.nodeName``; a watch
-    that ends or fails is resumed from the last resourceVersion seen (or relisted)."""
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-    while not stop.is_set():
-        url = f"{api.server}/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"
-        url += "&allowWatchBookmarks=true&timeoutSeconds=600"
-        try:
-            async with api.session.get(url, timeout=timeout) as r:
-                async for line in r.content:
-                    if stop.is_set():
-                        return
-                    if not line.strip():
-                        continue
-                    ev = json.loads(line)
-                    obj = ev.get("object", {})
-                    if ev.get("type") == "ERROR":
-                        raise RuntimeError(str(obj.get("message", obj))[:200])
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    name = obj.get("metadata", {}).get("name")
-                    if ev.get("type") in ("ADDED", "MODIFIED") and obj.get("spec", {}).get(
-                        "nodeName"
-                    ):
-                        bound.setdefault(name, time.monotonic())
-        except Exception as exc:  # resume below
-            errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            await asyncio.sleep(0.5)
-            with contextlib.suppress(Exception):
-                _, lst = await api.call("GET", f"/api/v1/namespaces/{ns}/pods")
-                rv = lst["metadata"]["resourceVersion"]
-                for p in lst["items"]:
-                    if p.get("spec", {}).get("nodeName"):
-                        bound.setdefault(p["metadata"]["name"], time.monotonic())
+    """Record, per pod name, when a watch first shows it with ``spec.nodeName``
+    (``common.follow_pods``: resumed, relisted after a failure)."""
+
+    def on_pod(obj: dict[str, Any]) -> None:
+        if obj.get("spec", {}).get("nodeName"):
+            bound.setdefault(obj.get("metadata", {}).get("name"), time.monotonic())
+
+    await common.follow_pods(api, ns, rv, on_pod, stop, errors)
 
 
 def _ts(s: str | None) -> float | None:

@@ -6,6 +6,8 @@ Nothing here asserts a time: the benchmarks print figures and write them to
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import json
 import math
@@ -17,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +283,47 @@ def make_certs(out: Path) -> Path:
     argv += ["--namespace", "bench", "--ip", "127.0.0.1", "--out", str(out)]
     subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
     return out / "ca.crt"
+
+
+async def follow_pods(
+    api: Any,
+    ns: str,
+    rv: str,
+    on_pod: Callable[[dict[str, Any]], None],
+    stop: asyncio.Event,
+    errors: list[str],
+    what: str = "",
+) -> None:
+    """Watch ``ns``'s pods from ``rv`` until ``stop``: ``on_pod`` gets every ADDED or
+    MODIFIED pod. A watch that ends or fails is resumed from the last resourceVersion
+    seen; after a failure the pods are relisted (each listed pod to ``on_pod``), so
+    nothing is missed meanwhile. ``api`` is bench_cluster's ``Api``; failures go to
+    ``errors`` (prefixed ``what``)."""
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    while not stop.is_set():
+        url = f"{api.server}/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"
+        url += "&allowWatchBookmarks=true&timeoutSeconds=600"
+        try:
+            async with api.session.get(url, timeout=timeout) as r:
+                async for line in r.content:
+                    if stop.is_set():
+                        return
+                    if not line.strip():
+                        continue
+                    ev = json.loads(line)
+                    obj = ev.get("object", {})
+                    if ev.get("type") == "ERROR":
+                        raise RuntimeError(str(obj.get("message", obj))[:200])
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if ev.get("type") in ("ADDED", "MODIFIED"):
+                        on_pod(obj)
+        except Exception as exc:  # resume below
+            errors.append(f"{what}{type(exc).__name__}: {exc}"[:200])
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(Exception):
+                _, lst = await api.call("GET", f"/api/v1/namespaces/{ns}/pods")
+                rv = lst["metadata"]["resourceVersion"]
+                for obj in lst["items"]:
+                    on_pod(obj)

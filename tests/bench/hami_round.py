@@ -401,50 +401,18 @@ async def device_plugin_standin(
             finally:
                 queue.task_done()
 
-    import aiohttp
+    def on_pod(obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata", {})
+        node = obj.get("spec", {}).get("nodeName")
+        phase = (meta.get("annotations") or {}).get(ANN_PHASE)
+        name = meta.get("name", "")
+        if node and phase == "allocating" and name not in seen:
+            seen.add(name)
+            queue.put_nowait((name, node))
 
     tasks = [asyncio.create_task(worker()) for _ in range(workers)]
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     try:
-        while not stop.is_set():
-            url = f"{api.server}/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"
-            url += "&allowWatchBookmarks=true&timeoutSeconds=600"
-            try:
-                async with api.session.get(url, timeout=timeout) as r:
-                    async for line in r.content:
-                        if not line.strip():
-                            continue
-                        ev = json.loads(line)
-                        obj = ev.get("object", {})
-                        if ev.get("type") == "ERROR":
-                            raise RuntimeError(str(obj.get("message", obj))[:200])
-                        meta = obj.get("metadata", {})
-                        rv = meta.get("resourceVersion", rv)
-                        node = obj.get("spec", {}).get("nodeName")
-                        phase = (meta.get("annotations") or {}).get(ANN_PHASE)
-                        name = meta.get("name", "")
-                        if (
-                            ev.get("type") in ("ADDED", "MODIFIED")
-                            and node
-                            and (phase == "allocating" and name not in seen)
-                        ):
-                            seen.add(name)
-                            queue.put_nowait((name, node))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                stats.errors.append(f"watch: {type(exc).__name__}: {exc}"[:200])
-                await asyncio.sleep(0.5)
-                with contextlib.suppress(Exception):  # relist: nothing missed meanwhile
-                    _, lst = await api.call("GET", f"/api/v1/namespaces/{ns}/pods")
-                    rv = lst["metadata"]["resourceVersion"]
-                    for obj in lst["items"]:
-                        meta = obj["metadata"]
-                        node = obj.get("spec", {}).get("nodeName")
-                        phase = (meta.get("annotations") or {}).get(ANN_PHASE)
-                        if node and phase == "allocating" and meta["name"] not in seen:
-                            seen.add(meta["name"])
-                            queue.put_nowait((meta["name"], node))
+        await common.follow_pods(api, ns, rv, on_pod, stop, stats.errors, what="watch: ")
     finally:
         for t in tasks:
             t.cancel()
