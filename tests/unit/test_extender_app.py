@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -121,6 +122,32 @@ async def test_health_and_metrics(client):
     assert 'fairshare_extender_requests_total{outcome="ok",verb="filter"}' in text
     assert "fairshare_tenant_dominant_share" in text
     assert "fairshare_cluster_gpu_allocation_ratio" in text
+
+
+async def test_verb_answers_keep_the_connection_open(client):
+    # kube-scheduler's extender client reuses its (at most two) idle connections: an
+    # answer that closed its connection would cost every call a new one (and a TLS
+    # handshake in a deployment).
+    opened = 0
+
+    async def count(session: Any, ctx: Any, params: Any) -> None:
+        nonlocal opened
+        opened += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(count)
+    args = {"Pod": half_pod(0), "NodeNames": ["n1", "n2"]}
+    bind = {"PodName": "p0", "PodNamespace": "a", "PodUID": "u0", "Node": "n1"}
+    calls = [("/filter", args), ("/prioritize", args), ("/bind", bind), ("/filter", args)]
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=1), trace_configs=[trace]
+    ) as session:
+        for path, body in calls:
+            async with session.post(client.make_url(path), json=body) as r:
+                assert r.status == 200
+                assert "close" not in r.headers.get("Connection", "").lower()
+                await r.read()
+    assert opened == 1
 
 
 async def test_late_filter_does_not_revive_a_deleted_pod(client):
