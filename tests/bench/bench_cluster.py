@@ -62,12 +62,14 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import random
 import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +206,28 @@ def node_manifest(name: str, now: float | None = None) -> dict[str, Any]:
         "spec": {},
         "status": {"capacity": dict(res), "allocatable": dict(res), "conditions": []},
     }
+
+
+def cores_busy_line(
+    rounds: Mapping[str, tuple[float | None, Sequence[float | None]]], cores: int | None
+) -> list[str]:
+    """One sentence: pods/s × CPU ms per pod (all measured processes) per round, the
+    cores those processes kept busy. Near the machine's core count in every round, the
+    rounds were CPU-bound, and their pods/s ratio is the inverse of their CPU per pod."""
+    parts = []
+    for label, (rate, cpu) in rounds.items():
+        ms = [c for c in cpu if c is not None and not math.isnan(c)]
+        if rate and ms:
+            parts.append(f"{label} {rate * sum(ms) / 1000:.2f}")
+    if not parts:
+        return []
+    return [
+        "Cores kept busy by these processes (pods/s × CPU ms per pod, all of them): "
+        + "; ".join(parts)
+        + (f" (the machine has {cores})" if cores else "")
+        + ". Where every round is near the core count, the rounds were CPU-bound: "
+        "pods/s then goes as the inverse of the CPU per pod."
+    ]
 
 
 def pod_manifest(name: str, gpus: int, scheduler: str | None = None) -> dict[str, Any]:
@@ -1222,6 +1246,20 @@ def markdown(data: dict[str, Any]) -> str:
                     for k in kinds
                 },
                 [p for p in PROCESSES if any(p in summ[k]["cpu_ms_per_pod"] for k in kinds)],
+            ),
+            "",
+            *cores_busy_line(
+                {
+                    LABELS[k]: (
+                        summ[k]["pods_per_s"].get("median"),
+                        [
+                            summ[k]["cpu_ms_per_pod"].get(proc, {}).get("median")
+                            for proc in PROCESSES
+                        ],
+                    )
+                    for k in kinds
+                },
+                data.get("machine", {}).get("cpu_count"),
             ),
             "",
             "kube-apiserver requests per scheduled pod, by verb and resource (the round's "

@@ -326,3 +326,13 @@ def test_bench_tuning_slows_kwok_and_follows_with_the_grace_period_defaults_unch
         "podPlayStageParallelism": 4,
     }
     assert [d["kind"] for d in docs[1:]] == ["Stage"] * (len(docs) - 1)
+
+
+def test_cores_busy_multiplies_the_rate_by_the_cpu_of_every_process():
+    from tests.bench.bench_cluster import cores_busy_line
+
+    (line,) = cores_busy_line(
+        {"default": (180.0, [5.0, 3.0, None, 2.0]), "ours": (75.0, [8.0, 16.0])}, 2
+    )
+    assert "default 1.80" in line and "ours 1.80" in line and "has 2" in line
+    assert cores_busy_line({"x": (0.0, [1.0])}, 2) == []
