@@ -10,7 +10,9 @@ prometheus_client.
 * the fair allocation by progressive filling over demand = bound + pending pods
   (``fairness.fair_allocation``), unless the caller passes one it has cached;
 * ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
-  share that have a pending pod fitting some node now.
+  share that have a pending pod fitting some node now, or with
+  ``holdForBlockedTenants`` one that would fit some node drained of its pods
+  (``runnable_pending``).
 
 A pod that keeps its tenant within its fair share is never gated (returns None).
 """
@@ -21,10 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from fairshare import fairness, tenancy
+from fairshare import eligibility, fairness, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, RequestShape, filter_nodes
-from fairshare.resources import to_kernel_units
+from fairshare.resources import GPU, to_kernel_units
 from fairshare.state.cluster import ClusterState
 
 
@@ -262,6 +264,77 @@ def fitting_pending(
     return out
 
 
+def pod_fits_drained(state: ClusterState, p: PodRequest) -> bool:
+    """Would ``p`` fit some node it may use (``eligibility``) if that node's pods were
+    gone? The same fit as ``pod_fits_somewhere`` (resources, GPU devices, model, health,
+    MIG slices) against ``ClusterState.drained``. False means unrunnable as the nodes are."""
+    return pod_fits_somewhere(state.drained(), p)
+
+
+def runnable_pending(
+    state: ClusterState,
+    tenants: Iterable[str],
+    queue: Iterable[PodRequest],
+    *,
+    memo: dict[ShapeKey, bool] | None = None,
+) -> dict[str, PodRequest | None]:
+    """For each of ``tenants``: its first waiting pod that fits now or would fit a drained
+    node (``pod_fits_drained``), else None.
+
+    One walk over ``queue``, which stops once every tenant has one. A shape known to fit
+    now (``memo``, as ``fitting_pending`` fills it) is not probed again; the drained
+    answer of every other shape is kept on the drained state, so it is probed once per
+    node change, across tenants, decisions and binds. A shape that ``dominates`` one
+    known not to fit drained does not fit either and is not probed.
+    """
+    out: dict[str, PodRequest | None] = dict.fromkeys(tenants)
+    open_ = set(out)
+    if not open_:
+        return out
+    now = {} if memo is None else memo
+    drained = state.drained()
+    known: dict[ShapeKey, bool] = drained.memo("gating.shape_fits_drained")
+    held: dict[str, _Misfits] = drained.memo("gating.shape_fits_no_drained_node")
+    misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
+    mig = bool(state.mig_nodes)
+    pods = state.pods
+    for p in queue:
+        u = p.tenant
+        if u not in open_ or not p.waiting or p.uid in pods:
+            continue
+        key = p.shape
+        ok = now.get(key) or known.get(key)
+        if ok is None:
+            order = misfits.order(p)
+            if misfits.covers(key, order, mig):
+                continue
+            ok = known[key] = pod_fits_somewhere(drained, p)
+            if not ok:
+                misfits.add(key, order, mig)
+        if ok:
+            out[u] = p
+            open_.discard(u)
+            if not open_:
+                break
+    return out
+
+
+def describe_request(p: PodRequest) -> str:
+    """``ns/name (nvidia.com/gpu 8, cpu 32, memory 64Gi)``: the pod and its shape as a
+    gate reason names it (requests, GPU first, allowed GPU models, node constraints)."""
+    amounts = p.demand.amounts
+    parts = [
+        f"{name} {quantities.format_quantity(amounts[name], quantities.quantity_kind(name))}"
+        for name in sorted(amounts, key=lambda n: (n != GPU, n))
+        if amounts[name]
+    ]
+    if p.gpu_models:
+        parts.append("GPU model " + "|".join(sorted(p.gpu_models)))
+    if p.constraints != eligibility.UNCONSTRAINED:
+        parts.append("node constraints")
+    return f"{p.namespace}/{p.name} ({', '.join(parts) or 'no requests'})"
+
+
 def check_fair_gate(
     state: ClusterState,
     *,
@@ -302,7 +375,16 @@ def check_fair_gate(
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
     can_run = fitting_pending(state, [u for u, _ in lower], queue, memo=memo)
-    contenders = [fairness.Contender(u, fairness.CurrentShare(s), can_run[u]) for u, s in lower]
+    blocked: dict[str, str] = {}
+    if config.hold_for_blocked_tenants:
+        others = [u for u, _ in lower if not can_run[u]]
+        for u, pod in runnable_pending(state, others, queue, memo=memo).items():
+            if pod is not None:
+                blocked[u] = describe_request(pod)
+    contenders = [
+        fairness.Contender(u, fairness.CurrentShare(s), can_run[u], blocked.get(u, ""))
+        for u, s in lower
+    ]
     return fairness.check_gate(
         tenant=t,
         current_share=fairness.CurrentShare(mine),
