@@ -11,6 +11,7 @@ waiting (scheduling gate, another scheduler), never holds anyone.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from fairshare import fairness, gating
 from fairshare.config.loading import config_from_mapping
 from fairshare.errors import ConfigError
 from fairshare.placement import PodRequest
+from fairshare.simulator.engine import Simulation
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
 from tests.unit.test_state_objects import node, pod, state_with
@@ -189,3 +191,33 @@ def test_config_option_defaults_off_and_takes_booleans_only():
                 "holdForBlockedTenant": True,
             }
         )
+
+
+def _sim_pod(name: str, ns: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]
+        },
+    }
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_the_simulator_runs_the_same_gate(hold):
+    """The same story in the simulator (same core): a takes 6 of 8 GPUs while alone, b
+    then queues a 4-GPU pod (no node has 4 free), a a seventh pod."""
+    sim = Simulation(ON if hold else OFF, policy="ours")
+    for n in ("n1", "n2"):
+        sim.add_node(n, {"nvidia.com/gpu": Fraction(4), "cpu": Fraction(32)}, {})
+    for k in range(6):
+        sim.submit(sim.request_for(_sim_pod(f"a{k}", "a", 1), uid=f"a{k}"))
+        assert sim.try_place(f"a{k}").status == "running"
+    sim.submit(sim.request_for(_sim_pod("b0", "b", 4), uid="b0"))
+    sim.submit(sim.request_for(_sim_pod("a6", "a", 1), uid="a6"))
+    assert sim.try_place("b0").status == "pending"  # blocked
+    out = sim.try_place("a6")
+    if hold:
+        assert out.status == "pending"
+        assert "while b waits (holdForBlockedTenants: its pod b/b0 " in sim.last_reason["a6"]
+    else:
+        assert out.status == "running"
