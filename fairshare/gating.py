@@ -12,13 +12,14 @@ prometheus_client.
 * ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
   share that have a pending pod fitting some node now, or with
   ``holdForBlockedTenants`` one that would fit some node drained of its pods
-  (``runnable_pending``).
+  (``pod_fits_drained``).
 
 A pod that keeps its tenant within its fair share is never gated (returns None).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -221,6 +222,7 @@ def fitting_pending(
     queue: Iterable[PodRequest],
     *,
     memo: dict[ShapeKey, bool] | None = None,
+    blocked: dict[str, PodRequest] | None = None,
 ) -> dict[str, bool]:
     """For each of ``tenants``: does it have a pod waiting that could run now?
 
@@ -231,6 +233,10 @@ def fitting_pending(
     (they only take room) until a node changes or room is given back
     (``room_version``); so is a shape that ``dominates`` one known to fit nowhere,
     without being probed.
+
+    With ``blocked`` (``holdForBlockedTenants``), the same walk also puts there, for a
+    tenant, its first waiting pod met before any that fits now that fits no node now but
+    would fit a drained one (``_DrainedFit``).
     """
     out = dict.fromkeys(tenants, False)
     open_ = set(out)
@@ -240,6 +246,7 @@ def fitting_pending(
     held: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
     misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
     mig = bool(state.mig_nodes)
+    drained = _DrainedFit.of(state) if blocked is not None else None
     pods = state.pods
     for p in queue:
         u = p.tenant
@@ -249,18 +256,22 @@ def fitting_pending(
         fits = known.get(key)
         if fits is None:
             if key in misfits.keys:
-                continue
-            order = misfits.order(p)
-            if misfits.covers(key, order, mig):
-                continue
-            fits = known[key] = pod_fits_somewhere(state, p)
-            if not fits:
-                misfits.add(key, order, mig)
+                fits = False
+            else:
+                order = misfits.order(p)
+                if misfits.covers(key, order, mig):
+                    fits = False
+                else:
+                    fits = known[key] = pod_fits_somewhere(state, p)
+                    if not fits:
+                        misfits.add(key, order, mig)
         if fits:
             out[u] = True
             open_.discard(u)
             if not open_:
                 break
+        elif blocked is not None and drained is not None and u not in blocked and drained.fits(p):
+            blocked[u] = p
     return out
 
 
@@ -271,52 +282,33 @@ def pod_fits_drained(state: ClusterState, p: PodRequest) -> bool:
     return pod_fits_somewhere(state.drained(), p)
 
 
-def runnable_pending(
-    state: ClusterState,
-    tenants: Iterable[str],
-    queue: Iterable[PodRequest],
-    *,
-    memo: dict[ShapeKey, bool] | None = None,
-) -> dict[str, PodRequest | None]:
-    """For each of ``tenants``: its first waiting pod that fits now or would fit a drained
-    node (``pod_fits_drained``), else None.
+class _DrainedFit:
+    """``pod_fits_drained`` per shape, kept on the drained state: probed once per node
+    change, across tenants, decisions and binds. A shape that ``dominates`` one known
+    not to fit a drained node does not fit either and is not probed."""
 
-    One walk over ``queue``, which stops once every tenant has one. A shape known to fit
-    now (``memo``, as ``fitting_pending`` fills it) is not probed again; the drained
-    answer of every other shape is kept on the drained state, so it is probed once per
-    node change, across tenants, decisions and binds. A shape that ``dominates`` one
-    known not to fit drained does not fit either and is not probed.
-    """
-    out: dict[str, PodRequest | None] = dict.fromkeys(tenants)
-    open_ = set(out)
-    if not open_:
-        return out
-    now = {} if memo is None else memo
-    drained = state.drained()
-    known: dict[ShapeKey, bool] = drained.memo("gating.shape_fits_drained")
-    held: dict[str, _Misfits] = drained.memo("gating.shape_fits_no_drained_node")
-    misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
-    mig = bool(state.mig_nodes)
-    pods = state.pods
-    for p in queue:
-        u = p.tenant
-        if u not in open_ or not p.waiting or p.uid in pods:
-            continue
+    def __init__(self, state: ClusterState) -> None:
+        self.drained = state.drained()
+        self.known: dict[ShapeKey, bool] = self.drained.memo("gating.shape_fits_drained")
+        held: dict[str, _Misfits] = self.drained.memo("gating.shape_fits_no_drained_node")
+        self.misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
+        self.mig = bool(state.mig_nodes)
+
+    @staticmethod
+    def of(state: ClusterState) -> _DrainedFit:
+        return _DrainedFit(state)
+
+    def fits(self, p: PodRequest) -> bool:
         key = p.shape
-        ok = now.get(key) or known.get(key)
+        ok = self.known.get(key)
         if ok is None:
-            order = misfits.order(p)
-            if misfits.covers(key, order, mig):
-                continue
-            ok = known[key] = pod_fits_somewhere(drained, p)
+            order = self.misfits.order(p)
+            if self.misfits.covers(key, order, self.mig):
+                return False
+            ok = self.known[key] = pod_fits_somewhere(self.drained, p)
             if not ok:
-                misfits.add(key, order, mig)
-        if ok:
-            out[u] = p
-            open_.discard(u)
-            if not open_:
-                break
-    return out
+                self.misfits.add(key, order, self.mig)
+        return ok
 
 
 def describe_request(p: PodRequest) -> str:
@@ -374,21 +366,27 @@ def check_fair_gate(
     mine = shares.get(t, 0.0)
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
-    can_run = fitting_pending(state, [u for u, _ in lower], queue, memo=memo)
-    blocked: dict[str, str] = {}
-    if config.hold_for_blocked_tenants:
-        others = [u for u, _ in lower if not can_run[u]]
-        for u, pod in runnable_pending(state, others, queue, memo=memo).items():
-            if pod is not None:
-                blocked[u] = describe_request(pod)
+    blocked: dict[str, PodRequest] = {}
+    can_run = fitting_pending(
+        state,
+        [u for u, _ in lower],
+        queue,
+        memo=memo,
+        blocked=blocked if config.hold_for_blocked_tenants else None,
+    )
     contenders = [
-        fairness.Contender(u, fairness.CurrentShare(s), can_run[u], blocked.get(u, ""))
+        fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))
         for u, s in lower
     ]
-    return fairness.check_gate(
+    decision = fairness.check_gate(
         tenant=t,
         current_share=fairness.CurrentShare(mine),
         share_after=fairness.ShareAfter(share_after),
         fair_share=fair_share,
         contenders=contenders,
     )
+    if decision.blocked and decision.waiting_for in blocked:
+        # Named only for the tenant waited for (formatting every contender's pod costs).
+        text = describe_request(blocked[decision.waiting_for])
+        decision = dataclasses.replace(decision, blocked=text)
+    return decision
