@@ -17,6 +17,10 @@ Two protocols, both in ``fairshare/simulator/openb.py``:
   shapes). One such run of ``ours`` costs about twelve allocation runs, so each trace
   runs the first ``--fair-seeds`` seeds only (default 1; the output says how many).
 
+``--fairness-only`` skips the allocation runs; ``--hold-for-blocked`` runs the saturation
+protocol with the config's ``holdForBlockedTenants`` on (its runs are kept in
+``--runs-dir`` under names ending in ``-hold``).
+
 Runs go to a process pool (``--workers``, default the core count), longest first;
 progress and an estimate of the time left go to stderr.
 
