@@ -23,6 +23,10 @@ Definitions (Ghodsi et al., "Dominant Resource Fairness", NSDI'11, with weights)
   t's fair share **and** another tenant u with a lower current share (ties broken by
   tenant name) has a pending pod that fits now. The lowest-share tenant with a fitting
   pod is never held back, so no capacity is idle while a pod that fits waits.
+* With ``holdForBlockedTenants`` (opt-in) u also counts when its waiting pod fits no
+  node now but would fit a node drained of its pods (*blocked*, not unrunnable): t then
+  waits even though capacity may stay idle, so that room freed later goes to u. A pod
+  that fits no node even drained never holds anyone.
 """
 
 from __future__ import annotations
@@ -775,6 +779,9 @@ class Contender:
     tenant: str
     current_share: CurrentShare
     has_fitting_pending: bool
+    blocked: str = ""
+    """With ``holdForBlockedTenants``: the tenant has no pod that fits now but a waiting
+    pod that would fit a drained node; this names it and its shape (else "")."""
 
 
 @dataclass(frozen=True)
@@ -786,15 +793,24 @@ class GateDecision:
     share_after: ShareAfter
     fair_share: float
     waiting_for: str | None = None
+    blocked: str = ""
+    """When ``waiting_for`` has no pod that fits now: its blocked pod and shape
+    (``holdForBlockedTenants``)."""
 
     @property
     def reason(self) -> str:
         """The text kube-scheduler shows in the pod's FailedScheduling event."""
         if self.allowed:
             return ""
-        return (
+        head = (
             f"tenant {self.tenant} above its fair share "
             f"({self.share_after:.2f} > {self.fair_share:.2f}) while {self.waiting_for} waits"
+        )
+        if not self.blocked:
+            return head
+        return (
+            f"{head} (holdForBlockedTenants: its pod {self.blocked} fits no node now "
+            "but would fit a drained one)"
         )
 
 
@@ -808,8 +824,9 @@ def check_gate(
 ) -> GateDecision:
     """Decide whether a pod of ``tenant`` may be placed now (see module docstring).
 
-    The tenant waits only for a contender that has a pending pod fitting now and a
-    lower current share, or an equal share and a smaller name.
+    The tenant waits only for a contender that has a pending pod fitting now (or, with
+    ``holdForBlockedTenants``, a blocked one: ``Contender.blocked``) and a lower current
+    share, or an equal share and a smaller name.
     """
     if share_after <= fair_share * (1 + EPS) + EPS:
         return GateDecision(True, tenant, share_after, fair_share)
@@ -817,7 +834,7 @@ def check_gate(
         c
         for c in contenders
         if c.tenant != tenant
-        and c.has_fitting_pending
+        and (c.has_fitting_pending or c.blocked)
         and (
             c.current_share < current_share * (1 - EPS) - EPS
             or (
@@ -829,7 +846,10 @@ def check_gate(
     if not ahead:
         return GateDecision(True, tenant, share_after, fair_share)
     first = min(ahead, key=lambda c: (c.current_share, c.tenant))
-    return GateDecision(False, tenant, share_after, fair_share, waiting_for=first.tenant)
+    blocked = "" if first.has_fitting_pending else first.blocked
+    return GateDecision(
+        False, tenant, share_after, fair_share, waiting_for=first.tenant, blocked=blocked
+    )
 
 
 def jain_index(values: Sequence[float]) -> float:

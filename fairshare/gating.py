@@ -10,21 +10,24 @@ prometheus_client.
 * the fair allocation by progressive filling over demand = bound + pending pods
   (``fairness.fair_allocation``), unless the caller passes one it has cached;
 * ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
-  share that have a pending pod fitting some node now.
+  share that have a pending pod fitting some node now, or with
+  ``holdForBlockedTenants`` one that would fit some node drained of its pods
+  (``pod_fits_drained``).
 
 A pod that keeps its tenant within its fair share is never gated (returns None).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from fairshare import fairness, tenancy
+from fairshare import eligibility, fairness, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, RequestShape, filter_nodes
-from fairshare.resources import to_kernel_units
+from fairshare.resources import GPU, to_kernel_units
 from fairshare.state.cluster import ClusterState
 
 
@@ -219,6 +222,7 @@ def fitting_pending(
     queue: Iterable[PodRequest],
     *,
     memo: dict[ShapeKey, bool] | None = None,
+    blocked: dict[str, PodRequest] | None = None,
 ) -> dict[str, bool]:
     """For each of ``tenants``: does it have a pod waiting that could run now?
 
@@ -229,6 +233,10 @@ def fitting_pending(
     (they only take room) until a node changes or room is given back
     (``room_version``); so is a shape that ``dominates`` one known to fit nowhere,
     without being probed.
+
+    With ``blocked`` (``holdForBlockedTenants``), the same walk also puts there, for a
+    tenant, its first waiting pod met before any that fits now that fits no node now but
+    would fit a drained one (``_DrainedFit``).
     """
     out = dict.fromkeys(tenants, False)
     open_ = set(out)
@@ -238,6 +246,7 @@ def fitting_pending(
     held: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
     misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
     mig = bool(state.mig_nodes)
+    drained = _DrainedFit.of(state) if blocked is not None else None
     pods = state.pods
     for p in queue:
         u = p.tenant
@@ -247,19 +256,75 @@ def fitting_pending(
         fits = known.get(key)
         if fits is None:
             if key in misfits.keys:
-                continue
-            order = misfits.order(p)
-            if misfits.covers(key, order, mig):
-                continue
-            fits = known[key] = pod_fits_somewhere(state, p)
-            if not fits:
-                misfits.add(key, order, mig)
+                fits = False
+            else:
+                order = misfits.order(p)
+                if misfits.covers(key, order, mig):
+                    fits = False
+                else:
+                    fits = known[key] = pod_fits_somewhere(state, p)
+                    if not fits:
+                        misfits.add(key, order, mig)
         if fits:
             out[u] = True
             open_.discard(u)
             if not open_:
                 break
+        elif blocked is not None and drained is not None and u not in blocked and drained.fits(p):
+            blocked[u] = p
     return out
+
+
+def pod_fits_drained(state: ClusterState, p: PodRequest) -> bool:
+    """Would ``p`` fit some node it may use (``eligibility``) if that node's pods were
+    gone? The same fit as ``pod_fits_somewhere`` (resources, GPU devices, model, health,
+    MIG slices) against ``ClusterState.drained``. False means unrunnable as the nodes are."""
+    return pod_fits_somewhere(state.drained(), p)
+
+
+class _DrainedFit:
+    """``pod_fits_drained`` per shape, kept on the drained state: probed once per node
+    change, across tenants, decisions and binds. A shape that ``dominates`` one known
+    not to fit a drained node does not fit either and is not probed."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.drained = state.drained()
+        self.known: dict[ShapeKey, bool] = self.drained.memo("gating.shape_fits_drained")
+        held: dict[str, _Misfits] = self.drained.memo("gating.shape_fits_no_drained_node")
+        self.misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
+        self.mig = bool(state.mig_nodes)
+
+    @staticmethod
+    def of(state: ClusterState) -> _DrainedFit:
+        return _DrainedFit(state)
+
+    def fits(self, p: PodRequest) -> bool:
+        key = p.shape
+        ok = self.known.get(key)
+        if ok is None:
+            order = self.misfits.order(p)
+            if self.misfits.covers(key, order, self.mig):
+                return False
+            ok = self.known[key] = pod_fits_somewhere(self.drained, p)
+            if not ok:
+                self.misfits.add(key, order, self.mig)
+        return ok
+
+
+def describe_request(p: PodRequest) -> str:
+    """``ns/name (nvidia.com/gpu 8, cpu 32, memory 64Gi)``: the pod and its shape as a
+    gate reason names it (requests, GPU first, allowed GPU models, node constraints)."""
+    amounts = p.demand.amounts
+    parts = [
+        f"{name} {quantities.format_quantity(amounts[name], quantities.quantity_kind(name))}"
+        for name in sorted(amounts, key=lambda n: (n != GPU, n))
+        if amounts[name]
+    ]
+    if p.gpu_models:
+        parts.append("GPU model " + "|".join(sorted(p.gpu_models)))
+    if p.constraints != eligibility.UNCONSTRAINED:
+        parts.append("node constraints")
+    return f"{p.namespace}/{p.name} ({', '.join(parts) or 'no requests'})"
 
 
 def check_fair_gate(
@@ -301,12 +366,27 @@ def check_fair_gate(
     mine = shares.get(t, 0.0)
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
-    can_run = fitting_pending(state, [u for u, _ in lower], queue, memo=memo)
-    contenders = [fairness.Contender(u, fairness.CurrentShare(s), can_run[u]) for u, s in lower]
-    return fairness.check_gate(
+    blocked: dict[str, PodRequest] = {}
+    can_run = fitting_pending(
+        state,
+        [u for u, _ in lower],
+        queue,
+        memo=memo,
+        blocked=blocked if config.hold_for_blocked_tenants else None,
+    )
+    contenders = [
+        fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))
+        for u, s in lower
+    ]
+    decision = fairness.check_gate(
         tenant=t,
         current_share=fairness.CurrentShare(mine),
         share_after=fairness.ShareAfter(share_after),
         fair_share=fair_share,
         contenders=contenders,
     )
+    if decision.blocked and decision.waiting_for in blocked:
+        # Named only for the tenant waited for (formatting every contender's pod costs).
+        text = describe_request(blocked[decision.waiting_for])
+        decision = dataclasses.replace(decision, blocked=text)
+    return decision

@@ -17,7 +17,9 @@ Design choices:
   GPUs, ``"500m"`` CPU, ``"8Gi"``), shares are floats rounded to 4 places.
 * *Held by the gate* means what the extender's filter does: a pending pod that fits some
   node now, for which ``check_fair_gate`` refuses. A pending pod that fits no node waits
-  for room (``pending``, with the first node's reason), not for the gate.
+  for room (``pending``, with the first node's reason), not for the gate. With
+  ``holdForBlockedTenants`` a held pod may wait for a tenant whose pod is blocked (fits
+  no node now, would fit a drained one): ``blockedPod`` names it and its shape.
 """
 
 from __future__ import annotations
@@ -192,6 +194,8 @@ def build_status(
                 fairShare=_round(gate.fair_share),
                 waitingFor=gate.waiting_for,
             )
+            if gate.blocked:
+                entry["blockedPod"] = gate.blocked
             held.append(entry)
         else:
             entry["reason"] = why or "fits; waiting for the scheduler"
@@ -441,6 +445,8 @@ def explain_pod(
             "waitingFor": gate.waiting_for if gate else None,
             "reason": gate.reason if gate else "",
         }
+        if gate is not None and gate.blocked:
+            extender["gate"]["blockedPod"] = gate.blocked
     if not fr.fits:
         verdict = "pending: no node fits now"
     elif gate is not None and not gate.allowed:
@@ -624,6 +630,12 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
             f"  gate: current share {gate['currentShare']:.4f}, after this pod {after}, "
             f"fair share {gate['fairShare']:.4f}"
             + (f", waiting for {gate['waitingFor']}" if gate["waitingFor"] else "")
+            + (
+                f" (its blocked pod {gate['blockedPod']}: fits no node now, would fit a "
+                "drained one; holdForBlockedTenants)"
+                if gate.get("blockedPod")
+                else ""
+            )
         )
     rows = [[n["node"], "fits" if n["fits"] else "no", n["reason"]] for n in ext["nodes"]]
     lines += ["  " + line for line in _table(["NODE", "FIT", "REASON"], rows)]

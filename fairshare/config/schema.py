@@ -504,6 +504,14 @@ class FairShareConfig(_Model):
     """Reclaim toward fair share for every tenant that does not say otherwise (default
     false: reclaim only gives tenants their ``guaranteed`` amounts back)."""
 
+    hold_for_blocked_tenants: bool = False
+    """Hold a tenant above its fair share also while a lower-share tenant has a waiting
+    pod that fits no node now but would fit some node once that node's pods were gone
+    (default false: only a pod that fits now holds others; idle room goes to whoever
+    fits). A pod that fits no node even when drained, or that is not waiting (scheduling
+    gates, another scheduler), never holds anyone. Trades some GPU allocation for
+    fairness at saturation."""
+
     gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     """Fractional GPU rules."""
 

@@ -223,9 +223,12 @@ def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def trace_config(k: int, weights: Sequence[float] | None = None) -> FairShareConfig:
+def trace_config(
+    k: int, weights: Sequence[float] | None = None, *, hold_for_blocked: bool = False
+) -> FairShareConfig:
     """K synthetic tenants ``tenant-<i>`` (namespace of the same name), weight 1 each
-    unless ``weights`` (one per tenant) says otherwise."""
+    unless ``weights`` (one per tenant) says otherwise; ``hold_for_blocked`` sets the
+    config's ``holdForBlockedTenants``."""
     if k < 1:
         raise ValueError(f"tenants: need at least one, got {k}")
     ws = check_weights(weights) if weights is not None else (1.0,) * k
@@ -235,7 +238,12 @@ def trace_config(k: int, weights: Sequence[float] | None = None) -> FairShareCon
         {"name": f"tenant-{i}", "namespaces": [f"tenant-{i}"], "weight": ws[i]} for i in range(k)
     ]
     return loading.config_from_mapping(
-        {"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig", "tenants": tenants}
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": tenants,
+            "holdForBlockedTenants": hold_for_blocked,
+        }
     )
 
 
@@ -495,12 +503,14 @@ def run_saturation(
     skip_shapes: bool = True,
     max_passes: int = 1000,
     progress: Callable[[int, int], None] | None = None,
+    hold_for_blocked: bool = False,
 ) -> tuple[Simulation, SaturationResult]:
-    """The saturation fairness protocol (module docstring); ``progress(pass, placed)``."""
+    """The saturation fairness protocol (module docstring); ``progress(pass, placed)``;
+    ``hold_for_blocked`` runs the gate with ``holdForBlockedTenants``."""
     ws = check_weights(weights)
     if not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a finite number > 0 (× GPU capacity), got {load}")
-    config = trace_config(len(ws), ws)
+    config = trace_config(len(ws), ws, hold_for_blocked=hold_for_blocked)
     sim, originals = _cluster(trace, pods, config, policy=policy, seed=seed)
     order = saturation_order(originals, seed=seed, gpus=int(sim.gpus()), load=load)
     for p in order:

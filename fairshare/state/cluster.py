@@ -139,6 +139,7 @@ class ClusterState:
     declared_capacity: dict[int, float] = field(default_factory=dict)
     """Capacity by column for resources no node reports (the config's ``capacity``, e.g.
     ``storage``); set with ``declare_capacity``. Node capacity, when there is any, wins."""
+    _drained: tuple[int, ClusterState] | None = field(default=None, repr=False, compare=False)
 
     def declare_capacity(self, amounts: Mapping[int, float]) -> None:
         """Set ``declared_capacity`` (kernel units by column)."""
@@ -170,6 +171,31 @@ class ClusterState:
         if got is None or got[0] != v:
             got = self._memos[name] = (v, {})
         return got[1]
+
+    def drained(self) -> ClusterState:
+        """The same nodes (labels, taints, health, GPU models, MIG slices) with no pod
+        bound: what each node would offer once its current pods were gone. Built once per
+        node change (``room_version``'s first part) and never bound to; its ``memo`` lasts
+        as long as it does (figures that only the nodes decide)."""
+        got = self._drained
+        if got is not None and got[0] == self._nodes_version:
+            return got[1]
+        twin = ClusterState(
+            self.index,
+            max_dev=self.max_dev,
+            nodes=list(self.nodes),
+            node_index=dict(self.node_index),
+            capacity=array("d", self.capacity),
+            free=array("d", self.capacity),
+            dev_free=array("d", (float(MILLI_GPU) if v >= 0 else -1.0 for v in self.dev_free)),
+            healthy=array("b", self.healthy),
+            model_ids=dict(self.model_ids),
+            node_model=array("q", self.node_model),
+            mig_nodes=self.mig_nodes,
+            declared_capacity=dict(self.declared_capacity),
+        )
+        self._drained = (self._nodes_version, twin)
+        return twin
 
     @property
     def n_nodes(self) -> int:

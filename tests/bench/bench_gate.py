@@ -13,6 +13,9 @@ every tenant, with the fair allocation cached as the simulator caches it:
 
 each with the dominance skip (``gating.dominates``: a shape asking at least as much
 as one that fits nowhere is not probed) and without it (the previous behaviour).
+``--hold-for-blocked`` times the gate with ``holdForBlockedTenants`` on (a lower-share
+tenant with no pod that fits now is also probed against the drained nodes; "cold" then
+also drops the drained state and its memo, as a node change does).
 Figures are printed, never asserted: they depend on the machine and its load.
 """
 
@@ -77,6 +80,7 @@ def forget(sim: Simulation, *, keep_no_fit: bool) -> None:
     memos.pop("gating.shape_fits", None)
     if not keep_no_fit:
         memos.pop("gating.shape_fits_nowhere", None)
+        sim.state._drained = None
 
 
 def decide(sim: Simulation, reqs: list[PodRequest], *, keep_no_fit: bool) -> Callable[[], None]:
@@ -110,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="fgd", choices=("ours", "bestfit", "fgd"))
     p.add_argument("--sample", type=int, default=20, help="pending pods per tenant timed")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument(
+        "--hold-for-blocked", action="store_true", help="gate with holdForBlockedTenants on"
+    )
     args = p.parse_args(argv)
     trace = Path(args.trace)
     if not (trace / openb.NODE_FILE).is_file():
@@ -117,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     t0 = time.perf_counter()
     sim = saturated(trace, args.pods, args.seed, args.policy)
+    if args.hold_for_blocked:
+        sim.config = sim.config.model_copy(update={"hold_for_blocked_tenants": True})
     by_tenant: dict[str, list[PodRequest]] = {}
     for r in sim.pending.values():
         if r.tenant is not None and len(by_tenant.setdefault(r.tenant, [])) < args.sample:
@@ -127,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         f"bench-gate: {args.pods} seed {args.seed}, saturated by {args.policy} in "
         f"{time.perf_counter() - t0:.0f} s: {100 * sim.gpu_allocation_ratio():.2f} % GPU "
         f"allocated, {len(sim.pending)} pods pending in {shapes} shapes; "
-        f"{len(reqs)} decisions timed per round, {args.reps} rounds\n"
+        f"{len(reqs)} decisions timed per round, {args.reps} rounds, "
+        f"holdForBlockedTenants {'on' if args.hold_for_blocked else 'off'}\n"
     )
     print("| memo at each decision | dominance skip | CPU per decision: median (min) | probes |")
     print("|---|---|---|---|")

@@ -17,6 +17,10 @@ Two protocols, both in ``fairshare/simulator/openb.py``:
   shapes). One such run of ``ours`` costs about twelve allocation runs, so each trace
   runs the first ``--fair-seeds`` seeds only (default 1; the output says how many).
 
+``--fairness-only`` skips the allocation runs; ``--hold-for-blocked`` runs the saturation
+protocol with the config's ``holdForBlockedTenants`` on (its runs are kept in
+``--runs-dir`` under names ending in ``-hold``).
+
 Runs go to a process pool (``--workers``, default the core count), longest first;
 progress and an estimate of the time left go to stderr.
 
@@ -139,10 +143,16 @@ def _allocation_run(job: Job) -> dict[str, Any]:
 def _fairness_run(job: Job) -> dict[str, Any]:
     from fairshare.simulator import openb, targets
 
-    _kind, trace, pods, seed, policy, weights, load = job
+    _kind, trace, pods, seed, policy, weights, load, hold = job
     t0, c0 = time.perf_counter(), time.process_time()
     sim, res = openb.run_saturation(
-        Path(trace), pods=pods, seed=seed, policy=policy, weights=weights, load=load
+        Path(trace),
+        pods=pods,
+        seed=seed,
+        policy=policy,
+        weights=weights,
+        load=load,
+        hold_for_blocked=hold,
     )
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     tg = targets.targets_at_end(sim)
@@ -154,6 +164,7 @@ def _fairness_run(job: Job) -> dict[str, Any]:
         "pods": pods,
         "policy": policy,
         "seed": seed,
+        "holdForBlockedTenants": hold,
         "allocation": round(res.allocation, 4),
         "divisible": _deviation(divisible),
         "constrained": _deviation(constrained),
@@ -202,6 +213,8 @@ def run_file(runs_dir: Path, job: Job) -> Path:
     if kind == "fairness":
         weights, load = job[5], job[6]
         name += f"-w{'_'.join(f'{w:g}' for w in weights)}-l{load:g}"
+        if len(job) > 7 and job[7]:
+            name += "-hold"
     return runs_dir / f"{name}.json"
 
 
@@ -686,6 +699,16 @@ def main(argv: list[str] | None = None) -> int:
         help="keep every finished run here and reuse the runs it already holds (resume a "
         "cut-off run; run policies separately); empty it when the simulator changes",
     )
+    p.add_argument(
+        "--fairness-only",
+        action="store_true",
+        help="run the saturation protocol only (no allocation runs)",
+    )
+    p.add_argument(
+        "--hold-for-blocked",
+        action="store_true",
+        help="saturation runs with the config's holdForBlockedTenants on",
+    )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -731,8 +754,12 @@ def main(argv: list[str] | None = None) -> int:
     fair_seeds = seeds[: max(0, args.fair_seeds)] if weights else []
     for pods in traces:
         for pol in policies:
-            jobs += [("fairness", str(trace), pods, s, pol, weights, args.load) for s in fair_seeds]
-            jobs += [("allocation", str(trace), pods, s, pol) for s in seeds]
+            jobs += [
+                ("fairness", str(trace), pods, s, pol, weights, args.load, args.hold_for_blocked)
+                for s in fair_seeds
+            ]
+            if not args.fairness_only:
+                jobs += [("allocation", str(trace), pods, s, pol) for s in seeds]
     runs: list[dict[str, Any]] = []
     saved = [(j, load_saved_run(args.runs_dir, j)) for j in jobs]
     runs += [r for _, r in saved if r is not None]
@@ -783,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         "fairSeeds": fair_seeds,
         "weights": list(weights),
         "load": args.load,
+        "holdForBlockedTenants": args.hold_for_blocked,
         "workers": workers,
         "cores": os.cpu_count(),
         "commit": commit,

@@ -23,6 +23,10 @@ def test_runs_are_kept_and_found_by_what_they_depend_on(tmp_path: Path) -> None:
     assert bq.run_file(tmp_path, fair).name == "fairness-default-ours-42-w1_1_2_4-l2.json"
     heavier = (*fair[:6], 1.5)
     assert bq.run_file(tmp_path, heavier) != bq.run_file(tmp_path, fair)
+    # holdForBlockedTenants on is another run; off keeps the old name.
+    assert bq.run_file(tmp_path, (*fair, False)) == bq.run_file(tmp_path, fair)
+    held = bq.run_file(tmp_path, (*fair, True))
+    assert held.name == "fairness-default-ours-42-w1_1_2_4-l2-hold.json"
 
 
 def test_an_unreadable_run_file_is_run_again(tmp_path: Path) -> None:

@@ -347,3 +347,37 @@ def test_a_pod_whose_selector_matches_no_node_says_so() -> None:
     assert entry["reason"] == (
         "no node passes its node selector, required node affinity and tolerations"
     )
+
+
+def test_status_and_explain_name_the_blocked_pod_under_hold_for_blocked_tenants() -> None:
+    """One 4-GPU node; a holds 3 GPUs and waits with a fourth, b waits with a 2-GPU pod
+    that fits no node now (1 GPU free) but would fit the node drained. With
+    ``holdForBlockedTenants`` a's pod is held, and status and explain name b's pod and
+    its shape; without it a's pod is only pending (nothing of b fits now)."""
+    pods = [
+        *(pod(f"a-{i}", ns="a", gpu=1, node_name="n1") for i in (1, 2, 3)),
+        pod("a-4", ns="a", gpu=1, phase="Pending"),
+        pod("b-1", ns="b", gpu=2, phase="Pending"),
+    ]
+    objs = {"Namespace": [namespace("a"), namespace("b")], "Node": [node("n1")], "Pod": pods}
+    on = CONFIG.model_copy(update={"hold_for_blocked_tenants": True})
+    blocked = "b/b-1 (nvidia.com/gpu 2, cpu 1)"
+
+    data = status(Snapshot(on, objs))
+    (held,) = data["heldPods"]
+    assert (held["pod"], held["waitingFor"], held["blockedPod"]) == ("a/a-4", "b", blocked)
+    assert held["reason"] == (
+        "tenant a above its fair share (1.00 > 0.50) while b waits (holdForBlockedTenants: "
+        f"its pod {blocked} fits no node now but would fit a drained one)"
+    )
+    assert f"a/a-4: {held['reason']}" in report.render_status_text(data)
+
+    snap = Snapshot(on, objs)
+    ext = explain(snap, pods[3])["extender"]
+    assert ext["verdict"] == f"held by the fair-share gate: {held['reason']}"
+    assert ext["gate"]["blockedPod"] == blocked
+    text = report.render_explain_text(explain(snap, pods[3]))
+    assert f"waiting for b (its blocked pod {blocked}: fits no node now" in text
+
+    off = status(Snapshot(CONFIG, objs))
+    assert off["heldPods"] == []
