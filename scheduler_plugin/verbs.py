@@ -33,11 +33,13 @@ from fairshare.placement import (
     build_scorer,
     candidates,
     choose_devices,
+    choose_level,
     fgd_raw,
     filter_nodes,
     fits_after_release,
     mig_row,
     mig_use,
+    node_rank,
     score_context,
 )
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
@@ -135,14 +137,13 @@ def pick_best(
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
 ) -> str:
-    """The node of ``names`` (not empty) that prioritize scores highest for ``req``.
-
-    Ties on prioritize's 0..10 score go to the higher [0, 1] score it was rounded from,
-    then to the node listed first in ``names`` (kube-scheduler's own candidate order).
+    """The node of ``names`` (not empty) fairshare itself chooses for ``req``: the
+    highest of prioritize's [0, 1] scores rounded to ``CHOICE_LEVELS`` levels, ties to
+    the lowest ``node_rank`` (one fixed random node order), as the simulator's ``ours``.
     """
-    ints, raw = node_scores(state, config, req, names, mix=mix, context=context)
-    best = max(range(len(names)), key=lambda k: (ints[k], raw[k], -k))
-    return names[best]
+    _ints, raw = node_scores(state, config, req, names, mix=mix, context=context)
+    k = choose_level(dict(enumerate(raw)), range(len(names)), lambda k: node_rank(names[k]))
+    return names[k or 0]
 
 
 def _filter_result(

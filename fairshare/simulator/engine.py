@@ -11,7 +11,8 @@ Semantics, the same as the webhook and the extender will apply:
 * **Scheduling**: pending pods are tried in creation order; each attempt runs the
   filter, the fair-share gate (policy ``ours`` only) and the scorer, then binds to the
   best node and picks devices.
-* ``policy``: ``ours`` (the configured weighted terms + the gate), ``bestfit`` and
+* ``policy``: ``ours`` (the configured weighted terms + the gate; the node chosen as
+  the extender's ``--pick-in-filter`` chooses it: ``placement.choose_level``), ``bestfit`` and
   ``fgd`` (our implementations of Weng et al.'s controls, scored as integers 0..100,
   ties to the node ranked first by ``tie_rank``, or first in node order without it).
 """
@@ -36,6 +37,7 @@ from fairshare.placement import (
     build_scorer,
     candidates,
     choose_devices,
+    choose_level,
     fgd_raw,
     filter_nodes,
     score_bestfit,
@@ -226,7 +228,18 @@ class Simulation:
     def _score(self, req: PodRequest, fr: FilterResult) -> Scored:
         ctx = self._context()
         if self.policy == "ours":
-            return self.scorer(self.state, req, fr.fits, ctx)
+            # The node the extender itself would choose (``--pick-in-filter``): scores
+            # rounded to ``CHOICE_LEVELS``, ties to the first node of one fixed random
+            # order (``tie_rank`` here, drawn from the seed; a hash of the node name in
+            # the extender).
+            scored = self.scorer(self.state, req, fr.fits, ctx)
+            rank = self.tie_rank
+            pick = choose_level(
+                scored.scores, fr.fits, (lambda i: i) if rank is None else rank.__getitem__
+            )
+            if pick is None:
+                return scored
+            return Scored({pick: 1.0}, scored.devices)
         mask_fits = fr.fits
         mask = candidates(self.state, mask_fits)
         devices: dict[int, int] = {}

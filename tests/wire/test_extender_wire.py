@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from fairshare.config.loading import config_from_mapping
+from fairshare.placement import node_rank
 from fairshare.state import objects
 from scheduler_plugin import verbs, wire
 
@@ -200,12 +201,15 @@ def test_pick_in_filter_keeps_only_the_node_prioritize_scores_highest():
     assert picked["FailedNodes"] == {} and picked["FailedAndUnresolvableNodes"] == {}
 
 
-def test_pick_in_filter_breaks_ties_on_the_unrounded_score():
-    # gpu-3 and cpu-1 both score 8 in prioritize; cpu-1's unrounded score is higher.
+def test_pick_in_filter_takes_one_of_the_best_levels_in_the_fixed_node_order():
+    # gpu-3 and cpu-1 both score 8 in prioritize and sit on the same of the 30 choice
+    # levels; the tie goes to the node first in the fixed random order (node_rank):
+    # gpu-3, though cpu-1 lists later and has the higher unrounded score.
     raw = (GOLDEN / "prioritize_request.json").read_bytes()
     scores = _scores("prioritize_request.json")
     assert scores["gpu-3"] == scores["cpu-1"] == max(scores.values())
-    assert answer("filter-pick", raw)["NodeNames"] == ["cpu-1"]
+    assert node_rank("gpu-3") < node_rank("cpu-1")
+    assert answer("filter-pick", raw)["NodeNames"] == ["gpu-3"]
 
 
 @pytest.mark.parametrize(
