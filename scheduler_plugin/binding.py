@@ -9,7 +9,6 @@ binding, or the reverse.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 from urllib.parse import quote
@@ -25,10 +24,6 @@ class BindingError(Exception):
 
 BIND_TIMEOUT = 5.0
 """Seconds a Binding POST may take (kube-scheduler's default extender httpTimeout)."""
-POSTS_IN_FLIGHT = 8
-"""Binding POSTs sent at once; more wait their turn (within the timeout). The pool opens
-a connection, with its TLS handshake on both ends, for each request in flight beyond its
-idle ones: a burst of binds would otherwise open dozens, each used a few times."""
 
 
 def bind_timeout(lease_duration: float | None, renew_deadline: float | None) -> float:
@@ -51,14 +46,10 @@ class ApiBinder:
     environment, reads ``~/.netrc`` and the proxy variables in a worker thread for every
     request; a bind is on kube-scheduler's path for every pod. A proxy of the kubeconfig
     and a bearer token (refreshed by the configuration's hook) are used as the client
-    uses them. ``close()`` closes only this session, never the shared pool. At most
-    ``in_flight`` POSTs run at once, so they keep reusing as many connections; the
-    timeout counts from the call, the wait for a turn included.
+    uses them. ``close()`` closes only this session, never the shared pool.
     """
 
-    def __init__(
-        self, api_client: Any, *, timeout: float = BIND_TIMEOUT, in_flight: int = POSTS_IN_FLIGHT
-    ) -> None:
+    def __init__(self, api_client: Any, *, timeout: float = BIND_TIMEOUT) -> None:
         self.config = api_client.configuration
         rest = api_client.rest_client
         self.session = aiohttp.ClientSession(
@@ -71,15 +62,10 @@ class ApiBinder:
             self.extra["proxy"] = rest.proxy
         if rest.proxy_headers:
             self.extra["proxy_headers"] = rest.proxy_headers
-        self.timeout = timeout
-        self.turns = asyncio.Semaphore(in_flight)
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.agent = str(api_client.user_agent)
 
     async def __call__(self, plan: BindPlan) -> None:
-        async with asyncio.timeout(self.timeout), self.turns:
-            await self._post(plan)
-
-    async def _post(self, plan: BindPlan) -> None:
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
@@ -94,6 +80,7 @@ class ApiBinder:
             url,
             data=json.dumps(plan.binding).encode(),
             headers=headers,
+            timeout=self.timeout,
             **self.extra,
         ) as resp:
             if resp.status >= 300:

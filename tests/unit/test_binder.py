@@ -4,7 +4,6 @@ open); an API error fails the bind with its status."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -89,34 +88,3 @@ async def test_an_api_error_fails_the_bind_with_its_status(unused_tcp_port: int)
     finally:
         await runner.cleanup()
     assert len(seen) == 1 and seen[0]["auth"] is None
-
-
-async def test_a_burst_of_binds_shares_a_few_connections(unused_tcp_port: int) -> None:
-    # Each POST in flight beyond the idle connections would open (and, against the API
-    # server, TLS-handshake) a connection of its own: the binder keeps to ``in_flight``.
-    peers: set[Any] = set()
-    running, most = 0, 0
-
-    async def bind(request: web.Request) -> web.Response:
-        nonlocal running, most
-        peers.add(request.transport.get_extra_info("peername") if request.transport else None)
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.05)
-        running -= 1
-        return web.json_response({"kind": "Status", "status": "Success"}, status=201)
-
-    app = web.Application()
-    app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", bind)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    try:
-        async with ApiClient(Configuration(host=f"http://127.0.0.1:{unused_tcp_port}")) as api:
-            bind_ = binding.ApiBinder(api, in_flight=2)
-            await asyncio.gather(*(bind_(plan(f"p-{i}")) for i in range(8)))
-            await bind_.close()
-    finally:
-        await runner.cleanup()
-    assert most == 2
-    assert len(peers) == 2
