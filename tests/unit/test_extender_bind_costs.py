@@ -60,3 +60,26 @@ def test_a_bind_reuses_the_fair_allocation_and_a_new_demand_recomputes_it() -> N
     assert again == fresh(t)
     t.on_event("Pod", "DELETED", pending("a", 5))
     assert t.fair_shares(CONFIG) == fresh(t)
+
+
+def test_a_node_heartbeat_keeps_every_cached_figure() -> None:
+    # kubelet (or kwok) rewrites a Node's status now and then with nothing the extender
+    # reads changed: the state's version, hence the score context, the fair allocation
+    # and the gate's memos cached on it, must stay. A real change still counts.
+    t = ExtenderTracker(lambda: CONFIG)
+    t.on_resync("Node", [node("n1"), node("n2")])
+    t.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    t.on_resync("Pod", [pending("a", 0)])
+    bind(t, "a0", "n1")
+    version, ctx, free = t.state.version, t.context(), list(t.state.free)
+    beat = node("n1")
+    beat["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-03T10:00:00Z"}
+    ]
+    t.on_event("Node", "MODIFIED", beat)
+    assert t.state.version == version
+    assert t.context() is ctx
+    assert list(t.state.free) == free and t.state.pods["a0"].node == "n1"
+    t.on_event("Node", "MODIFIED", node("n1", cpu="16"))
+    assert t.state.version != version
+    assert t.context() is not ctx
