@@ -285,18 +285,25 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
             return wire.ExtenderBindingResult(NOT_LEADER).encode()
         config = deps.config()
         state = deps.tracker.state  # again: a config swap may have rebuilt the arrays
-        plan = verbs.bind_plan(
-            args, state=state, pending=deps.tracker.pending_queue(), mix=deps.tracker.mix()
-        )
+        # The pod by its UID (what ``bind_plan`` looks for first) without listing the
+        # whole queue; by namespace/name in the queue otherwise.
+        known = deps.tracker.pending.get(args.pod_uid) if args.pod_uid else None
+        queue = [known] if known is not None else deps.tracker.pending_queue()
+        plan = verbs.bind_plan(args, state=state, pending=queue, mix=deps.tracker.mix())
         if plan.error:
             log.warning("bind refused: %s", plan.error)
             return plan.result()
         req = deps.tracker.pending.get(plan.uid)
         if req is not None:
             # kube-scheduler filters the next pod while earlier binds run: judge the
-            # gate again now that they are accounted.
+            # gate again now that they are accounted. ``req`` is in the queue, so the
+            # fair allocation over bound + pending is the tracker's (cached) one.
             gate = gating.check_fair_gate(
-                state, config=config, req=req, pending=deps.tracker.pending_queue()
+                state,
+                config=config,
+                req=req,
+                pending=deps.tracker.pending_queue(),
+                fair=deps.tracker.fair_shares(config),
             )
             if gate is not None and not gate.allowed:
                 deps.tracker.note_filter(req, gate)  # held back: counts as gated

@@ -154,6 +154,18 @@ class ExtenderTracker:
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
+    _fair_inputs: (
+        tuple[
+            int,
+            ResourceIndex,
+            FairShareConfig,
+            dict[str, list[float]],
+            dict[str, fairness.FairShare],
+        ]
+        | None
+    ) = field(default=None, init=False, repr=False)
+    """The last allocation and what it was computed from: (nodes version, columns,
+    config, demand rows, allocation)."""
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
@@ -614,12 +626,32 @@ class ExtenderTracker:
         return req
 
     def fair_shares(self, config: FairShareConfig) -> dict[str, fairness.FairShare]:
-        """The fair allocation over bound + pending demand, cached until either changes."""
-        key = (self.state.version, tuple(self.pending), id(config))
-        if self._fair is None or self._fair[0] != key:
-            rows = gating.demand_rows(self.state, self.pending.values())
-            self._fair = (key, gating.fair_shares_for(self.state, config, rows))
-        return self._fair[1]
+        """The fair allocation over bound + pending demand, cached until either changes.
+
+        When they changed, the per-tenant demand rows are summed again, and the
+        allocation is computed again only if those rows differ (or the capacity, columns
+        or config do): a bind moves a pod's request from pending to bound, which mostly
+        leaves every tenant's demand as it was."""
+        state = self.state
+        key = (state.version, tuple(self.pending), id(config))
+        if self._fair is not None and self._fair[0] == key:
+            return self._fair[1]
+        rows = gating.demand_rows(state, self.pending.values())
+        nodes, index = state._nodes_version, state.index
+        held = self._fair_inputs
+        if (
+            held is not None
+            and held[0] == nodes
+            and held[1] is index
+            and held[2] is config
+            and held[3] == rows
+        ):
+            fair = held[4]
+        else:
+            fair = gating.fair_shares_for(state, config, rows)
+            self._fair_inputs = (nodes, index, config, rows, fair)
+        self._fair = (key, fair)
+        return fair
 
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())

@@ -268,6 +268,14 @@ class ClusterState:
         )
         row = self.index.kernel_vector(allocatable)
         row[self.gpu_col] += sum(n * milli for n, milli in mig.values())
+        known = self.node_index.get(name)
+        if known is not None and self.nodes[known] == info:
+            r = self.n_res
+            if list(self.capacity[known * r : (known + 1) * r]) == list(row):
+                # The same node again (a status heartbeat, a change of something not
+                # read here): nothing changes, so neither does any figure cached per
+                # ``version``; the devices keep as they are (same count, same capacity).
+                return known
         self._nodes_version += 1
         if name in self.node_index:
             old = self.nodes[self.node_index[name]]

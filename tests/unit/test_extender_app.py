@@ -95,6 +95,15 @@ async def test_concurrent_binds_never_oversubscribe_a_device(client):
     assert per_device == {0: 1000.0, 1: 1000.0}
 
 
+async def test_bind_finds_the_pod_by_name_when_its_uid_is_not_known(client):
+    r = await client.post(
+        "/bind", json={"PodName": "p2", "PodNamespace": "a", "PodUID": "", "Node": "n1"}
+    )
+    assert (await r.json())["Error"] == ""
+    assert client.deps.tracker.state.pods["u2"].node == "n1"
+    assert "u2" not in client.deps.tracker.pending
+
+
 async def test_failed_binding_is_reported_and_nothing_is_held(client):
     async def refuse(plan):
         raise RuntimeError("apiserver said no")
