@@ -19,6 +19,7 @@ Design choices:
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -35,6 +36,7 @@ from fairshare.placement import (
     choose_devices,
     fgd_raw,
     filter_nodes,
+    fit_rows,
     fits_after_release,
     mig_row,
     mig_use,
@@ -121,9 +123,12 @@ def filter_verb(
     if on_gate is not None:
         on_gate(req, out.gate)
     passing: Sequence[str] = out.passing
-    if pick and len(passing) > 1:
+    picked = pick and len(passing) > 1
+    if picked:
         passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
-    return _filter_result(args, passing, out.failed, out.unresolvable).encode()
+    # ``out.passing`` is ``names`` (the NodeNames sent) less the failed ones, in order.
+    echo = passing if args.node_names is not None and not picked else None
+    return _filter_result(args, passing, out.failed, out.unresolvable, echo).encode()
 
 
 def pick_best(
@@ -150,15 +155,20 @@ def _filter_result(
     passing: Sequence[str],
     failed: Mapping[str, str],
     unresolvable: Mapping[str, str],
+    echo: Sequence[str] | None = None,
 ) -> wire.ExtenderFilterResult:
-    keep = set(passing)
+    """``echo``: the ``NodeNames`` to answer, when the caller has them (else they are
+    the ``NodeNames`` sent that are in ``passing``)."""
+    keep = set(passing) if echo is None or args.nodes is not None else set()
     nodes = None
     if args.nodes is not None:
         pairs = zip(args.nodes.items, args.nodes.names(), strict=True)
         items = tuple(n for n, name in pairs if name in keep)
         nodes = wire.NodeList(items, args.nodes.raw)
     names = None
-    if args.node_names is not None:
+    if echo is not None:
+        names = tuple(echo)
+    elif args.node_names is not None:
         names = tuple(filter(keep.__contains__, args.node_names))
     # Unresolvable wins over failed (kube-scheduler reads it first).
     failed = {n: r for n, r in failed.items() if n not in unresolvable}
@@ -182,15 +192,39 @@ def prioritize_verb(
 
     Nodes that do not fit (or are unknown) score 0. ``context`` may be cached by the
     caller (it only changes with the node set); ``mix`` feeds the fragmentation term.
-    ``parse`` reads the pod (default: ``request_for``).
+    ``parse`` reads the pod (default: ``request_for``). The HTTP adapter writes the same
+    answer from ``prioritize_scores`` with ``wire.dumps_scores``.
     """
+    names, ints = prioritize_scores(
+        args,
+        state=state,
+        config=config,
+        namespace_labels=namespace_labels,
+        mix=mix,
+        context=context,
+        parse=parse,
+    )
+    return wire.encode_scores(names, list(ints))
+
+
+def prioritize_scores(
+    args: wire.ExtenderArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None = None,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
+    parse: Parse | None = None,
+) -> tuple[Sequence[str], Sequence[int]]:
+    """``prioritize_verb``'s hosts and scores, before they become JSON."""
     names = args.candidate_names()
     try:
         req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError:
-        return wire.encode_scores(names, [0] * len(names))
+        return names, [0] * len(names)
     ints, _ = node_scores(state, config, req, names, mix=mix, context=context)
-    return wire.encode_scores(names, ints)
+    return names, ints
 
 
 def node_scores(
@@ -201,23 +235,33 @@ def node_scores(
     *,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
-) -> tuple[list[int], list[float]]:
+) -> tuple[Sequence[int], Sequence[float]]:
     """Prioritize's scores of ``names`` for ``req``, in order: the 0..10 ints it answers
     and the [0, 1] scores they were rounded from. Unknown nodes and nodes that do not fit
     score 0 (both)."""
+    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
+    ctx = context or score_context(state, mix)
+    scorer = build_scorer(config.scoring.weights())
+    fitted = fit_rows(state, req, candidate_rows(state, names))
+    if fitted is not None:
+        fast = scorer.extender(state, req, fitted, ctx, lo=lo, hi=hi)
+        if fast is not None:
+            return fast
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fits = filter_nodes(state, req, rows=rows, explain=False).fits
-    scored = build_scorer(config.scoring.weights())(
-        state, req, fits, context or score_context(state, mix)
-    )
-    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
+    scored = scorer(state, req, fits, ctx)
     by_row: dict[int | None, int] = {
         i: min(hi, max(lo, int(s))) for i, s in scored.extender_scores().items()
     }
     raw = scored.scores
     ints = list(map(by_row.get, found, repeat(0)))
     return ints, [0.0 if i is None else raw.get(i, 0.0) for i in found]
+
+
+def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
+    """The state's row of each name (int32), ``-1`` for a node it does not know."""
+    return array("i", list(map(state.node_index.get, names, repeat(-1))))
 
 
 # -- preempt -----------------------------------------------------------------------------
