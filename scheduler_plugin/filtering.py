@@ -73,6 +73,19 @@ def filter_pod(
     fast = _filter_rows(state, config=config, req=req, names=names, pending=pending, fair=fair)
     if fast is not None:
         return fast
+    return _filter_names(state, config=config, req=req, names=names, pending=pending, fair=fair)
+
+
+def _filter_names(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> FilterOutcome:
+    """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fr = filter_nodes(state, req, rows=rows, explain=True)

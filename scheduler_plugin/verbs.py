@@ -30,6 +30,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
     ScoreContext,
+    Scorer,
     WorkloadMix,
     build_scorer,
     candidates,
@@ -247,6 +248,14 @@ def node_scores(
         fast = scorer.extender(state, req, fitted, ctx, lo=lo, hi=hi)
         if fast is not None:
             return fast
+    return _scores_by_filter(state, req, names, scorer, ctx)
+
+
+def _scores_by_filter(
+    state: ClusterState, req: PodRequest, names: Sequence[str], scorer: Scorer, ctx: ScoreContext
+) -> tuple[list[int], list[float]]:
+    """``node_scores`` by ``filter_nodes`` and the scorer's per-row sums (every pod)."""
+    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fits = filter_nodes(state, req, rows=rows, explain=False).fits
