@@ -26,8 +26,9 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, repeat
+from itertools import compress
 
+from _native import names as native_names
 from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
@@ -118,7 +119,7 @@ def _filter_rows(
 ) -> FilterOutcome | None:
     """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
     None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""
-    fitted = fit_rows(state, req, array("i", list(map(state.node_index.get, names, repeat(-1)))))
+    fitted = fit_rows(state, req, candidate_rows(state, names))
     if fitted is None:
         return None
     passing = tuple(compress(names, fitted.ok))
@@ -141,6 +142,14 @@ def _filter_rows(
             failed.update(dict.fromkeys(passing, gate.reason))
             return FilterOutcome((), failed, unresolvable, gate, {})
     return FilterOutcome(passing, failed, unresolvable, gate, _Uniform(passing, fitted.gpu_milli))
+
+
+def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
+    """The state's row of each name (int32), ``-1`` for a node it does not know."""
+    out = array("i", bytes(4 * len(names)))
+    seq = names if isinstance(names, list | tuple) else list(names)
+    native_names.rows_of(seq, state.node_index, out)
+    return out
 
 
 NOT_A_NODE = -2

@@ -19,7 +19,6 @@ Design choices:
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -87,7 +86,7 @@ def _parse(
 # -- filter ------------------------------------------------------------------------------
 
 
-def filter_verb(
+def filter_result(
     args: wire.ExtenderArgs,
     *,
     state: ClusterState,
@@ -100,8 +99,8 @@ def filter_verb(
     pick: bool = False,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
-) -> dict[str, Any]:
-    """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
+) -> wire.ExtenderFilterResult:
+    """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
     ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
     ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
@@ -117,7 +116,7 @@ def filter_verb(
         req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
-        return _filter_result(args, (), {}, dict.fromkeys(names, reason)).encode()
+        return _filter_result(args, (), {}, dict.fromkeys(names, reason))
     out = filtering.filter_pod(
         state, config=config, req=req, names=names, pending=pending, fair=fair
     )
@@ -129,7 +128,12 @@ def filter_verb(
         passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
     # ``out.passing`` is ``names`` (the NodeNames sent) less the failed ones, in order.
     echo = passing if args.node_names is not None and not picked else None
-    return _filter_result(args, passing, out.failed, out.unresolvable, echo).encode()
+    return _filter_result(args, passing, out.failed, out.unresolvable, echo)
+
+
+def filter_verb(args: wire.ExtenderArgs, **kw: Any) -> dict[str, Any]:
+    """``filter_result`` as JSON (``ExtenderFilterResult.encode``)."""
+    return filter_result(args, **kw).encode()
 
 
 def pick_best(
@@ -243,7 +247,7 @@ def node_scores(
     lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     ctx = context or score_context(state, mix)
     scorer = build_scorer(config.scoring.weights())
-    fitted = fit_rows(state, req, candidate_rows(state, names))
+    fitted = fit_rows(state, req, filtering.candidate_rows(state, names))
     if fitted is not None:
         fast = scorer.extender(state, req, fitted, ctx, lo=lo, hi=hi)
         if fast is not None:
@@ -266,11 +270,6 @@ def _scores_by_filter(
     raw = scored.scores
     ints = list(map(by_row.get, found, repeat(0)))
     return ints, [0.0 if i is None else raw.get(i, 0.0) for i in found]
-
-
-def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
-    """The state's row of each name (int32), ``-1`` for a node it does not know."""
-    return array("i", list(map(state.node_index.get, names, repeat(-1))))
 
 
 # -- preempt -----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
 
+from _native import names as native_names
 from fairshare.errors import WireFormatError
 
 MIN_EXTENDER_PRIORITY: Final = 0
@@ -346,6 +347,18 @@ class ExtenderFilterResult:
             "Error": self.error,
         }
 
+    def body(self) -> bytes:
+        """``json.dumps(self.encode())`` as UTF-8 bytes; the node names in one pass."""
+        out = self.encode()
+        names = out["NodeNames"]
+        text: bytes | None = native_names.names_json(names) if names is not None else None
+        if text is None:
+            return json.dumps(out).encode()
+        rest = {k: v for k, v in out.items() if k != "NodeNames"}
+        head = json.dumps({"Nodes": rest.pop("Nodes")})[:-1].encode()
+        tail = json.dumps(rest)[1:].encode()
+        return head + b', "NodeNames": ' + text + b", " + tail
+
 
 def _sorted_map(m: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if m is None else {k: m[k] for k in sorted(m)}
@@ -411,8 +424,15 @@ class Scores:
     hosts: Sequence[str]
     scores: Sequence[int]
 
-    def dumps(self) -> str:
-        return dumps_scores(self.hosts, self.scores)
+    def body(self) -> bytes:
+        """``dumps_scores(hosts, scores)`` as UTF-8 bytes (one pass when it can)."""
+        scores = self.scores
+        if isinstance(scores, array) and scores.typecode == "q" and len(scores) == len(self.hosts):
+            hosts = self.hosts if isinstance(self.hosts, list | tuple) else list(self.hosts)
+            text: bytes | None = native_names.scores_json(hosts, scores, len(scores))
+            if text is not None:
+                return text
+        return dumps_scores(self.hosts, scores).encode()
 
 
 def dumps_scores(hosts: Sequence[str], scores: Sequence[int]) -> str:

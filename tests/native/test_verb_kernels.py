@@ -157,3 +157,41 @@ def test_combine_scores_twins_agree_and_round_half_to_even(
         want = acc / total if total > 0 else 0.0
         assert raw[j] == want
         assert outs[0][1][j] == min(hi, max(lo, round(want * 10)))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_names_twins_agree_with_json_and_dict(
+    seed: int, pair: tuple[KernelImplementation, KernelImplementation]
+) -> None:
+    import json
+
+    names_py, names_c = (impl.names for impl in pair)
+    rng = random.Random(seed)
+    alphabet = ["a", "-", ".", "7", "~", " "] + (['"', "\\", "\x7f", "\x1f", "é", "☃"] * (seed % 2))
+    names = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 8))) for _ in range(25)]
+    index = {name: k for k, name in enumerate(rng.sample(names, 10))}
+    scores = array("q", [rng.choice([0, 5, 10, 42, 99, 100, -1]) for _ in names])
+    rows = []
+    for mod in (names_py, names_c):
+        out = array("i", bytes(4 * len(names)))
+        found = mod.rows_of(names, index, out)
+        rows.append((found, out.tolist()))
+        assert mod.names_json(names) == mod.names_json(tuple(names))
+    assert rows[0] == rows[1]
+    assert rows[0][1] == [index.get(n, -1) for n in names]
+    assert rows[0][0] == sum(n in index for n in names)
+
+    def plain(some: list[str]) -> bool:
+        return all(" " <= ch <= "~" and ch not in '"\\' for n in some for ch in n)
+
+    for k in (0, 1, len(names)):
+        got = [mod.scores_json(names, scores, k) for mod in (names_py, names_c)]
+        assert got[0] == got[1]
+        if plain(names[:k]) and all(0 <= s <= 99 for s in scores[:k]):
+            items = [{"Host": h, "Score": s} for h, s in zip(names[:k], scores[:k], strict=True)]
+            assert got[0] == json.dumps(items).encode()
+        else:
+            assert got[0] is None
+    got_names = [mod.names_json(names) for mod in (names_py, names_c)]
+    assert got_names[0] == got_names[1] == (json.dumps(names).encode() if plain(names) else None)
+    assert names_c.names_json([*names[:3], 5]) is None is names_py.names_json([*names[:3], 5])

@@ -230,7 +230,7 @@ def test_filter_pod_one_pass_answers_as_filter_nodes(seed: int, sick: float, rep
         common: dict[str, Any] = {"config": GATE_CONFIG, "req": req, "names": names}
         got = filtering.filter_pod(st, pending=[req], fair=None, **common)
         want = filtering._filter_names(st, pending=[req], fair=None, **common)
-        one_pass = placement.fit_rows(st, req, verbs.candidate_rows(st, names))
+        one_pass = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
         assert (one_pass is None) == bool(req.gpu_models)  # the model pod takes the loop
         assert got.passing == want.passing
         assert got.failed == want.failed and got.unresolvable == want.unresolvable
@@ -254,7 +254,7 @@ def test_node_scores_one_pass_equals_the_scorer(
     ctx = score_context(st, MIX)
     for req in [*FAST_REQS, MEMORY]:
         names = _names(rng, st, 40, repeat=repeat)
-        fitted = placement.fit_rows(st, req, verbs.candidate_rows(st, names))
+        fitted = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
         one_pass = fitted and scorer.extender(st, req, fitted, ctx)
         general = req in (REQS[3], MEMORY)  # GPU models, GPU memory: filter_nodes
         assert (one_pass is None) == (general or bool(fitted and fitted.duplicates))
@@ -325,3 +325,24 @@ def test_filter_pod_one_pass_fails_every_fitting_node_when_gated() -> None:
     assert got.failed == want.failed and got.unresolvable == want.unresolvable
     assert got.gate.reason in got.failed.values()
     assert dict(got.gpu_milli) == dict(want.gpu_milli) == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_answer_bodies_are_json_dumps(seed: int) -> None:
+    """What the HTTP adapter sends (``body()``) is ``json.dumps`` of what the verbs return."""
+    rng = random.Random(seed)
+    alphabet = "ab-.0" if seed % 2 else 'ab-.0"\\\u00e9\n'
+    hosts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9))) for _ in range(30)]
+    scores = array("q", [rng.randrange(0, 11) for _ in hosts])
+    want = json.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    assert wire.Scores(hosts, scores).body() == want.encode()
+    assert wire.Scores(tuple(hosts), list(scores)).body() == want.encode()
+    failed = {h: "Insufficient cpu \u2603" for h in hosts[:3]}
+    nodes = wire.NodeList(({"metadata": {"name": "x"}},), {"metadata": {}, "items": []})
+    for result in (
+        wire.ExtenderFilterResult(None, tuple(hosts), failed, {}),
+        wire.ExtenderFilterResult(None, (), None, failed, "boom"),
+        wire.ExtenderFilterResult(nodes, None, {}, {}),
+        wire.ExtenderFilterResult(nodes, tuple(hosts[:2]), {}, failed),
+    ):
+        assert result.body() == json.dumps(result.encode()).encode()
