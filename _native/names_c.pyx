@@ -7,6 +7,8 @@ both ends are the last per-candidate loops of a verb.
 
 * ``names_json``: a list of names as the exact text ``json.dumps`` writes for it, as
   ASCII bytes; None when a name needs an escape or is not a ``str`` (as above).
+* ``NameTable``: the rows of a fixed list of names, looked up without Python's hashing:
+  ``NameTable(names).rows_of(query, out)`` is ``rows_of(query, {n: i ...}, out)``.
 * ``rows_of``: each name's row in the state (a ``dict`` lookup), ``-1`` when unknown.
 * ``scores_json``: a ``HostPriorityList`` as the exact text ``json.dumps`` writes for
   ``[{"Host": h, "Score": s}, ...]``, as ASCII bytes; None when a host would need a
@@ -19,10 +21,12 @@ Imports nothing from the project. Same results as the twin.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_CheckExact
-from libc.string cimport memcpy
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport free as c_free, malloc
+from libc.string cimport memcmp, memcpy
 
-__all__ = ["names_json", "rows_of", "scores_json"]
+__all__ = ["NameTable", "names_json", "rows_of", "scores_json"]
 
 cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object)
@@ -32,12 +36,13 @@ cdef extern from "Python.h":
 
 
 def rows_of(names, dict index, int[::1] out):
-    """``out[k] = index[names[k]]`` (int32), ``-1`` when absent; returns how many were
-    found. ``names`` is a list or tuple."""
+    """``out[k] = index[names[k]]`` (int32), ``-1`` when absent or not a string; returns
+    how many were found. ``names`` is a list or tuple."""
     cdef Py_ssize_t k, n = len(names), found = 0
     cdef PyObject* row
     for k in range(n):
-        row = PyDict_GetItem(index, names[k])
+        name = names[k]
+        row = PyDict_GetItem(index, name) if PyUnicode_Check(name) else NULL
         if row == NULL:
             out[k] = -1
         else:
@@ -138,3 +143,100 @@ def names_json(names):
         at += 1
     buf[at] = b']'
     return out
+
+
+cdef inline uint64_t _fnv(const unsigned char* data, Py_ssize_t m) noexcept nogil:
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t j
+    for j in range(m):
+        h = (h ^ data[j]) * 1099511628211ULL
+    return h
+
+
+cdef class NameTable:
+    """The rows of ``names`` (row = position; a name listed twice keeps its last row, as
+    a dict built in order would), in one flat open-addressing table: the bytes of every
+    name in one buffer, FNV-1a hashes. Only names of one byte per character can be
+    held; ``usable`` is False otherwise (use ``rows_of`` with a dict then)."""
+
+    cdef char* arena
+    cdef Py_ssize_t* start
+    cdef Py_ssize_t* length
+    cdef int* slots
+    cdef Py_ssize_t mask, n
+    cdef readonly bint usable
+
+    def __cinit__(self, names):
+        cdef Py_ssize_t k, m, total = 0, cap = 8, at = 0
+        cdef uint64_t h
+        cdef int row
+        self.n = len(names)
+        self.usable = True
+        for k in range(self.n):
+            name = names[k]
+            if not PyUnicode_CheckExact(name) or PyUnicode_KIND(name) != PyUnicode_1BYTE_KIND:
+                self.usable = False
+                return
+            total += PyUnicode_GET_LENGTH(name)
+        while cap < 2 * self.n:
+            cap *= 2
+        self.mask = cap - 1
+        self.arena = <char*>malloc(total + 1)
+        self.start = <Py_ssize_t*>malloc((self.n + 1) * sizeof(Py_ssize_t))
+        self.length = <Py_ssize_t*>malloc((self.n + 1) * sizeof(Py_ssize_t))
+        self.slots = <int*>malloc(cap * sizeof(int))
+        if not self.arena or not self.start or not self.length or not self.slots:
+            raise MemoryError()
+        for k in range(cap):
+            self.slots[k] = -1
+        for k in range(self.n):
+            name = names[k]
+            m = PyUnicode_GET_LENGTH(name)
+            memcpy(self.arena + at, PyUnicode_DATA(name), m)
+            self.start[k] = at
+            self.length[k] = m
+            at += m
+            h = _fnv(<const unsigned char*>(self.arena + self.start[k]), m) & self.mask
+            while True:
+                row = self.slots[h]
+                if row < 0:
+                    self.slots[h] = <int>k
+                    break
+                if self.length[row] == m and memcmp(self.arena + self.start[row], self.arena + at - m, m) == 0:
+                    self.slots[h] = <int>k  # listed again: the last row wins
+                    break
+                h = (h + 1) & self.mask
+
+    def __dealloc__(self):
+        c_free(self.arena)
+        c_free(self.start)
+        c_free(self.length)
+        c_free(self.slots)
+
+    def rows_of(self, names, int[::1] out):
+        """``out[k]`` = the row of ``names[k]`` (int32), ``-1`` when not held; returns how
+        many were found. ``names`` is a list or tuple."""
+        cdef Py_ssize_t k, m, n = len(names), found = 0
+        cdef uint64_t h
+        cdef int row
+        cdef const char* data
+        if not self.usable:
+            raise ValueError("this NameTable holds no rows (a name of wide characters)")
+        for k in range(n):
+            name = names[k]
+            out[k] = -1
+            if not PyUnicode_Check(name) or PyUnicode_KIND(name) != PyUnicode_1BYTE_KIND:
+                continue  # not a string, or wider characters: no name held (one form each)
+            m = PyUnicode_GET_LENGTH(name)
+            data = <const char*>PyUnicode_DATA(name)
+            h = _fnv(<const unsigned char*>data, m) & self.mask
+            while True:
+                row = self.slots[h]
+                if row < 0:
+                    break
+                if self.length[row] == m and memcmp(self.arena + self.start[row], data, m) == 0:
+                    out[k] = row
+                    found += 1
+                    break
+                h = (h + 1) & self.mask
+        return found

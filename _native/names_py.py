@@ -6,6 +6,8 @@ both ends are the last per-candidate loops of a verb.
 
 * ``names_json``: a list of names as the exact text ``json.dumps`` writes for it, as
   ASCII bytes; None when a name needs an escape or is not a ``str`` (as above).
+* ``NameTable``: the rows of a fixed list of names, looked up without Python's hashing:
+  ``NameTable(names).rows_of(query, out)`` is ``rows_of(query, {n: i ...}, out)``.
 * ``rows_of``: each name's row in the state (a ``dict`` lookup), ``-1`` when unknown.
 * ``scores_json``: a ``HostPriorityList`` as the exact text ``json.dumps`` writes for
   ``[{"Host": h, "Score": s}, ...]``, as ASCII bytes; None when a host would need a
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-__all__ = ["names_json", "rows_of", "scores_json"]
+__all__ = ["NameTable", "names_json", "rows_of", "scores_json"]
 
 
 class _Ints(Protocol):
@@ -32,11 +34,12 @@ class _IntsOut(_Ints, Protocol):
 
 
 def rows_of(names: Sequence[str], index: Mapping[str, int], out: _IntsOut) -> int:
-    """``out[k] = index[names[k]]`` (int32), ``-1`` when absent; returns how many were
-    found. ``names`` is a list or tuple."""
+    """``out[k] = index[names[k]]`` (int32), ``-1`` when absent or not a string; returns
+    how many were found. ``names`` is a list or tuple."""
     found = 0
     for k in range(len(names)):
-        row = index.get(names[k])
+        name = names[k]
+        row = index.get(name) if isinstance(name, str) else None
         if row is None:
             out[k] = -1
         else:
@@ -69,3 +72,21 @@ def names_json(names: Sequence[str]) -> bytes | None:
         if not _plain(host):
             return None
     return ("[" + ", ".join(f'"{host}"' for host in names) + "]").encode("ascii")
+
+
+class NameTable:
+    """The rows of ``names`` (row = position; a name listed twice keeps its last row, as
+    a dict built in order would), in one flat open-addressing table: the bytes of every
+    name in one buffer, FNV-1a hashes. Only names of one byte per character can be
+    held; ``usable`` is False otherwise (use ``rows_of`` with a dict then)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.usable = all(type(n) is str and max(map(ord, n), default=0) < 256 for n in names)
+        self._index = {n: k for k, n in enumerate(names)} if self.usable else {}
+
+    def rows_of(self, names: Sequence[str], out: _IntsOut) -> int:
+        """``out[k]`` = the row of ``names[k]`` (int32), ``-1`` when not held; returns how
+        many were found. ``names`` is a list or tuple."""
+        if not self.usable:
+            raise ValueError("this NameTable holds no rows (a name of wide characters)")
+        return rows_of(names, self._index, out)

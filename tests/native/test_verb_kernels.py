@@ -195,3 +195,36 @@ def test_names_twins_agree_with_json_and_dict(
     got_names = [mod.names_json(names) for mod in (names_py, names_c)]
     assert got_names[0] == got_names[1] == (json.dumps(names).encode() if plain(names) else None)
     assert names_c.names_json([*names[:3], 5]) is None is names_py.names_json([*names[:3], 5])
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_name_table_answers_as_a_dict(
+    seed: int, pair: tuple[KernelImplementation, KernelImplementation]
+) -> None:
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "-", ".", "1", "\u00e9", "\xff"] + ["\u2603"] * (seed % 5 == 0)
+    held = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))) for _ in range(40)]
+    held += rng.sample(held, 5)  # listed twice: the last row wins, as in a dict
+    index = {name: k for k, name in enumerate(held)}
+
+    class Sub(str):
+        pass
+
+    asked: list[Any] = [*rng.sample(held, 20), "zz", "", "a" * 40, "\u2603", Sub("a"), 7]
+    rng.shuffle(asked)
+    got = []
+    for impl in pair:
+        table = impl.names.NameTable(held)
+        if not table.usable:
+            with pytest.raises(ValueError, match="wide characters"):
+                table.rows_of(asked, array("i", bytes(4 * len(asked))))
+            got.append((False, []))
+            continue
+        out = array("i", bytes(4 * len(asked)))
+        found = table.rows_of(asked, out)
+        want = [index.get(a, -1) if isinstance(a, str) else -1 for a in asked]
+        assert out.tolist() == want
+        assert found == sum(w >= 0 for w in want)
+        got.append((True, out.tolist()))
+    assert got[0] == got[1]
+    assert got[0][0] == all(max(map(ord, n), default=0) < 256 for n in held)

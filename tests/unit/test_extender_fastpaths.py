@@ -346,3 +346,19 @@ def test_answer_bodies_are_json_dumps(seed: int) -> None:
         wire.ExtenderFilterResult(nodes, tuple(hosts[:2]), {}, failed),
     ):
         assert result.body() == json.dumps(result.encode()).encode()
+
+
+def test_candidate_rows_follow_the_node_set() -> None:
+    st = _state(random.Random(8), 12, 0.0)
+    names = ["n003", "gone", "n011", "n000"]
+    assert filtering.candidate_rows(st, names).tolist() == [3, -1, 11, 0]
+    other = _state(random.Random(9), 4, 0.0)
+    assert filtering.candidate_rows(other, names).tolist() == [3, -1, -1, 0]
+    st.remove_node("n003")  # the last row moves into its place
+    st.add_node("gone", {"cpu": Fraction(8)})
+    want = [st.node_index.get(n, -1) for n in names]
+    assert filtering.candidate_rows(st, names).tolist() == want
+    assert want[0] == -1 and want[1] >= 0
+    wide = ClusterState(INDEX)
+    wide.add_node("n\u2603", {"cpu": Fraction(8)})  # not held by a NameTable: the dict
+    assert filtering.candidate_rows(wide, ["n\u2603", "n"]).tolist() == [0, -1]
