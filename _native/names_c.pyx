@@ -165,11 +165,13 @@ cdef class NameTable:
     cdef int* slots
     cdef Py_ssize_t mask, n
     cdef readonly bint usable
+    cdef tuple names
 
     def __cinit__(self, names):
         cdef Py_ssize_t k, m, total = 0, cap = 8, at = 0
         cdef uint64_t h
         cdef int row
+        self.names = tuple(names)
         self.n = len(names)
         self.usable = True
         for k in range(self.n):
@@ -206,6 +208,9 @@ cdef class NameTable:
                     self.slots[h] = <int>k  # listed again: the last row wins
                     break
                 h = (h + 1) & self.mask
+
+    def __reduce__(self):
+        return (NameTable, (self.names,))
 
     def __dealloc__(self):
         c_free(self.arena)

@@ -81,8 +81,12 @@ class NameTable:
     held; ``usable`` is False otherwise (use ``rows_of`` with a dict then)."""
 
     def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
         self.usable = all(type(n) is str and max(map(ord, n), default=0) < 256 for n in names)
         self._index = {n: k for k, n in enumerate(names)} if self.usable else {}
+
+    def __reduce__(self) -> tuple[type[NameTable], tuple[tuple[str, ...]]]:
+        return (NameTable, (self.names,))
 
     def rows_of(self, names: Sequence[str], out: _IntsOut) -> int:
         """``out[k]`` = the row of ``names[k]`` (int32), ``-1`` when not held; returns how

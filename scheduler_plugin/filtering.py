@@ -22,15 +22,12 @@ Design choices:
 
 from __future__ import annotations
 
-import weakref
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
-from typing import Any
 
-from _native import names as native_names
 from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
@@ -148,31 +145,7 @@ def _filter_rows(
 
 def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
     """The state's row of each name (int32), ``-1`` for a node it does not know."""
-    out = array("i", bytes(4 * len(names)))
-    seq = names if isinstance(names, list | tuple) else list(names)
-    table = _name_table(state)
-    if table is not None:
-        table.rows_of(seq, out)
-    else:
-        native_names.rows_of(seq, state.node_index, out)
-    return out
-
-
-_TABLE: list[tuple[weakref.ref[ClusterState], int, int, Any]] = []
-"""The ``NameTable`` of the last state asked about, with its node-set version and size."""
-
-
-def _name_table(state: ClusterState) -> Any:
-    """A ``NameTable`` of the state's node names (rebuilt when the node set changes), or
-    None when it cannot hold them (names of wide characters): ``state.node_index`` then."""
-    version, n = state._nodes_version, state.n_nodes
-    if _TABLE:
-        ref, held_version, held_n, table = _TABLE[0]
-        if ref() is state and held_version == version and held_n == n:
-            return table if table.usable else None
-    table = native_names.NameTable([info.name for info in state.nodes])
-    _TABLE[:] = [(weakref.ref(state), version, n, table)]
-    return table if table.usable else None
+    return state.rows_of(names)
 
 
 NOT_A_NODE = -2

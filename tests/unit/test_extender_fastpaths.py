@@ -8,8 +8,10 @@ not depend on the node: same fits, same failures, same order.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 import random
 from array import array
 from fractions import Fraction
@@ -359,6 +361,9 @@ def test_candidate_rows_follow_the_node_set() -> None:
     want = [st.node_index.get(n, -1) for n in names]
     assert filtering.candidate_rows(st, names).tolist() == want
     assert want[0] == -1 and want[1] >= 0
+    copied = pickle.loads(pickle.dumps(st))  # the state stays picklable with its table
+    assert filtering.candidate_rows(copied, names).tolist() == want
+    assert filtering.candidate_rows(copy.deepcopy(st), names).tolist() == want
     wide = ClusterState(INDEX)
     wide.add_node("n\u2603", {"cpu": Fraction(8)})  # not held by a NameTable: the dict
     assert filtering.candidate_rows(wide, ["n\u2603", "n"]).tolist() == [0, -1]
