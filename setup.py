@@ -9,7 +9,7 @@ import os
 
 from setuptools import Extension, setup
 
-KERNELS = ["drf_c", "fit_c", "scoring_c"]
+KERNELS = ["drf_c", "fit_c", "names_c", "scoring_c"]
 
 
 def extensions() -> list[Extension]:

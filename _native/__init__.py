@@ -1,6 +1,6 @@
 """Kernel selector: the compiled Cython kernels, or their pure-Python twins.
 
-Callers write ``from _native import drf, fit, scoring`` and never name the
+Callers write ``from _native import drf, fit, names, scoring`` and never name the
 ``_c``/``_py`` modules. The choice is made once, at import:
 
 * ``FAIRSHARE_NO_EXTENSIONS`` set (to anything non-empty), or a Python that is not
@@ -34,8 +34,9 @@ def _load(name: str) -> tuple[ModuleType, bool]:
 
 drf, _drf_c = _load("drf")
 fit, _fit_c = _load("fit")
+names, _names_c = _load("names")
 scoring, _scoring_c = _load("scoring")
 
-IMPLEMENTATION: str = "c" if (_drf_c and _fit_c and _scoring_c) else "py"
+IMPLEMENTATION: str = "c" if (_drf_c and _fit_c and _names_c and _scoring_c) else "py"
 
-__all__ = ["IMPLEMENTATION", "NO_EXTENSIONS", "drf", "fit", "scoring"]
+__all__ = ["IMPLEMENTATION", "NO_EXTENSIONS", "drf", "fit", "names", "scoring"]

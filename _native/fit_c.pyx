@@ -18,7 +18,7 @@ happens, so there is no zero-capacity case.
 Imports nothing from the project. Same loop order as the twin.
 """
 
-__all__ = ["fit_nodes"]
+__all__ = ["fit_nodes", "fit_rows"]
 
 
 def fit_nodes(
@@ -64,3 +64,69 @@ def fit_nodes(
             if verdict < 0:
                 n_fit += 1
     return n_fit
+
+
+def fit_rows(
+    const double[::1] free,
+    const double[::1] dev_free,
+    const double[::1] demand,
+    const signed char[::1] healthy,
+    const int[::1] rows,
+    Py_ssize_t n_rows,
+    Py_ssize_t n_res,
+    Py_ssize_t max_dev,
+    double gpu_milli,
+    Py_ssize_t gpu_count,
+    Py_ssize_t check_health,
+    int[::1] out,
+    signed char[::1] ok,
+    signed char[::1] mask,
+):
+    """``fit_nodes`` over the candidate node rows ``rows`` only (one pass, in order).
+
+    ``out[k]`` (int32) is node ``rows[k]``'s verdict as ``fit_nodes`` writes it, or
+    ``-2`` when ``rows[k] < 0`` (not a node), or ``n_res + 1`` when ``check_health``
+    and ``healthy[rows[k]] == 0`` (checked first). ``ok[k]`` is 1 when it fits, else 0;
+    ``mask[rows[k]]`` is set to 1 for every fitting row (``mask`` starts zeroed, N long).
+    Returns ``(fitting candidates, fitting candidates whose row was already marked)``.
+    """
+    cdef Py_ssize_t k, i, r, g, base, dbase, verdict, n_fit = 0, n_dup = 0
+    cdef Py_ssize_t found
+    cdef double f
+    with nogil:
+        for k in range(n_rows):
+            i = rows[k]
+            if i < 0:
+                out[k] = -2
+                ok[k] = 0
+                continue
+            verdict = -1
+            if check_health != 0 and healthy[i] == 0:
+                verdict = n_res + 1
+            else:
+                base = i * n_res
+                for r in range(n_res):
+                    if demand[r] > free[base + r]:
+                        verdict = r
+                        break
+                if verdict < 0 and gpu_count > 0:
+                    dbase = i * max_dev
+                    found = 0
+                    for g in range(max_dev):
+                        f = dev_free[dbase + g]
+                        if f >= 0.0 and f >= gpu_milli:
+                            found += 1
+                            if found >= gpu_count:
+                                break
+                    if found < gpu_count:
+                        verdict = n_res
+            out[k] = <int>verdict
+            if verdict < 0:
+                ok[k] = 1
+                n_fit += 1
+                if mask[i] != 0:
+                    n_dup += 1
+                mask[i] = 1
+            else:
+                ok[k] = 0
+    return n_fit, n_dup

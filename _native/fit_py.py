@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["fit_nodes"]
+__all__ = ["fit_nodes", "fit_rows"]
 
 
 class _Floats(Protocol):
     def __getitem__(self, index: int, /) -> float: ...
+
+
+class _Ints(Protocol):
+    def __getitem__(self, index: int, /) -> int: ...
 
 
 class _IntsOut(Protocol):
@@ -75,3 +79,67 @@ def fit_nodes(
         if verdict < 0:
             n_fit += 1
     return n_fit
+
+
+def fit_rows(
+    free: _Floats,
+    dev_free: _Floats,
+    demand: _Floats,
+    healthy: _Ints,
+    rows: _Ints,
+    n_rows: int,
+    n_res: int,
+    max_dev: int,
+    gpu_milli: float,
+    gpu_count: int,
+    check_health: int,
+    out: _IntsOut,
+    ok: _IntsOut,
+    mask: _IntsOut,
+) -> tuple[int, int]:
+    """``fit_nodes`` over the candidate node rows ``rows`` only (one pass, in order).
+
+    ``out[k]`` (int32) is node ``rows[k]``'s verdict as ``fit_nodes`` writes it, or
+    ``-2`` when ``rows[k] < 0`` (not a node), or ``n_res + 1`` when ``check_health``
+    and ``healthy[rows[k]] == 0`` (checked first). ``ok[k]`` is 1 when it fits, else 0;
+    ``mask[rows[k]]`` is set to 1 for every fitting row (``mask`` starts zeroed, N long).
+    Returns ``(fitting candidates, fitting candidates whose row was already marked)``.
+    """
+    n_fit = 0
+    n_dup = 0
+    for k in range(n_rows):
+        i = rows[k]
+        if i < 0:
+            out[k] = -2
+            ok[k] = 0
+            continue
+        verdict = -1
+        if check_health != 0 and healthy[i] == 0:
+            verdict = n_res + 1
+        else:
+            base = i * n_res
+            for r in range(n_res):
+                if demand[r] > free[base + r]:
+                    verdict = r
+                    break
+            if verdict < 0 and gpu_count > 0:
+                dbase = i * max_dev
+                found = 0
+                for g in range(max_dev):
+                    f = dev_free[dbase + g]
+                    if f >= 0.0 and f >= gpu_milli:
+                        found += 1
+                        if found >= gpu_count:
+                            break
+                if found < gpu_count:
+                    verdict = n_res
+        out[k] = verdict
+        if verdict < 0:
+            ok[k] = 1
+            n_fit += 1
+            if mask[i] != 0:
+                n_dup += 1
+            mask[i] = 1
+        else:
+            ok[k] = 0
+    return n_fit, n_dup

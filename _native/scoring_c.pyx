@@ -26,14 +26,17 @@ O(classes × devices). Each candidate placement then updates it in O(classes) in
 recomputing, and a fractional pod only tries each distinct free value once.
 """
 
-from libc.math cimport INFINITY, fabs
+from libc.math cimport INFINITY, exp, fabs, round as c_round
 from libc.stdlib cimport malloc, free as c_free
 
 __all__ = [
     "bestfit_scores",
+    "combine_scores",
     "drfh_scores",
     "fgd_node_frag",
     "fgd_scores",
+    "flag_scores",
+    "sigmoid_scores",
     "stranding_scores",
 ]
 
@@ -467,3 +470,95 @@ def fgd_node_frag(
     finally:
         _release(&k)
     return total
+
+
+def flag_scores(
+    const signed char[::1] flags,
+    const signed char[::1] mask,
+    Py_ssize_t n_nodes,
+    double[::1] out,
+):
+    """``out[i] = 1.0`` if ``flags[i] != 0`` else ``0.0`` (a per-node yes/no as a score)."""
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(n_nodes):
+            if mask[i] == 0:
+                out[i] = -1.0
+            elif flags[i] != 0:
+                out[i] = 1.0
+            else:
+                out[i] = 0.0
+
+
+def sigmoid_scores(
+    const double[::1] delta,
+    const signed char[::1] mask,
+    Py_ssize_t n_nodes,
+    double scale,
+    double[::1] out,
+):
+    """``out[i] = 1 / (1 + exp(-delta[i] / scale))`` where ``delta[i] > -inf``; a masked
+    node, or one whose delta is ``-inf`` (or NaN), gets ``-1.0``."""
+    cdef Py_ssize_t i
+    cdef double d
+    with nogil:
+        for i in range(n_nodes):
+            d = delta[i]
+            if mask[i] == 0 or not (d > -INFINITY):
+                out[i] = -1.0
+            else:
+                out[i] = 1.0 / (1.0 + exp(-d / scale))
+
+
+def combine_scores(
+    const double[::1] terms,
+    const double[::1] weights,
+    Py_ssize_t n_terms,
+    Py_ssize_t n_nodes,
+    const int[::1] rows,
+    const signed char[::1] ok,
+    Py_ssize_t n_rows,
+    double total,
+    double max_score,
+    long long lo,
+    long long hi,
+    double[::1] out_raw,
+    long long[::1] out_int,
+):
+    """The weighted score of each candidate ``k`` (node ``rows[k]``), where ``ok[k]``.
+
+    ``terms`` is T×N (term t's score of node i at ``t * N + i``). With
+    ``acc = Σ_t weights[t] · max(0, terms[t, i])`` summed in term order from 0.0,
+    ``out_raw[k] = acc / total`` (0.0 when ``total <= 0``) and ``out_int[k]`` is
+    ``out_raw[k] · max_score`` rounded half to even, clamped to [lo, hi]. Candidates
+    with ``ok[k] == 0`` get 0.0 and 0.
+    """
+    cdef Py_ssize_t k, i, t
+    cdef double acc, v, s, x, rounded
+    cdef long long q
+    with nogil:
+        for k in range(n_rows):
+            if ok[k] == 0:
+                out_raw[k] = 0.0
+                out_int[k] = 0
+                continue
+            i = rows[k]
+            acc = 0.0
+            for t in range(n_terms):
+                v = terms[t * n_nodes + i]
+                if not (v > 0.0):
+                    v = 0.0
+                acc = acc + weights[t] * v
+            s = acc / total if total > 0.0 else 0.0
+            out_raw[k] = s
+            x = s * max_score
+            rounded = c_round(x)
+            if fabs(x - rounded) == 0.5:
+                rounded = 2.0 * c_round(x / 2.0)
+            if rounded < <double>lo:
+                q = lo
+            elif rounded > <double>hi:
+                q = hi
+            else:
+                q = <long long>rounded
+            out_int[k] = q

@@ -27,9 +27,12 @@ from typing import Protocol
 
 __all__ = [
     "bestfit_scores",
+    "combine_scores",
     "drfh_scores",
     "fgd_node_frag",
     "fgd_scores",
+    "flag_scores",
+    "sigmoid_scores",
     "stranding_scores",
 ]
 
@@ -403,3 +406,68 @@ def fgd_node_frag(
         out[i] = f
         total += f
     return total
+
+
+def flag_scores(flags: _Ints, mask: _Ints, n_nodes: int, out: _FloatsOut) -> None:
+    """``out[i] = 1.0`` if ``flags[i] != 0`` else ``0.0`` (a per-node yes/no as a score)."""
+    for i in range(n_nodes):
+        if mask[i] == 0:
+            out[i] = -1.0
+        elif flags[i] != 0:
+            out[i] = 1.0
+        else:
+            out[i] = 0.0
+
+
+def sigmoid_scores(
+    delta: _Floats, mask: _Ints, n_nodes: int, scale: float, out: _FloatsOut
+) -> None:
+    """``out[i] = 1 / (1 + exp(-delta[i] / scale))`` where ``delta[i] > -inf``; a masked
+    node, or one whose delta is ``-inf`` (or NaN), gets ``-1.0``."""
+    for i in range(n_nodes):
+        d = delta[i]
+        if mask[i] == 0 or not (d > -math.inf):
+            out[i] = -1.0
+        else:
+            out[i] = 1.0 / (1.0 + math.exp(-d / scale))
+
+
+def combine_scores(
+    terms: _Floats,
+    weights: _Floats,
+    n_terms: int,
+    n_nodes: int,
+    rows: _Ints,
+    ok: _Ints,
+    n_rows: int,
+    total: float,
+    max_score: float,
+    lo: int,
+    hi: int,
+    out_raw: _FloatsOut,
+    out_int: _IntsOut,
+) -> None:
+    """The weighted score of each candidate ``k`` (node ``rows[k]``), where ``ok[k]``.
+
+    ``terms`` is T×N (term t's score of node i at ``t * N + i``). With
+    ``acc = Σ_t weights[t] · max(0, terms[t, i])`` summed in term order from 0.0,
+    ``out_raw[k] = acc / total`` (0.0 when ``total <= 0``) and ``out_int[k]`` is
+    ``out_raw[k] · max_score`` rounded half to even, clamped to [lo, hi]. Candidates
+    with ``ok[k] == 0`` get 0.0 and 0.
+    """
+    for k in range(n_rows):
+        if ok[k] == 0:
+            out_raw[k] = 0.0
+            out_int[k] = 0
+            continue
+        i = rows[k]
+        acc = 0.0
+        for t in range(n_terms):
+            v = terms[t * n_nodes + i]
+            if not (v > 0.0):
+                v = 0.0
+            acc = acc + weights[t] * v
+        s = acc / total if total > 0.0 else 0.0
+        out_raw[k] = s
+        rounded = round(s * max_score)
+        out_int[k] = min(hi, max(lo, rounded))

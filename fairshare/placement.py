@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
+from itertools import compress
 from operator import itemgetter
 from typing import TypeAlias, TypeVar
 
@@ -294,6 +295,57 @@ def _filter_plain(
     return FilterResult(tuple(fits), tuple(failed), gpu_milli)
 
 
+@dataclass(frozen=True)
+class RowFit:
+    """``fit_rows``'s verdict on candidate rows, one kernel pass (see ``fit.fit_rows``).
+
+    ``codes[k]``: -1 fits, -2 not a node, ``n_res + 1`` GPU-unhealthy, else the
+    ``fit_nodes`` code. ``ok[k]`` 1 where it fits; ``mask`` marks the fitting rows (N
+    long); ``duplicates`` counts fitting candidates whose row was listed before.
+    """
+
+    rows: array[int]
+    codes: array[int]
+    ok: array[int]
+    mask: array[int]
+    n_fit: int
+    duplicates: int
+    gpu_milli: float
+
+
+def fit_rows(state: ClusterState, req: PodRequest, rows: array[int]) -> RowFit | None:
+    """``filter_nodes``'s verdict on candidate ``rows`` (``-1`` = not a node) in one pass
+    over the candidates only, when one kernel call decides every node: the same per-device
+    share everywhere (not a GPU-memory request), no MIG, no GPU-model restriction.
+    None otherwise (use ``filter_nodes``)."""
+    g = req.demand.gpu
+    if g.source == "mig" or (g.source == "device" and state.mig_nodes):
+        return None
+    wants_gpu = req.demand.wants_gpu
+    milli = req.fixed_gpu_milli if wants_gpu else 0.0
+    if milli is None or (wants_gpu and req.gpu_models):
+        return None
+    k = len(rows)
+    codes, ok = array("i", bytes(4 * k)), array("b", bytes(k))
+    mask = array("b", bytes(state.n_nodes))
+    n_fit, dups = fit.fit_rows(
+        state.free, state.dev_free, array("d", req.row), state.healthy, rows, k,
+        state.n_res, state.max_dev, milli, req.gpu_count if wants_gpu else 0,
+        1 if wants_gpu else 0, codes, ok, mask,
+    )  # fmt: skip
+    return RowFit(rows, codes, ok, mask, n_fit, dups, milli)
+
+
+def row_failure(state: ClusterState, req: PodRequest, fitted: RowFit, k: int) -> NodeFailure:
+    """The ``NodeFailure`` ``filter_nodes`` gives for candidate ``k`` of ``fitted`` (a
+    known node that does not fit)."""
+    i, code = fitted.rows[k], fitted.codes[k]
+    if code == state.n_res + 1:
+        info = state.nodes[i]
+        return NodeFailure(info.name, f"GPU unhealthy: {info.health_reason}", True)
+    return _failure(state, req, i, code, fitted.gpu_milli, state.gpu_col)
+
+
 def mig_use(state: ClusterState, req: PodRequest, i: int) -> tuple[str, int] | None:
     """(profile, slices) the pod takes on node row ``i`` if it runs on MIG slices there.
 
@@ -561,16 +613,33 @@ class ScoreContext:
     norm: tuple[float, ...]  # per-resource normaliser (max node capacity)
 
 
-@dataclass(frozen=True)
 class Candidates:
     """The rows to score: as a kernel mask (``int8``, 1 = score) and as a list.
 
     Python-level terms loop over ``rows`` only, so scoring 500 candidates in a
-    10,000-node cluster costs 500 iterations, not 10,000.
+    10,000-node cluster costs 500 iterations, not 10,000. ``rows`` may be given as
+    ``(row array, selector)``: the selected rows, in order, listed only if a term asks.
     """
 
-    mask: array[int]
-    rows: tuple[int, ...]
+    __slots__ = ("_pick", "_rows", "mask")
+
+    def __init__(
+        self,
+        mask: array[int],
+        rows: Sequence[int] | None = None,
+        *,
+        pick: tuple[Sequence[int], Sequence[int]] | None = None,
+    ) -> None:
+        self.mask = mask
+        self._rows = tuple(rows) if rows is not None else None
+        self._pick = pick
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        if self._rows is None:
+            data, selectors = self._pick or ((), ())
+            self._rows = tuple(compress(data, selectors))
+        return self._rows
 
 
 Mask: TypeAlias = Candidates
@@ -683,10 +752,7 @@ def score_fragmentation(
     """FGD term: ``sigmoid(Δ / 1000)`` with Δ the fragmentation decrease in milli-GPU."""
     delta, device = fgd_raw(state, req, mask, ctx)
     out = _out(state)
-    exp, inf = math.exp, -math.inf
-    for i, dv in zip(mask.rows, _at(delta, mask.rows), strict=True):
-        if dv > inf:
-            out[i] = 1.0 / (1.0 + exp(-dv / MILLI_GPU))
+    scoring.sigmoid_scores(delta, mask.mask, state.n_nodes, float(MILLI_GPU), out)
     return out, device
 
 
@@ -713,8 +779,7 @@ def score_spread(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreCon
 def score_health(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
     """Prefer GPU-healthy nodes even for CPU-only pods (1 healthy, 0 not)."""
     out = _out(state)
-    for i, h in zip(mask.rows, _at(state.healthy, mask.rows), strict=True):
-        out[i] = float(h)
+    scoring.flag_scores(state.healthy, mask.mask, state.n_nodes, out)
     return out, None
 
 
@@ -792,6 +857,38 @@ class Scorer:
         if total <= 0:
             return Scored(dict.fromkeys(fits, 0.0), devices)
         return Scored(dict(zip(rows, [v / total for v in acc], strict=True)), devices)
+
+    def extender(
+        self,
+        state: ClusterState,
+        req: PodRequest,
+        fitted: RowFit,
+        ctx: ScoreContext,
+        *,
+        lo: int = 0,
+        hi: int = MAX_SCORE,
+    ) -> tuple[array[int], array[float]] | None:
+        """Per candidate of ``fitted`` (``fit_rows``), in one kernel pass: the [0, 1] score
+        ``__call__`` gives a fitting row and the extender's int made of it (rounded score
+        × MAX_SCORE, as ``Scored.extender_scores``, clamped to ``lo..hi``); 0 and 0.0 for
+        the others. None when a fitting row is listed twice (``__call__`` counts it
+        twice; use it)."""
+        if fitted.duplicates:
+            return None
+        n, k = state.n_nodes, len(fitted.rows)
+        cand = Candidates(fitted.mask, pick=(fitted.rows, fitted.ok))
+        stacked, weights = array("d"), array("d")
+        for name, w in self.weights:
+            if w > 0 and fitted.n_fit:
+                stacked += SCORERS[name](state, req, cand, ctx)[0]
+                weights.append(w)
+        total = sum(w for _, w in self.weights)
+        raw, ints = array("d", bytes(8 * k)), array("q", bytes(8 * k))
+        scoring.combine_scores(
+            stacked, weights, len(weights), n, fitted.rows, fitted.ok, k, total,
+            float(MAX_SCORE), lo, hi, raw, ints,
+        )  # fmt: skip
+        return ints, raw
 
     def _summed_per_row(
         self,

@@ -116,8 +116,26 @@ def parse_quantity(s: str | int | float) -> Fraction:
     """Parse a Kubernetes quantity (``"100m"``, ``"1.5Gi"``, ``"12E-3"``) to an exact value.
 
     Numbers are accepted too (``2``, ``0.5``), as YAML and JSON produce them. Raises
-    ``QuantityError`` naming the input on any malformed string.
+    ``QuantityError`` naming the input on any malformed string. Strings parsed before are
+    answered from memory (pods repeat a few quantities; the first ``_MEMORY`` distinct
+    strings are kept, errors never).
     """
+    if type(s) is str:
+        known = _PARSED.get(s)
+        if known is not None:
+            return known
+        value = _parse_quantity(s)
+        if len(_PARSED) < _MEMORY:
+            _PARSED[s] = value
+        return value
+    return _parse_quantity(s)
+
+
+_MEMORY: Final = 4096
+_PARSED: dict[str, Fraction] = {}
+
+
+def _parse_quantity(s: str | int | float) -> Fraction:
     text = _as_text(s)
     if not text:
         raise QuantityError(s, "empty string")

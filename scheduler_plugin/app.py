@@ -211,6 +211,8 @@ async def _verb(
         deps.metrics.observe_extender(verb, "error", time.perf_counter() - start)
         return web.Response(status=500, text=f"fairshare: internal error in {verb}\n")
     deps.metrics.observe_extender(verb, "ok", time.perf_counter() - start)
+    if isinstance(out, wire.Scores | wire.ExtenderFilterResult):  # the names in one pass
+        return web.Response(body=out.body(), content_type="application/json", charset="utf-8")
     return web.json_response(out, dumps=wire.dumps)
 
 
@@ -233,7 +235,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     deps.tracker.remember(dict(args.pod))
     config = deps.config()
-    return verbs.filter_verb(
+    return verbs.filter_result(
         args,
         state=deps.tracker.state,
         config=config,
@@ -251,7 +253,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     config = deps.config()
-    return verbs.prioritize_verb(
+    names, scores = verbs.prioritize_scores(
         args,
         state=deps.tracker.state,
         config=config,
@@ -260,6 +262,7 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
         context=deps.tracker.context(),
         parse=lambda pod: deps.tracker.request(pod, config),
     )
+    return wire.Scores(names, scores)
 
 
 async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:

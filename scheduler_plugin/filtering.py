@@ -22,12 +22,15 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress
 
 from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
-from fairshare.placement import PodRequest, filter_nodes
+from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
 from fairshare.state.cluster import ClusterState
 
 UNKNOWN_NODE = "node not known to fairshare yet (its informer has not caught up)"
@@ -67,6 +70,22 @@ def filter_pod(
     fair: Mapping[str, fairness.FairShare] | None = None,
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate."""
+    fast = _filter_rows(state, config=config, req=req, names=names, pending=pending, fair=fair)
+    if fast is not None:
+        return fast
+    return _filter_names(state, config=config, req=req, names=names, pending=pending, fair=fair)
+
+
+def _filter_names(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> FilterOutcome:
+    """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fr = filter_nodes(state, req, rows=rows, explain=True)
@@ -86,3 +105,71 @@ def filter_pod(
             fits = {}
     passing = tuple(filter(fits.__contains__, names))
     return FilterOutcome(passing, failed, unresolvable, gate, fits)
+
+
+def _filter_rows(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> FilterOutcome | None:
+    """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
+    None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""
+    fitted = fit_rows(state, req, candidate_rows(state, names))
+    if fitted is None:
+        return None
+    passing = tuple(compress(names, fitted.ok))
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    if fitted.n_fit < len(names):
+        ok = fitted.ok.tobytes()
+        k = ok.find(0)
+        while k >= 0:
+            if fitted.codes[k] == NOT_A_NODE:
+                failed[names[k]] = UNKNOWN_NODE
+            else:
+                f = row_failure(state, req, fitted, k)
+                (unresolvable if f.unresolvable else failed)[f.node] = f.reason
+            k = ok.find(0, k + 1)
+    gate = None
+    if passing:
+        gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+        if gate is not None and not gate.allowed:
+            failed.update(dict.fromkeys(passing, gate.reason))
+            return FilterOutcome((), failed, unresolvable, gate, {})
+    return FilterOutcome(passing, failed, unresolvable, gate, _Uniform(passing, fitted.gpu_milli))
+
+
+def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
+    """The state's row of each name (int32), ``-1`` for a node it does not know."""
+    return state.rows_of(names)
+
+
+NOT_A_NODE = -2
+"""``fit_rows``' code of a candidate the state does not know."""
+
+
+class _Uniform(Mapping[str, float]):
+    """``FilterOutcome.gpu_milli`` when every passing node takes the same per-device
+    share: the mapping without building it per node."""
+
+    def __init__(self, names: Sequence[str], milli: float) -> None:
+        self._names, self._milli = names, milli
+
+    @cached_property
+    def _keys(self) -> frozenset[str]:
+        return frozenset(self._names)
+
+    def __getitem__(self, name: str) -> float:
+        if name not in self._keys:
+            raise KeyError(name)
+        return self._milli
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(self._names))
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -112,6 +112,15 @@ def _inputs(slim: dict[str, Any], tenant: str | None) -> tuple[Any, ...]:
     return (slim.get("metadata"), slim.get("spec"), claims, tenant)
 
 
+def _version_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of a pod, when it has both (one API version of the pod)."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, version) if isinstance(uid, str) and isinstance(version, str) else None
+
+
 def _claim_key(claim: dict[str, Any]) -> str:
     meta = _meta(claim)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -552,6 +561,7 @@ class ExtenderTracker:
                     self.on_change()
             else:
                 self.pending[uid] = req
+                self._keep_read(pod, config, tenant, req)
         except (StateError, resources.DemandError) as exc:
             self.unreadable[uid] = str(exc)
             self.pending.pop(uid, None)
@@ -598,17 +608,15 @@ class ExtenderTracker:
     def request(self, pod: Mapping[str, Any], config: FairShareConfig) -> PodRequest:
         """The ``PodRequest`` of a pod sent by kube-scheduler (``verbs.request_for``),
         read once per pod version: filter and prioritize of one scheduling attempt carry
-        the same pod (uid and ``resourceVersion``), so prioritize reuses filter's reading
-        as long as the tenant, config, columns and largest device are the same. Raises
+        the same pod (uid and ``resourceVersion``), so prioritize reuses filter's reading,
+        and filter the watch's reading of that pending pod version, as long as the
+        tenant, config, columns and largest device are the same. Raises
         ``resources.DemandError`` (not remembered: the next call reads the pod again)."""
-        meta = pod.get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
-        uid, version = meta.get("uid"), meta.get("resourceVersion")
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         state = self.state
-        stamp = (tenant, self.largest_device_memory())
-        key = (uid, version) if isinstance(uid, str) and isinstance(version, str) else None
+        key = _version_key(pod)
         held = self._verb_reads.get(key) if key is not None else None
+        stamp = (tenant, self.largest_device_memory())
         if held is not None and held[0] is config and held[1] is state.index and held[2] == stamp:
             req: PodRequest = held[3]
             return req
@@ -619,11 +627,22 @@ class ExtenderTracker:
             index=state.index,
             device_memory=self.largest_device_memory,
         )
-        if key is not None:
-            self._verb_reads[key] = (config, state.index, stamp, req)
-            while len(self._verb_reads) > VERB_READS:
-                self._verb_reads.popitem(last=False)
+        self._keep_read(pod, config, tenant, req)
         return req
+
+    def _keep_read(
+        self, pod: Mapping[str, Any], config: FairShareConfig, tenant: str | None, req: PodRequest
+    ) -> None:
+        """Remember ``req`` as the reading of this pod version for ``request``: the watch's
+        reading of a pending pod serves the scheduler calls that carry the same version."""
+        key = _version_key(pod)
+        if key is None:
+            return
+        stamp = (tenant, self.largest_device_memory())
+        self._verb_reads[key] = (config, self.state.index, stamp, req)
+        self._verb_reads.move_to_end(key)
+        while len(self._verb_reads) > VERB_READS:
+            self._verb_reads.popitem(last=False)
 
     def fair_shares(self, config: FairShareConfig) -> dict[str, fairness.FairShare]:
         """The fair allocation over bound + pending demand, cached until either changes.

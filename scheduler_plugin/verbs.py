@@ -29,6 +29,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
     ScoreContext,
+    Scorer,
     WorkloadMix,
     build_scorer,
     candidates,
@@ -36,6 +37,7 @@ from fairshare.placement import (
     choose_level,
     fgd_raw,
     filter_nodes,
+    fit_rows,
     fits_after_release,
     mig_row,
     mig_use,
@@ -86,7 +88,7 @@ def _parse(
 # -- filter ------------------------------------------------------------------------------
 
 
-def filter_verb(
+def filter_result(
     args: wire.ExtenderArgs,
     *,
     state: ClusterState,
@@ -99,8 +101,8 @@ def filter_verb(
     pick: bool = False,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
-) -> dict[str, Any]:
-    """``ExtenderFilterResult`` as JSON: the passing names (or Node objects) echoed back.
+) -> wire.ExtenderFilterResult:
+    """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
     ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
     ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
@@ -116,16 +118,24 @@ def filter_verb(
         req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
-        return _filter_result(args, (), {}, dict.fromkeys(names, reason)).encode()
+        return _filter_result(args, (), {}, dict.fromkeys(names, reason))
     out = filtering.filter_pod(
         state, config=config, req=req, names=names, pending=pending, fair=fair
     )
     if on_gate is not None:
         on_gate(req, out.gate)
     passing: Sequence[str] = out.passing
-    if pick and len(passing) > 1:
+    picked = pick and len(passing) > 1
+    if picked:
         passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
-    return _filter_result(args, passing, out.failed, out.unresolvable).encode()
+    # ``out.passing`` is ``names`` (the NodeNames sent) less the failed ones, in order.
+    echo = passing if args.node_names is not None and not picked else None
+    return _filter_result(args, passing, out.failed, out.unresolvable, echo)
+
+
+def filter_verb(args: wire.ExtenderArgs, **kw: Any) -> dict[str, Any]:
+    """``filter_result`` as JSON (``ExtenderFilterResult.encode``)."""
+    return filter_result(args, **kw).encode()
 
 
 def pick_best(
@@ -151,15 +161,20 @@ def _filter_result(
     passing: Sequence[str],
     failed: Mapping[str, str],
     unresolvable: Mapping[str, str],
+    echo: Sequence[str] | None = None,
 ) -> wire.ExtenderFilterResult:
-    keep = set(passing)
+    """``echo``: the ``NodeNames`` to answer, when the caller has them (else they are
+    the ``NodeNames`` sent that are in ``passing``)."""
+    keep = set(passing) if echo is None or args.nodes is not None else set()
     nodes = None
     if args.nodes is not None:
         pairs = zip(args.nodes.items, args.nodes.names(), strict=True)
         items = tuple(n for n, name in pairs if name in keep)
         nodes = wire.NodeList(items, args.nodes.raw)
     names = None
-    if args.node_names is not None:
+    if echo is not None:
+        names = tuple(echo)
+    elif args.node_names is not None:
         names = tuple(filter(keep.__contains__, args.node_names))
     # Unresolvable wins over failed (kube-scheduler reads it first).
     failed = {n: r for n, r in failed.items() if n not in unresolvable}
@@ -183,15 +198,39 @@ def prioritize_verb(
 
     Nodes that do not fit (or are unknown) score 0. ``context`` may be cached by the
     caller (it only changes with the node set); ``mix`` feeds the fragmentation term.
-    ``parse`` reads the pod (default: ``request_for``).
+    ``parse`` reads the pod (default: ``request_for``). The HTTP adapter writes the same
+    answer from ``prioritize_scores`` with ``wire.dumps_scores``.
     """
+    names, ints = prioritize_scores(
+        args,
+        state=state,
+        config=config,
+        namespace_labels=namespace_labels,
+        mix=mix,
+        context=context,
+        parse=parse,
+    )
+    return wire.encode_scores(names, list(ints))
+
+
+def prioritize_scores(
+    args: wire.ExtenderArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None = None,
+    mix: WorkloadMix | None = None,
+    context: ScoreContext | None = None,
+    parse: Parse | None = None,
+) -> tuple[Sequence[str], Sequence[int]]:
+    """``prioritize_verb``'s hosts and scores, before they become JSON."""
     names = args.candidate_names()
     try:
         req = _parse(args.pod, parse, state, config, namespace_labels)
     except resources.DemandError:
-        return wire.encode_scores(names, [0] * len(names))
+        return names, [0] * len(names)
     ints, _ = node_scores(state, config, req, names, mix=mix, context=context)
-    return wire.encode_scores(names, ints)
+    return names, ints
 
 
 def node_scores(
@@ -202,17 +241,30 @@ def node_scores(
     *,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
-) -> tuple[list[int], list[float]]:
+) -> tuple[Sequence[int], Sequence[float]]:
     """Prioritize's scores of ``names`` for ``req``, in order: the 0..10 ints it answers
     and the [0, 1] scores they were rounded from. Unknown nodes and nodes that do not fit
     score 0 (both)."""
+    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
+    ctx = context or score_context(state, mix)
+    scorer = build_scorer(config.scoring.weights())
+    fitted = fit_rows(state, req, filtering.candidate_rows(state, names))
+    if fitted is not None:
+        fast = scorer.extender(state, req, fitted, ctx, lo=lo, hi=hi)
+        if fast is not None:
+            return fast
+    return _scores_by_filter(state, req, names, scorer, ctx)
+
+
+def _scores_by_filter(
+    state: ClusterState, req: PodRequest, names: Sequence[str], scorer: Scorer, ctx: ScoreContext
+) -> tuple[list[int], list[float]]:
+    """``node_scores`` by ``filter_nodes`` and the scorer's per-row sums (every pod)."""
+    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
     fits = filter_nodes(state, req, rows=rows, explain=False).fits
-    scored = build_scorer(config.scoring.weights())(
-        state, req, fits, context or score_context(state, mix)
-    )
-    lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
+    scored = scorer(state, req, fits, ctx)
     by_row: dict[int | None, int] = {
         i: min(hi, max(lo, int(s))) for i, s in scored.extender_scores().items()
     }

@@ -26,11 +26,13 @@ Design choices:
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
 
+from _native import names as native_names
 from fairshare.errors import WireFormatError
 
 MIN_EXTENDER_PRIORITY: Final = 0
@@ -206,8 +208,12 @@ def _names(value: object, path: str) -> tuple[str, ...] | None:
     items = _array(value, path)
     if items is None:
         return None
-    if set(map(type, items)) <= {str}:
-        return tuple(items)  # the usual case, checked at C speed
+    try:
+        "".join(items)  # the usual case: every item a string, checked at C speed
+    except TypeError:
+        pass
+    else:
+        return tuple(items)
     return tuple(_string(v, f"{path}[{k}]") for k, v in enumerate(items))
 
 
@@ -341,6 +347,18 @@ class ExtenderFilterResult:
             "Error": self.error,
         }
 
+    def body(self) -> bytes:
+        """``json.dumps(self.encode())`` as UTF-8 bytes; the node names in one pass."""
+        out = self.encode()
+        names = out["NodeNames"]
+        text: bytes | None = native_names.names_json(names) if names is not None else None
+        if text is None:
+            return json.dumps(out).encode()
+        rest = {k: v for k, v in out.items() if k != "NodeNames"}
+        head = json.dumps({"Nodes": rest.pop("Nodes")})[:-1].encode()
+        tail = json.dumps(rest)[1:].encode()
+        return head + b', "NodeNames": ' + text + b", " + tail
+
 
 def _sorted_map(m: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if m is None else {k: m[k] for k in sorted(m)}
@@ -399,11 +417,50 @@ def dumps(value: Any) -> str:
     return json.dumps(value)
 
 
+@dataclass(frozen=True)
+class Scores:
+    """A ``HostPriorityList`` as hosts and their scores, written by ``dumps_scores``."""
+
+    hosts: Sequence[str]
+    scores: Sequence[int]
+
+    def body(self) -> bytes:
+        """``dumps_scores(hosts, scores)`` as UTF-8 bytes (one pass when it can)."""
+        scores = self.scores
+        if isinstance(scores, array) and scores.typecode == "q" and len(scores) == len(self.hosts):
+            hosts = self.hosts if isinstance(self.hosts, list | tuple) else list(self.hosts)
+            text: bytes | None = native_names.scores_json(hosts, scores, len(scores))
+            if text is not None:
+                return text
+        return dumps_scores(self.hosts, scores).encode()
+
+
+def dumps_scores(hosts: Sequence[str], scores: Sequence[int]) -> str:
+    """``dumps(encode_scores(hosts, scores))`` without the per-node dicts in between
+    (the prioritize answer has one item per candidate). ``scores`` may be an int64
+    ``array`` (ints by construction)."""
+    ints = isinstance(scores, array) and scores.typecode == "q"
+    if len(hosts) != len(scores) or not (ints or set(map(type, scores)) <= {int}):
+        return dumps(encode_scores(hosts, scores))  # the checks and their errors
+    if not hosts:
+        return "[]"
+    try:
+        tails = map(_SCORE_TAILS.__getitem__, scores)
+        items = _ITEM_SEP.join(map(str.__add__, map(_encode_str, hosts), tails))
+    except (KeyError, TypeError):  # a score outside 0..10, or a host not a string
+        return dumps(encode_scores(hosts, list(scores)))
+    return '[{"Host": ' + items + "]"
+
+
+_ITEM_SEP = ', {"Host": '
+
+
 _HOST = itemgetter("Host")
 _SCORE = itemgetter("Score")
 _SCORE_TAILS = {
     s: f', "Score": {s}}}' for s in range(MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY + 1)
 }
+_SCORE_TAIL_KEYS = frozenset(_SCORE_TAILS)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ Pure module: must not import aiohttp, kubernetes_asyncio or prometheus_client.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -577,8 +578,9 @@ class FairShareConfig(_Model):
         return tuple(spec.weight for spec in self.resources.values())
 
     def mig_fractions(self) -> dict[str, Fraction]:
-        """MIG profile (``"1g.10gb"``) -> fraction of a GPU."""
-        return {name: quantities.parse_fraction(text) for name, text in self.mig.items()}
+        """MIG profile (``"1g.10gb"``) -> fraction of a GPU (parsed once per table: every
+        pod read asks for it)."""
+        return dict(_mig_fractions(tuple(self.mig.items())))
 
     def mig_resource_fraction(self, resource: str) -> Fraction | None:
         """GPU fraction of a MIG resource (``nvidia.com/mig-1g.10gb``), None if unknown."""
@@ -795,3 +797,8 @@ def _check_capacity(config: FairShareConfig) -> list[Problem]:
 
 def _show(resource: str, amount: Fraction) -> str:
     return quantities.format_quantity(amount, quantities.quantity_kind(resource))
+
+
+@functools.lru_cache(maxsize=16)
+def _mig_fractions(table: tuple[tuple[str, str], ...]) -> dict[str, Fraction]:
+    return {name: quantities.parse_fraction(text) for name, text in table}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from _native import names as native_names
 from fairshare import eligibility, resources
 from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
 
@@ -136,10 +137,28 @@ class ClusterState:
     _selection_version: int = 0
     """Changes when a node comes or goes or its labels or taints change (not on status
     updates): the key of the ``eligible_rows`` cache."""
+    _name_table: tuple[int, int, Any] | None = field(default=None, repr=False, compare=False)
+    """(node-set version, node count, ``_native.names.NameTable`` of the node names)."""
     declared_capacity: dict[int, float] = field(default_factory=dict)
     """Capacity by column for resources no node reports (the config's ``capacity``, e.g.
     ``storage``); set with ``declare_capacity``. Node capacity, when there is any, wins."""
     _drained: tuple[int, ClusterState] | None = field(default=None, repr=False, compare=False)
+
+    def rows_of(self, names: Sequence[str]) -> array[int]:
+        """The row of each of ``names`` (int32), ``-1`` for a name that is not a node's:
+        through a ``NameTable`` of the node names, built again when the node set changes
+        (``node_index`` when the table cannot hold them)."""
+        out = array("i", bytes(4 * len(names)))
+        seq = names if isinstance(names, list | tuple) else list(names)
+        held = self._name_table
+        if held is None or held[0] != self._nodes_version or held[1] != self.n_nodes:
+            table = native_names.NameTable([info.name for info in self.nodes])
+            held = self._name_table = (self._nodes_version, self.n_nodes, table)
+        if held[2].usable:
+            held[2].rows_of(seq, out)
+        else:
+            native_names.rows_of(seq, self.node_index, out)
+        return out
 
     def declare_capacity(self, amounts: Mapping[int, float]) -> None:
         """Set ``declared_capacity`` (kernel units by column)."""

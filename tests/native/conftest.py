@@ -23,7 +23,7 @@ from types import ModuleType
 
 import pytest
 
-KERNEL_MODULES = ("drf", "fit", "scoring")
+KERNEL_MODULES = ("drf", "fit", "names", "scoring")
 NO_EXTENSIONS_ENV = "FAIRSHARE_NO_EXTENSIONS"
 
 
@@ -34,6 +34,7 @@ class KernelImplementation:
     name: str
     drf: ModuleType
     fit: ModuleType
+    names: ModuleType
     scoring: ModuleType
 
     def __str__(self) -> str:
@@ -41,7 +42,7 @@ class KernelImplementation:
 
 
 def load_implementation(name: str) -> KernelImplementation:
-    """Import ``_native.{drf,fit,scoring}_<name>``; raises ImportError if one is missing."""
+    """Import ``_native.{drf,fit,names,scoring}_<name>``; raises ImportError if one is missing."""
     mods = [importlib.import_module(f"_native.{mod}_{name}") for mod in KERNEL_MODULES]
     return KernelImplementation(name, *mods)
 

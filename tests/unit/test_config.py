@@ -704,3 +704,14 @@ def test_snake_case_names_work_in_code() -> None:
     tenant = Tenant(name="a", namespace_selector={"team": "a"})
     assert tenant.namespace_selector == {"team": "a"}
     assert tenant.model_dump()["namespaceSelector"] == {"team": "a"}
+
+
+def test_mig_fractions_are_each_configs_own_table_and_a_copy() -> None:
+    default = FairShareConfig()
+    own = config_from_mapping(doc(mig={"1g.12gb": "1/7"}))
+    assert default.mig_fractions()["1g.10gb"] == F(1, 7)
+    assert own.mig_fractions() == {"1g.12gb": F(1, 7)}
+    swapped = own.model_copy(update={"mig": {"1g.12gb": "1/2"}})
+    assert swapped.mig_fractions() == {"1g.12gb": F(1, 2)}
+    own.mig_fractions().clear()  # the caller's copy
+    assert own.mig_fractions() == {"1g.12gb": F(1, 7)}

@@ -8,7 +8,10 @@ not depend on the node: same fits, same failures, same order.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 import random
 from array import array
 from fractions import Fraction
@@ -18,6 +21,7 @@ import pytest
 
 from _native import fit
 from fairshare import placement
+from fairshare.config.loading import config_from_mapping
 from fairshare.placement import (
     NodeFailure,
     PodRequest,
@@ -28,7 +32,7 @@ from fairshare.placement import (
 )
 from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
 from fairshare.state.cluster import ClusterState
-from scheduler_plugin import wire
+from scheduler_plugin import filtering, verbs, wire
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -192,3 +196,174 @@ def test_filter_fast_path_answers_as_node_by_node(seed: int, sick: float) -> Non
         assert got.fits == fits
         assert got.failed == failed
         assert dict(got.gpu_milli) == {i: req.gpu_milli_for(0) for i in fits}
+
+
+# -- one pass over the candidates (filter and prioritize) ------------------------------------
+
+MEMORY = _req(GpuDemand(count=1, memory=20 * 2**30, source="memory"), 1000.0)
+FAST_REQS = [*REQS, _req(GpuDemand(count=8, per_device=Fraction(1), source="device"), 500.0)]
+GATE_CONFIG = config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [{"name": "t", "namespaces": ["ns"]}, {"name": "other"}],
+        "resources": {name: {} for name in INDEX.names},
+    }
+)
+
+
+def _names(rng: random.Random, st: ClusterState, k: int, *, repeat: bool) -> list[str]:
+    """``k`` candidate names in a random order, some unknown to ``st``, some repeated."""
+    names = [n.name for n in rng.sample(st.nodes, k)] + ["gone-1", "gone-2"]
+    if repeat:
+        names += rng.sample(names, 3)
+    rng.shuffle(names)
+    return names
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.parametrize("sick", [0.0, 0.2])
+@pytest.mark.parametrize("seed", range(4))
+def test_filter_pod_one_pass_answers_as_filter_nodes(seed: int, sick: float, repeat: bool) -> None:
+    rng = random.Random(seed)
+    st = _state(rng, 50, sick)
+    for req in FAST_REQS:
+        names = _names(rng, st, 30, repeat=repeat)
+        common: dict[str, Any] = {"config": GATE_CONFIG, "req": req, "names": names}
+        got = filtering.filter_pod(st, pending=[req], fair=None, **common)
+        want = filtering._filter_names(st, pending=[req], fair=None, **common)
+        one_pass = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
+        assert (one_pass is None) == bool(req.gpu_models)  # the model pod takes the loop
+        assert got.passing == want.passing
+        assert got.failed == want.failed and got.unresolvable == want.unresolvable
+        assert got.gate == want.gate
+        assert dict(got.gpu_milli) == dict(want.gpu_milli)
+        assert list(got.gpu_milli) == list(want.gpu_milli)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.parametrize("weights", WEIGHTS)
+@pytest.mark.parametrize("seed", range(4))
+def test_node_scores_one_pass_equals_the_scorer(
+    seed: int, weights: dict[str, float], repeat: bool
+) -> None:
+    rng = random.Random(seed)
+    st = _state(rng, 50, 0.1)
+    config = GATE_CONFIG.model_copy(
+        update={"scoring": GATE_CONFIG.scoring.model_copy(update=weights)}
+    )
+    scorer = build_scorer(config.scoring.weights())
+    ctx = score_context(st, MIX)
+    for req in [*FAST_REQS, MEMORY]:
+        names = _names(rng, st, 40, repeat=repeat)
+        fitted = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
+        one_pass = fitted and scorer.extender(st, req, fitted, ctx)
+        general = req in (REQS[3], MEMORY)  # GPU models, GPU memory: filter_nodes
+        assert (one_pass is None) == (general or bool(fitted and fitted.duplicates))
+        ints, raw = verbs.node_scores(st, config, req, names, mix=MIX, context=ctx)
+        want_ints, want_raw = verbs._scores_by_filter(st, req, names, scorer, ctx)
+        assert list(ints) == want_ints
+        assert array("d", raw).tobytes() == array("d", want_raw).tobytes()  # bit for bit
+
+
+def test_node_scores_counts_a_repeated_fitting_node_as_before() -> None:
+    st = _state(random.Random(3), 10, 0.0)
+    req = REQS[2]  # CPU only: fits every node
+    only = {"fragmentation": 0.0, "health": 0.0, "packing": 1.0}
+    config = GATE_CONFIG.model_copy(update={"scoring": GATE_CONFIG.scoring.model_copy(update=only)})
+    _, once = verbs.node_scores(st, config, req, ["n003"])
+    ints, raw = verbs.node_scores(st, config, req, ["n003", "n004", "n003"])
+    assert 0 < once[0] < 0.5
+    assert raw[0] == raw[2] == 2 * once[0]  # counted twice, as the scorer always did
+    assert ints[0] == ints[2] == round(20 * once[0])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_dumps_scores_is_dumps_of_encode_scores(seed: int) -> None:
+    rng = random.Random(seed)
+    alphabet = 'ab-.0"\\\u00e9\u2603\n\t/<>&'
+    hosts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(40)]
+    scores = [rng.randrange(0, 11) for _ in hosts]
+    want = wire.dumps(wire.encode_scores(hosts, scores))
+    assert (
+        wire.dumps_scores(hosts, scores)
+        == want
+        == json.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    )
+    assert wire.dumps_scores(hosts, array("q", scores)) == want
+    assert wire.dumps_scores([], []) == "[]"
+    odd = [*scores[:-1], rng.choice([11, -1, 2**70])]  # outside 0..10: the generic writer
+    assert wire.dumps_scores(hosts, odd) == wire.dumps(wire.encode_scores(hosts, odd))
+
+
+@pytest.mark.parametrize(
+    ("hosts", "scores", "error"),
+    [(["a"], [True], TypeError), (["a"], [1.0], TypeError), ([1], [1], TypeError)],
+)
+def test_dumps_scores_refuses_as_encode_scores(hosts: Any, scores: Any, error: type) -> None:
+    with pytest.raises(error):
+        wire.encode_scores(hosts, scores)
+    with pytest.raises(error):
+        wire.dumps_scores(hosts, scores)
+    with pytest.raises(ValueError, match="one score per host"):
+        wire.dumps_scores(["a", "b"], [1])
+
+
+def test_filter_pod_one_pass_fails_every_fitting_node_when_gated() -> None:
+    st = _state(random.Random(5), 30, 0.0)
+    for i in range(18):  # tenant t holds most of the CPU; "other" waits for more than is left
+        row = (0.0, 64000.0, 0.0)
+        st.bind(uid=f"hog{i}", node=f"n{i:03d}", row=row, tenant="t", allow_overcommit=True)
+    st.bind(uid="small", node="n029", row=(0.0, 1.0, 0.0), tenant="other")
+    mine = dataclasses.replace(REQS[2], tenant="t", uid="mine")
+    half = _req(GpuDemand(), 32000.0)
+    theirs = [dataclasses.replace(half, tenant="other", uid=f"o{k}") for k in range(30)]
+    names = _names(random.Random(6), st, 29, repeat=False)
+    common: dict[str, Any] = {"config": GATE_CONFIG, "req": mine, "names": names}
+    got = filtering.filter_pod(st, pending=[mine, *theirs], fair=None, **common)
+    want = filtering._filter_names(st, pending=[mine, *theirs], fair=None, **common)
+    assert got.gate is not None and not got.gate.allowed
+    assert got.passing == want.passing == ()
+    assert got.failed == want.failed and got.unresolvable == want.unresolvable
+    assert got.gate.reason in got.failed.values()
+    assert dict(got.gpu_milli) == dict(want.gpu_milli) == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_answer_bodies_are_json_dumps(seed: int) -> None:
+    """What the HTTP adapter sends (``body()``) is ``json.dumps`` of what the verbs return."""
+    rng = random.Random(seed)
+    alphabet = "ab-.0" if seed % 2 else 'ab-.0"\\\u00e9\n'
+    hosts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9))) for _ in range(30)]
+    scores = array("q", [rng.randrange(0, 11) for _ in hosts])
+    want = json.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    assert wire.Scores(hosts, scores).body() == want.encode()
+    assert wire.Scores(tuple(hosts), list(scores)).body() == want.encode()
+    failed = {h: "Insufficient cpu \u2603" for h in hosts[:3]}
+    nodes = wire.NodeList(({"metadata": {"name": "x"}},), {"metadata": {}, "items": []})
+    for result in (
+        wire.ExtenderFilterResult(None, tuple(hosts), failed, {}),
+        wire.ExtenderFilterResult(None, (), None, failed, "boom"),
+        wire.ExtenderFilterResult(nodes, None, {}, {}),
+        wire.ExtenderFilterResult(nodes, tuple(hosts[:2]), {}, failed),
+    ):
+        assert result.body() == json.dumps(result.encode()).encode()
+
+
+def test_candidate_rows_follow_the_node_set() -> None:
+    st = _state(random.Random(8), 12, 0.0)
+    names = ["n003", "gone", "n011", "n000"]
+    assert filtering.candidate_rows(st, names).tolist() == [3, -1, 11, 0]
+    other = _state(random.Random(9), 4, 0.0)
+    assert filtering.candidate_rows(other, names).tolist() == [3, -1, -1, 0]
+    st.remove_node("n003")  # the last row moves into its place
+    st.add_node("gone", {"cpu": Fraction(8)})
+    want = [st.node_index.get(n, -1) for n in names]
+    assert filtering.candidate_rows(st, names).tolist() == want
+    assert want[0] == -1 and want[1] >= 0
+    copied = pickle.loads(pickle.dumps(st))  # the state stays picklable with its table
+    assert filtering.candidate_rows(copied, names).tolist() == want
+    assert filtering.candidate_rows(copy.deepcopy(st), names).tolist() == want
+    wide = ClusterState(INDEX)
+    wide.add_node("n\u2603", {"cpu": Fraction(8)})  # not held by a NameTable: the dict
+    assert filtering.candidate_rows(wide, ["n\u2603", "n"]).tolist() == [0, -1]

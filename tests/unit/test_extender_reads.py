@@ -167,6 +167,24 @@ def test_scheduler_calls_share_one_reading_per_pod_version(reads: list[str]) -> 
     assert len(reads) == 2
 
 
+def test_scheduler_calls_reuse_the_watch_reading_of_that_version(reads: list[str]) -> None:
+    t = tracker()
+    pod = gpu_pod("a")
+    t.on_event("Pod", "ADDED", copy.deepcopy(pod))  # watch events carry the whole pod
+    assert reads == ["uid-a"]
+    sent = copy.deepcopy(pod)  # what kube-scheduler sends for the same version
+    assert t.request(sent, CONFIG) is t.pending["uid-a"]  # filter: no second reading
+    assert t.request(sent, CONFIG) is t.pending["uid-a"]  # prioritize
+    assert reads == ["uid-a"]
+    newer = copy.deepcopy(pod)
+    newer["metadata"]["resourceVersion"] = "2"
+    t.request(newer, CONFIG)
+    assert reads == ["uid-a", "uid-a"]
+    t.remember(gpu_pod("b"))  # a pod seen first in a scheduler call: read once, for both
+    assert t.request(gpu_pod("b"), CONFIG) is t.pending["uid-b"]
+    assert reads.count("uid-b") == 1
+
+
 def test_scheduler_call_readings_follow_tenant_and_config(reads: list[str]) -> None:
     t = tracker()
     pod = make_pod("a").ns("team-x").req(gpu=1).obj()

@@ -393,3 +393,15 @@ def test_quantity_error_pickles() -> None:
     error = pickle.loads(pickle.dumps(QuantityError("1Kib", "bad suffix")))
     assert isinstance(error, QuantityError)
     assert str(error) == 'invalid quantity "1Kib": bad suffix'
+
+
+def test_remembered_quantities_are_the_parsed_ones_and_errors_are_not_kept() -> None:
+    for text in ("1500m", "32Gi", "1e3", "0.1", "12E-3"):
+        first = quantities.parse_quantity(text)
+        assert quantities.parse_quantity(text) == first == quantities._parse_quantity(text)
+        assert quantities._PARSED.get(text) == first
+    for _ in range(2):
+        with pytest.raises(quantities.QuantityError):
+            quantities.parse_quantity("12 Gi")
+    assert "12 Gi" not in quantities._PARSED
+    assert quantities.parse_quantity(2) == 2 and 2 not in quantities._PARSED  # numbers: not kept
