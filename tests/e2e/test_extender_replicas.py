@@ -7,9 +7,10 @@ blind to leadership (worse than the Service, which selects the leader's pod): ha
 connections reach the follower, which must refuse (filter 503, bind Error, then closes the
 connection) so kube-scheduler retries.
 
-40 fractional pods (0.5 and 0.25 GPU) are created at once on 2 nodes of 4 GPUs (15 GPUs
-asked for 8); once some are bound the leader is SIGKILLed (or, second case, SIGTERMed:
-it stops deciding, lets its binds land and releases the Lease). Then:
+40 fractional pods (0.5 and 0.25 GPU) on 2 nodes of 4 GPUs (15 GPUs asked for 8): 12 (4.5
+GPUs) at once; once some are bound the leader is SIGKILLed (or, second case, SIGTERMed:
+it stops deciding, lets its binds land and releases the Lease), and the other 28 are
+created at once during the failover. Then:
 
 * no device above 100 % (the shares per device index from `fairshare.io/gpu-devices`);
 * every pod bound or explained (a FailedScheduling event that is a decision, not a
@@ -52,6 +53,7 @@ from .test_replicas import RoundRobinProxy
 pytestmark = pytest.mark.e2e
 
 PODS = 40
+FIRST_WAVE = 12  # 6 x 0.25 + 6 x 0.5 = 4.5 of the 8 GPUs
 NODES, GPUS = 2, 4
 ELECT = True
 # Short timings keep the test quick; the failover time scales with --lease-duration.
@@ -216,15 +218,25 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
 
                 await wait_for(labelled_leader, timeout=20, what="the leader's pod label")
 
-            await asyncio.gather(
-                *(
-                    core.create_namespaced_pod(
-                        ns,
-                        pod(f"frac-{i}", annotations={ANN_FRACTION: f}, node_selector={POOL: pool}),
+            async def create(first: int, last: int) -> None:
+                await asyncio.gather(
+                    *(
+                        core.create_namespaced_pod(
+                            ns,
+                            pod(
+                                f"frac-{i}",
+                                annotations={ANN_FRACTION: fractions[i]},
+                                node_selector={POOL: pool},
+                            ),
+                        )
+                        for i in range(first, last)
                     )
-                    for i, f in enumerate(fractions)
                 )
-            )
+
+            # The first wave asks less than the nodes hold, so room is left for the replica
+            # that takes over even when every pod of the wave is bound before the kill
+            # lands (with fast binds they can all finish between two polls).
+            await create(0, FIRST_WAVE)
 
             async def some_bound() -> int:
                 n = len(await bound())
@@ -233,6 +245,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
             at_kill = await wait_for(some_bound, timeout=90, what="the first binds")
             os.kill(leader_pid, sig)  # SIGTERM: it stops deciding and releases the Lease
             killed = time.monotonic()
+            await create(FIRST_WAVE, PODS)  # the rest of the burst, during the failover
 
             async def took_over() -> float | None:
                 if ELECT and await lease_holder(api, lease) != other:
