@@ -813,9 +813,9 @@ class GateDecision:
             return ""
         if self.share_after <= self.fair_share * (1 + EPS) + EPS:
             return (
-                f"tenant {self.tenant} within the yield band of its fair share "
-                f"({self.share_after:.2f} > {1 - self.yield_band:g} x {self.fair_share:.2f}, "
-                f"yieldBand) while {self.waiting_for} waits"
+                f"tenant {self.tenant} near its fair share ({self.share_after:.2f} of "
+                f"{self.fair_share:.2f}, yieldBand {self.yield_band:g}) while "
+                f"{self.waiting_for} waits"
             )
         head = (
             f"tenant {self.tenant} above its fair share "

@@ -73,9 +73,8 @@ def test_within_the_band_a_tenant_waits_for_a_lower_share_pod_that_fits_now():
     held = gating.check_fair_gate(st, config=QUARTER, req=a_next, pending=queue)
     assert held is not None and not held.allowed
     assert held.waiting_for == "b"
-    assert held.reason == (
-        "tenant a within the yield band of its fair share (0.50 > 0.75 x 0.50, yieldBand) "
-        "while b waits"
+    assert (
+        held.reason == "tenant a near its fair share (0.50 of 0.50, yieldBand 0.25) while b waits"
     )
     # Below the band the gate does not apply at all.
     st.unbind("uid-a2")  # a holds 2, a2 waits again: a's demand is still 4
