@@ -27,6 +27,13 @@ Definitions (Ghodsi et al., "Dominant Resource Fairness", NSDI'11, with weights)
   node now but would fit a node drained of its pods (*blocked*, not unrunnable): t then
   waits even though capacity may stay idle, so that room freed later goes to u. A pod
   that fits no node even drained never holds anyone.
+* With ``yieldBand`` b > 0 (opt-in) the gate applies from ``(1 - b)`` × t's fair share
+  instead of from the fair share, for contenders with a pod that fits now (blocked
+  pods hold only above the fair share). Below the fair share the order is by the
+  fraction of its own fair share each tenant holds (``gating.check_fair_gate`` passes
+  those fractions as the current shares): tenants near their fair shares go in turn,
+  so what fragmentation leaves idle at the end is spread over them. Still
+  work-conserving.
 """
 
 from __future__ import annotations
@@ -796,12 +803,20 @@ class GateDecision:
     blocked: str = ""
     """When ``waiting_for`` has no pod that fits now: its blocked pod and shape
     (``holdForBlockedTenants``)."""
+    yield_band: float = 0.0
+    """The ``yieldBand`` the decision was taken with."""
 
     @property
     def reason(self) -> str:
         """The text kube-scheduler shows in the pod's FailedScheduling event."""
         if self.allowed:
             return ""
+        if self.share_after <= self.fair_share * (1 + EPS) + EPS:
+            return (
+                f"tenant {self.tenant} near its fair share ({self.share_after:.2f} of "
+                f"{self.fair_share:.2f}, yieldBand {self.yield_band:g}) while "
+                f"{self.waiting_for} waits"
+            )
         head = (
             f"tenant {self.tenant} above its fair share "
             f"({self.share_after:.2f} > {self.fair_share:.2f}) while {self.waiting_for} waits"
@@ -821,20 +836,23 @@ def check_gate(
     share_after: ShareAfter,
     fair_share: float,
     contenders: Sequence[Contender],
+    yield_band: float = 0.0,
 ) -> GateDecision:
     """Decide whether a pod of ``tenant`` may be placed now (see module docstring).
 
     The tenant waits only for a contender that has a pending pod fitting now (or, with
     ``holdForBlockedTenants``, a blocked one: ``Contender.blocked``) and a lower current
-    share, or an equal share and a smaller name.
+    share, or an equal share and a smaller name. Up to ``(1 - yield_band)`` × its fair
+    share it never waits; from there to the fair share only for a fitting pod.
     """
-    if share_after <= fair_share * (1 + EPS) + EPS:
-        return GateDecision(True, tenant, share_after, fair_share)
+    if share_after <= gate_floor(fair_share, yield_band):
+        return GateDecision(True, tenant, share_after, fair_share, yield_band=yield_band)
+    above = share_after > fair_share * (1 + EPS) + EPS
     ahead = [
         c
         for c in contenders
         if c.tenant != tenant
-        and (c.has_fitting_pending or c.blocked)
+        and (c.has_fitting_pending or (above and c.blocked))
         and (
             c.current_share < current_share * (1 - EPS) - EPS
             or (
@@ -844,12 +862,26 @@ def check_gate(
         )
     ]
     if not ahead:
-        return GateDecision(True, tenant, share_after, fair_share)
+        return GateDecision(True, tenant, share_after, fair_share, yield_band=yield_band)
     first = min(ahead, key=lambda c: (c.current_share, c.tenant))
     blocked = "" if first.has_fitting_pending else first.blocked
     return GateDecision(
-        False, tenant, share_after, fair_share, waiting_for=first.tenant, blocked=blocked
+        False,
+        tenant,
+        share_after,
+        fair_share,
+        waiting_for=first.tenant,
+        blocked=blocked,
+        yield_band=yield_band,
     )
+
+
+def gate_floor(fair_share: float, yield_band: float = 0.0) -> float:
+    """The share after a pod up to which the gate lets it through unconditionally:
+    the fair share (with the comparison tolerance), or ``(1 - yield_band)`` of it."""
+    if yield_band <= 0:
+        return fair_share * (1 + EPS) + EPS
+    return fair_share * (1 - yield_band) + EPS
 
 
 def jain_index(values: Sequence[float]) -> float:

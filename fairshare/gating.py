@@ -14,12 +14,14 @@ prometheus_client.
   ``holdForBlockedTenants`` one that would fit some node drained of its pods
   (``pod_fits_drained``).
 
-A pod that keeps its tenant within its fair share is never gated (returns None).
+A pod that keeps its tenant within its fair share is never gated (returns None); with
+``yieldBand`` b, within ``(1 - b)`` × its fair share.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -327,6 +329,23 @@ def describe_request(p: PodRequest) -> str:
     return f"{p.namespace}/{p.name} ({', '.join(parts) or 'no requests'})"
 
 
+def _within_guarantee(
+    state: ClusterState,
+    config: FairShareConfig,
+    tenant: str,
+    row: Sequence[float],
+    after: Sequence[float],
+) -> bool:
+    """The pod (``row``) asks for a guaranteed resource of ``tenant`` and keeps the
+    tenant within its guarantee on every guaranteed resource it asks for."""
+    spec = config.tenant(tenant)
+    if spec is None:
+        return False
+    g = kernel_amounts(state, spec.guaranteed_amounts())
+    asked = [c for c in g if row[c] > 0]
+    return bool(asked) and all(after[c] <= g[c] + 1e-6 for c in asked)
+
+
 def check_fair_gate(
     state: ClusterState,
     *,
@@ -360,10 +379,25 @@ def check_fair_gate(
         fair = fair_shares_for(state, config, demand_rows(state, queue))
     mine_fair = fair.get(t)
     fair_share = mine_fair.share if mine_fair else 0.0
-    if share_after <= fair_share * (1 + fairness.EPS) + fairness.EPS:
+    band = config.yield_band
+    if share_after <= fairness.gate_floor(fair_share, band):
         return None
+    above = share_after > fairness.gate_floor(fair_share)
+    if not above and _within_guarantee(state, config, t, req.row, after):
+        return None  # what is guaranteed is never held back, in the band either
+    # Blocked pods hold others only above the fair share (``check_gate``).
+    hold = config.hold_for_blocked_tenants and above
     shares = current_shares(state, config)
     mine = shares.get(t, 0.0)
+    if not above:
+        # In the yield band tenants are ordered by the fraction of their own fair share
+        # they hold: t yields to those further behind theirs (never to one at or above
+        # its fair share, e.g. a victim of reclaim whose pods come back).
+        shares = {
+            u: s / fair[u].share if u in fair and fair[u].share > 0 else math.inf
+            for u, s in shares.items()
+        }
+        mine = shares.get(t, 0.0)
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
     blocked: dict[str, PodRequest] = {}
@@ -372,7 +406,7 @@ def check_fair_gate(
         [u for u, _ in lower],
         queue,
         memo=memo,
-        blocked=blocked if config.hold_for_blocked_tenants else None,
+        blocked=blocked if hold else None,
     )
     contenders = [
         fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))
@@ -384,6 +418,7 @@ def check_fair_gate(
         share_after=fairness.ShareAfter(share_after),
         fair_share=fair_share,
         contenders=contenders,
+        yield_band=band,
     )
     if decision.blocked and decision.waiting_for in blocked:
         # Named only for the tenant waited for (formatting every contender's pod costs).

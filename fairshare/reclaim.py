@@ -427,7 +427,9 @@ def _toward_fair_share(
     keeping its tenant (and its ancestors outside the beneficiary's) at or above their
     fair shares and guarantees. What one such reclaim gave is never reclaimed back: a
     beneficiary gains up to its fair share, a victim keeps at least its own. A pod that
-    gets nothing here waits silently (its tenant may simply be at its fair share).
+    gets nothing here waits silently (its tenant may simply be at its fair share). With
+    ``yieldBand``, a pod in its tenant's band gets nothing while a lower-share tenant has
+    a pod that fits now: the gate would hold it for that pod.
     """
     state = led.state
     weights = tenancy.tenant_weights(config)
@@ -458,6 +460,10 @@ def _toward_fair_share(
         mine = fair[t].share if t in fair else 0.0
         if share_of(t, after) > mine * (1 + fairness.EPS) + fairness.EPS:
             continue
+        if share_of(t, after) > fairness.gate_floor(mine, config.yield_band):
+            gate = gating.check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+            if gate is not None and not gate.allowed:
+                continue  # in the yield band, it waits for a tenant further behind
         rows = _rows_for(state, req, (node_selectors or {}).get(req.uid))
         if filter_nodes(state, req, rows=rows, explain=False).fits:
             continue  # the scheduler can place it now

@@ -121,6 +121,12 @@ def _non_negative(value: float) -> float:
     return value
 
 
+def _unit_interval(value: float) -> float:
+    if not 0 <= _finite(value) <= 1:
+        _fail("number_range", "must be between 0 and 1")
+    return value
+
+
 def _positive(value: float) -> float:
     if _finite(value) <= 0:
         _fail("number_range", "must be > 0")
@@ -225,6 +231,7 @@ def _resource_name(value: str) -> str:
 
 Weight = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_non_negative)]
 PositiveWeight = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)]
+Band = Annotated[float, BeforeValidator(_not_bool), AfterValidator(_unit_interval)]
 Quantity = Annotated[str, BeforeValidator(_quantity)]
 """A non-negative Kubernetes quantity, kept as written (numbers become their string)."""
 UnitFraction = Annotated[str, BeforeValidator(_unit_fraction)]
@@ -512,6 +519,16 @@ class FairShareConfig(_Model):
     fits). A pod that fits no node even when drained, or that is not waiting (scheduling
     gates, another scheduler), never holds anyone. Trades some GPU allocation for
     fairness at saturation."""
+
+    yield_band: Band = 0.0
+    """From which fraction of its fair share a tenant yields: a pod whose tenant's
+    share after it would exceed ``(1 - yieldBand)`` × its fair share waits while a
+    tenant with a lower current share has a waiting pod that fits now (default 0: only
+    above the fair share; 1: lowest share first, always). Work-conserving like the
+    plain gate (the lowest-share tenant with a fitting pod is never held), and below the
+    fair share only pods that fit now hold others, never blocked ones. Spreads what
+    fragmentation leaves idle over the tenants instead of on whoever runs out of
+    fitting pods first; costs gate work for pods near their tenant's fair share."""
 
     gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     """Fractional GPU rules."""

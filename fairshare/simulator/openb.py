@@ -224,11 +224,15 @@ def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
 
 
 def trace_config(
-    k: int, weights: Sequence[float] | None = None, *, hold_for_blocked: bool = False
+    k: int,
+    weights: Sequence[float] | None = None,
+    *,
+    hold_for_blocked: bool = False,
+    yield_band: float = 0.0,
 ) -> FairShareConfig:
     """K synthetic tenants ``tenant-<i>`` (namespace of the same name), weight 1 each
-    unless ``weights`` (one per tenant) says otherwise; ``hold_for_blocked`` sets the
-    config's ``holdForBlockedTenants``."""
+    unless ``weights`` (one per tenant) says otherwise; ``hold_for_blocked`` and
+    ``yield_band`` set the config's ``holdForBlockedTenants`` and ``yieldBand``."""
     if k < 1:
         raise ValueError(f"tenants: need at least one, got {k}")
     ws = check_weights(weights) if weights is not None else (1.0,) * k
@@ -243,6 +247,7 @@ def trace_config(
             "kind": "FairShareConfig",
             "tenants": tenants,
             "holdForBlockedTenants": hold_for_blocked,
+            "yieldBand": yield_band,
         }
     )
 
@@ -504,13 +509,15 @@ def run_saturation(
     max_passes: int = 1000,
     progress: Callable[[int, int], None] | None = None,
     hold_for_blocked: bool = False,
+    yield_band: float = 0.0,
 ) -> tuple[Simulation, SaturationResult]:
     """The saturation fairness protocol (module docstring); ``progress(pass, placed)``;
-    ``hold_for_blocked`` runs the gate with ``holdForBlockedTenants``."""
+    ``hold_for_blocked`` and ``yield_band`` run the gate with ``holdForBlockedTenants``
+    and ``yieldBand``."""
     ws = check_weights(weights)
     if not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a finite number > 0 (× GPU capacity), got {load}")
-    config = trace_config(len(ws), ws, hold_for_blocked=hold_for_blocked)
+    config = trace_config(len(ws), ws, hold_for_blocked=hold_for_blocked, yield_band=yield_band)
     sim, originals = _cluster(trace, pods, config, policy=policy, seed=seed)
     order = saturation_order(originals, seed=seed, gpus=int(sim.gpus()), load=load)
     for p in order:

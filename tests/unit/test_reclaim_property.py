@@ -34,7 +34,7 @@ TENANTS = ("a", "b", "c")
 SETTLE_ROUNDS = 12
 
 
-def _config(guarantees: tuple[int, int, int], **options: bool) -> Any:
+def _config(guarantees: tuple[int, int, int], **options: Any) -> Any:
     tenants = []
     for name, g in zip(TENANTS, guarantees, strict=True):
         t: dict[str, Any] = {"name": name, "namespaces": [name]}
@@ -52,7 +52,7 @@ def _config(guarantees: tuple[int, int, int], **options: bool) -> Any:
 
 
 class Sim:
-    def __init__(self, guarantees: tuple[int, int, int], n_nodes: int, **options: bool) -> None:
+    def __init__(self, guarantees: tuple[int, int, int], n_nodes: int, **options: Any) -> None:
         self.cfg = _config(guarantees, **options)
         self.g = dict(zip(TENANTS, guarantees, strict=True))
         self.state = ClusterState(ResourceIndex(self.cfg.resource_names()))
@@ -200,6 +200,7 @@ def hold_worlds(draw: Any) -> tuple[tuple[int, int, int], int, list[tuple[str, i
     return (ga, gb, 0), n_nodes, draw(big_arrivals)
 
 
+@pytest.mark.parametrize("band", [0.0, 0.25])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hold_worlds())
 @example(((0, 0, 0), 2, [("a", 1)] * 7 + [("b", 4)] + [("c", 2)] * 2))
@@ -213,14 +214,20 @@ def hold_worlds(draw: Any) -> tuple[tuple[int, int, int], int, list[tuple[str, i
 @example(
     ((8, 0, 0), 3, [("a", 1), ("a", 3), ("b", 1), ("c", 3), ("c", 4), ("b", 3), ("c", 1), ("a", 4)])
 )
-def test_hold_for_blocked_tenants_with_reclaim_to_fair_share_does_not_loop(world):
-    """With ``holdForBlockedTenants`` and ``reclaimToFairShare`` both on, pods up to a
-    whole node (blocked pods are common): reclaim never evicts for a pod the gate then
-    holds (checked after every plan), and settles. A pair may reverse on the way (the
-    examples above; reclaimToFairShare does it without the hold too), so that check is
-    off here."""
+def test_hold_for_blocked_tenants_with_reclaim_to_fair_share_does_not_loop(band, world):
+    """With ``holdForBlockedTenants`` and ``reclaimToFairShare`` both on (and a
+    ``yieldBand`` or not), pods up to a whole node (blocked pods are common): reclaim
+    never evicts for a pod the gate then holds (checked after every plan), and settles.
+    A pair may reverse on the way (the examples above; reclaimToFairShare does it without
+    the hold too), so that check is off here."""
     guarantees, n_nodes, seq = world
-    sim = Sim(guarantees, n_nodes, holdForBlockedTenants=True, reclaimToFairShare=True)
+    sim = Sim(
+        guarantees,
+        n_nodes,
+        holdForBlockedTenants=True,
+        reclaimToFairShare=True,
+        yieldBand=band,
+    )
     sim.check_reversals = False
     now = 0.0
     for tenant, gpus in seq:
