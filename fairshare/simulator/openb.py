@@ -31,7 +31,11 @@ where each tenant ends up when every tenant wants more than the cluster can give
    2.0, so each of the default 4 tenants asks for about half the cluster: more
    than the 1/8 a weight-1 tenant is entitled to);
 2. K = ``len(weights)`` tenants ``tenant-0`` … ``tenant-<K-1>`` with those weights
-   (default 1:1:2:4); a pod's tenant is ``tenant_of(name, K)`` as above;
+   (default 1:1:2:4); a pod's tenant is ``tenant_of(name, K)`` as above (``demand=
+   "equal"``: every tenant asks for about ``load`` ÷ K of the cluster), or, with
+   ``demand="weighted"``, ``tenant_by_weight(name, weights)``: the same hash read as a
+   number in [0, 1) picks a tenant with probability weight ÷ Σ weights, so each tenant
+   asks for about ``load`` × its weighted fair share;
 3. every pod is submitted (admitted; the tenants have no limits) before any is
    placed, so the fair allocation sees the whole demand from the start;
 4. scheduling passes over the pending pods in arrival order, until a pass places
@@ -173,6 +177,33 @@ def tenant_of(name: str, k: int) -> str:
     base = name.split("-tuned-")[0]
     h = hashlib.blake2b(base.encode(), digest_size=8, key=b"fairshare-openb").digest()
     return f"tenant-{int.from_bytes(h, 'big') % k}"
+
+
+def tenant_by_weight(name: str, weights: Sequence[float]) -> str:
+    """The synthetic tenant of a trace pod when demand follows the weights: the pod
+    name's hash (as in ``tenant_of``) read as u in [0, 1) falls in tenant i's slice of
+    width weight_i ÷ Σ weights. Depends on the name only; copies follow their original."""
+    ws = check_weights(weights)
+    base = name.split("-tuned-")[0]
+    h = hashlib.blake2b(base.encode(), digest_size=8, key=b"fairshare-openb").digest()
+    u = int.from_bytes(h, "big") / 2.0**64
+    total = sum(ws)
+    edge = 0.0
+    for i, w in enumerate(ws):
+        edge += w / total
+        if u < edge:
+            return f"tenant-{i}"
+    return f"tenant-{len(ws) - 1}"
+
+
+DEMANDS = ("equal", "weighted")
+
+
+def check_demand(demand: str) -> str:
+    """``demand`` if it is one of ``DEMANDS``; ValueError naming the choices otherwise."""
+    if demand not in DEMANDS:
+        raise ValueError(f"demand must be one of {', '.join(DEMANDS)}, got {demand!r}")
+    return demand
 
 
 def arrival_order(pods: Sequence[TracePod], *, seed: int, gpus: int, tune: float) -> list[TracePod]:
@@ -510,18 +541,24 @@ def run_saturation(
     progress: Callable[[int, int], None] | None = None,
     hold_for_blocked: bool = False,
     yield_band: float = 0.0,
+    demand: str = "equal",
 ) -> tuple[Simulation, SaturationResult]:
     """The saturation fairness protocol (module docstring); ``progress(pass, placed)``;
     ``hold_for_blocked`` and ``yield_band`` run the gate with ``holdForBlockedTenants``
-    and ``yieldBand``."""
+    and ``yieldBand``; ``demand`` ("equal" or "weighted") splits the pods among the
+    tenants evenly or in proportion to their weights."""
     ws = check_weights(weights)
+    check_demand(demand)
     if not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a finite number > 0 (× GPU capacity), got {load}")
     config = trace_config(len(ws), ws, hold_for_blocked=hold_for_blocked, yield_band=yield_band)
     sim, originals = _cluster(trace, pods, config, policy=policy, seed=seed)
     order = saturation_order(originals, seed=seed, gpus=int(sim.gpus()), load=load)
     for p in order:
-        sim.submit(_request(sim, p, tenant_of(p.name, len(ws))))
+        tenant = (
+            tenant_by_weight(p.name, ws) if demand == "weighted" else tenant_of(p.name, len(ws))
+        )
+        sim.submit(_request(sim, p, tenant))
     passes = attempts = skipped = placed = 0
     while passes < max_passes:
         passes += 1

@@ -23,7 +23,8 @@ levels do.
 Figures (``deviations``): per tenant ``share ÷ fair − 1``; the max and the mean of its
 absolute value over the tenants with a fair share > 0, the largest gap in percentage
 points, and Jain's index over ``share ÷ fair`` (1 = every tenant at the same fraction
-of its target).
+of its target). ``deviation_bound``: the max relative deviation no split of what the
+tenants hold together can go below (1 − Σ held ÷ Σ fair).
 """
 
 from __future__ import annotations
@@ -186,6 +187,21 @@ def deviations(shares: Mapping[str, float], fair: Mapping[str, float]) -> Deviat
         jain=fairness.jain_index(ratios),
         tenants=len(names),
     )
+
+
+def deviation_bound(shares: Mapping[str, float], fair: Mapping[str, float]) -> float:
+    """The least max relative deviation any placement holding ``shares`` in all allows.
+
+    When the tenants hold together less than their targets add up to (idle capacity,
+    fragments), some tenant holds at most that fraction of its own target, so
+    max |share ÷ fair − 1| ≥ 1 − Σ share ÷ Σ fair, however the held capacity is split.
+    Over the tenants with fair > 0; 0 when they hold at least their targets in all.
+    """
+    names = [n for n, f in fair.items() if f > 0]
+    total = sum(fair[n] for n in names)
+    if total <= 0:
+        return 0.0
+    return max(0.0, 1.0 - sum(shares.get(n, 0.0) for n in names) / total)
 
 
 # -- from a simulation -------------------------------------------------------------------

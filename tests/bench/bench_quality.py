@@ -17,9 +17,16 @@ Two protocols, both in ``fairshare/simulator/openb.py``:
   shapes). One such run of ``ours`` costs about twelve allocation runs, so each trace
   runs the first ``--fair-seeds`` seeds only (default 1; the output says how many).
 
-``--fairness-only`` skips the allocation runs; ``--hold-for-blocked`` runs the saturation
-protocol with the config's ``holdForBlockedTenants`` on (its runs are kept in
-``--runs-dir`` under names ending in ``-hold``).
+Saturation runs for each ``--demand``: ``equal`` (every tenant asks for about
+``--load`` ÷ K of the cluster, so the weight-4 tenant barely more than its fair half) and
+``weighted`` (each tenant asks for about ``--load`` × its weighted fair share). Ours runs
+once per ``--ours-gate`` option set: ``none`` (the default config), ``hold``
+(``holdForBlockedTenants``), ``band`` (``yieldBand`` = ``--band``), ``hold+band``; the
+controls have no gate and run once. Each row also shows the *bound*: the max relative
+deviation no split of what the tenants hold together could go below
+(``targets.deviation_bound``), which separates idle capacity from an unfair split.
+
+``--fairness-only`` skips the allocation runs.
 
 Runs go to a process pool (``--workers``, default the core count), longest first;
 progress and an estimate of the time left go to stderr.
@@ -140,10 +147,18 @@ def _allocation_run(job: Job) -> dict[str, Any]:
     }
 
 
+GATES = ("none", "hold", "band", "hold+band")
+
+
+def label(policy: str, hold: bool, band: float) -> str:
+    """The row a saturation run belongs to: the policy and ours' gate options."""
+    return policy + ("+hold" if hold else "") + ("+band" if band > 0 else "")
+
+
 def _fairness_run(job: Job) -> dict[str, Any]:
     from fairshare.simulator import openb, targets
 
-    _kind, trace, pods, seed, policy, weights, load, hold = job
+    _kind, trace, pods, seed, policy, weights, load, hold, band, demand = job
     t0, c0 = time.perf_counter(), time.process_time()
     sim, res = openb.run_saturation(
         Path(trace),
@@ -153,6 +168,8 @@ def _fairness_run(job: Job) -> dict[str, Any]:
         weights=weights,
         load=load,
         hold_for_blocked=hold,
+        yield_band=band,
+        demand=demand,
     )
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     tg = targets.targets_at_end(sim)
@@ -164,10 +181,17 @@ def _fairness_run(job: Job) -> dict[str, Any]:
         "pods": pods,
         "policy": policy,
         "seed": seed,
+        "demand": demand,
+        "label": label(policy, hold, band),
         "holdForBlockedTenants": hold,
+        "yieldBand": band,
         "allocation": round(res.allocation, 4),
         "divisible": _deviation(divisible),
         "constrained": _deviation(constrained),
+        "bound": {
+            "divisible": round(targets.deviation_bound(tg.held, tg.divisible), 5),
+            "constrained": round(targets.deviation_bound(tg.held, tg.constrained), 5),
+        },
         "submitted": res.pods,
         "placed": res.placed,
         "pending": res.pending,
@@ -211,10 +235,9 @@ def run_file(runs_dir: Path, job: Job) -> Path:
     kind, _trace, pods, seed, policy = job[:5]
     name = f"{kind}-{pods}-{policy}-{seed}"
     if kind == "fairness":
-        weights, load = job[5], job[6]
-        name += f"-w{'_'.join(f'{w:g}' for w in weights)}-l{load:g}"
-        if len(job) > 7 and job[7]:
-            name += "-hold"
+        weights, load, hold, band, demand = job[5:10]
+        name += f"-w{'_'.join(f'{w:g}' for w in weights)}-l{load:g}-{demand}"
+        name += ("-hold" if hold else "") + (f"-band{band:g}" if band > 0 else "")
     return runs_dir / f"{name}.json"
 
 
@@ -281,12 +304,35 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
             if "ours" in per and "fgd" in per:
                 per["oursMinusFgd"] = per["ours"]["mean"] - per["fgd"]["mean"]
             allocation[pods] = per
-        fair: dict[str, Any] = {}
-        for pol in POLICIES:
-            rs = [r for r in runs if r["kind"] == "fairness" and r["pods"] == pods]
-            rs = [r for r in rs if r["policy"] == pol]
-            if not rs:
-                continue
+        for demand in DEMAND_ORDER:
+            fair = _summarize_fairness(
+                [
+                    r
+                    for r in runs
+                    if r["kind"] == "fairness" and r["pods"] == pods and r["demand"] == demand
+                ]
+            )
+            if fair:
+                fairness.setdefault(demand, {})[pods] = fair
+    return {"allocation": allocation, "fairness": fairness, "curves": curves}
+
+
+# Saturation demand splits, in the order the report shows them (``openb.DEMANDS``).
+DEMAND_ORDER = ("equal", "weighted")
+
+
+def row_order(labels: Iterable[str]) -> list[str]:
+    """Ours' rows (plain first, then by options), then the controls."""
+    rank = {p: i for i, p in enumerate(POLICIES)}
+    return sorted(set(labels), key=lambda x: (rank.get(x.split("+")[0], 9), x.count("+"), x))
+
+
+def _summarize_fairness(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pod list and demand split: per row (policy and gate options), over seeds."""
+    fair: dict[str, Any] = {}
+    for row in row_order(r["label"] for r in runs):
+        rs = [r for r in runs if r["label"] == row]
+        if rs:
             tenants: dict[str, dict[str, float]] = {}
             keys = ("demand", "share", "fair", "fairConstrained", "usableGpu", "gpuShare")
             for r in rs:
@@ -294,7 +340,7 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
                     acc = tenants.setdefault(t["tenant"], {"weight": t["weight"]})
                     for k in keys:
                         acc[k + "Sum"] = acc.get(k + "Sum", 0.0) + t[k]
-            fair[pol] = {
+            fair[row] = {
                 "seeds": [r["seed"] for r in rs],
                 "allocation": statistics.mean(r["allocation"] for r in rs),
                 **{
@@ -305,6 +351,8 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
                         "maxAbs": statistics.mean(r[target]["maxAbs"] for r in rs),
                         "jain": statistics.mean(r[target]["jain"] for r in rs),
                         "jainWorst": min(r[target]["jain"] for r in rs),
+                        "bound": statistics.mean(r["bound"][target] for r in rs),
+                        "boundWorst": max(r["bound"][target] for r in rs),
                     }
                     for target in ("divisible", "constrained")
                 },
@@ -316,9 +364,7 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
                     for name, acc in sorted(tenants.items())
                 },
             }
-        if fair:
-            fairness[pods] = fair
-    return {"allocation": allocation, "fairness": fairness, "curves": curves}
+    return fair
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -420,8 +466,8 @@ def render(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         )
     if v["noPaper"]:
         lines.append(f"- no published figure for {', '.join(v['noPaper'])} (shown as –).")
-    if fair:
-        lines += ["", *render_fairness(fair, meta)]
+    for demand, per_demand in fair.items():
+        lines += ["", *render_fairness(demand, per_demand, meta)]
     lines += [
         "",
         f"{meta['runs']} runs on {meta['workers']} worker(s), {meta['cores']} cores, "
@@ -461,34 +507,62 @@ def render_detail(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_fairness(fair: dict[str, Any], meta: dict[str, Any]) -> list[str]:
-    """The saturation table: both targets, every trace, ours and the controls."""
+DEMAND_TEXT = {
+    "equal": "every tenant asks for about the same (the weight-4 tenant barely more than "
+    "its fair half)",
+    "weighted": "each tenant asks for about twice its weighted fair share (pods split in "
+    "proportion to the weights)",
+}
+
+
+def fairness_verdicts(fair: dict[str, Any], target: str) -> dict[str, dict[str, list[str]]]:
+    """Per row of ours: the pod lists it was run on (``of``), those where some tenant ends
+    beyond ``FAIR_AIM`` on the worst seed (``miss``), and of those the ones where the
+    bound alone exceeds it (``bound``: idle capacity, not the split)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for pods, per in fair.items():
+        for row, f in per.items():
+            if not row.startswith("ours"):
+                continue
+            v = out.setdefault(row, {"of": [], "miss": [], "bound": []})
+            v["of"].append(pods)
+            if f[target]["maxRelWorst"] > FAIR_AIM:
+                v["miss"].append(pods)
+                if f[target]["boundWorst"] > FAIR_AIM:
+                    v["bound"].append(pods)
+    return out
+
+
+def render_fairness(demand: str, fair: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The saturation table of one demand split: both targets, every trace, every row."""
     w = ":".join(f"{x:g}" for x in meta["weights"])
     seeds = sorted({len(per[p]["seeds"]) for per in fair.values() for p in per})
     seed_text = " or ".join(str(k) for k in seeds)
+    band = meta.get("yieldBand", 0.0)
     lines = [
-        f"### Fairness at saturation ({len(meta['weights'])} tenants, weights {w}, "
-        f"demand {meta['load']:g} × GPU capacity)",
+        f"### Fairness at saturation, {demand} demand ({len(meta['weights'])} tenants, "
+        f"weights {w}, demand {meta['load']:g} × GPU capacity)",
         "",
+        f"{DEMAND_TEXT.get(demand, demand).capitalize()}. "
         "Each tenant's unweighted dominant share at the end against two targets: "
         "**divisible**, weighted DRF over its admitted demand on a cluster pooled as one "
         "divisible machine; **constrained**, the same water-filling with each tenant "
         "capped by the GPU its tasks can use (allowed GPU models; nodes with enough GPUs, "
         "CPU and memory for one task), a maximum flow with the cluster to itself. "
         "rel = |share ÷ fair − 1|: max and mean over the tenants; Jain's index over "
-        "share ÷ fair. The controls have no fairness gate: they show the baseline. "
+        "share ÷ fair; bound = 1 − Σ held ÷ Σ fair, the max rel no split of what the "
+        "tenants hold together could go below. Rows: ours with the default config, "
+        f"+hold = `holdForBlockedTenants: true`, +band = `yieldBand: {band:g}`; the "
+        "controls have no fairness gate. "
         f"{seed_text} seed(s) per cell, the first of the allocation seeds (mean; the worst "
         "seed in brackets).",
         "",
-        "| trace | policy | GPU alloc % | divisible: max rel | mean rel | Jain "
+        "| trace | policy | GPU alloc % | bound | divisible: max rel | mean rel | Jain "
         "| constrained: max rel | mean rel | Jain |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pods, per in fair.items():
-        for p in POLICIES:
-            if p not in per:
-                continue
-            f = per[p]
+        for row, f in per.items():
             cells = []
             for target in ("divisible", "constrained"):
                 t = f[target]
@@ -497,48 +571,57 @@ def render_fairness(fair: dict[str, Any], meta: dict[str, Any]) -> list[str]:
                     _pct(t["meanRel"]),
                     f"{t['jain']:.3f} ({t['jainWorst']:.3f})",
                 ]
-            lines.append(f"| {pods} | {p} | {f['allocation']:.2f} | " + " | ".join(cells) + " |")
-    ours = {pods: per["ours"] for pods, per in fair.items() if "ours" in per}
-    if ours:
-        lines.append("")
-        for target in ("divisible", "constrained"):
-            miss = [p for p, f in ours.items() if f[target]["maxRelWorst"] > FAIR_AIM]
             lines.append(
-                f"- ours, {target} target: every tenant within {100 * FAIR_AIM:.0f} % on "
-                f"{len(ours) - len(miss)} of {len(ours)} traces"
-                + (f"; not on {', '.join(miss)}." if miss else ".")
+                f"| {pods} | {row} | {f['allocation']:.2f} | {_pct(f['divisible']['bound'])} | "
+                + " | ".join(cells)
+                + " |"
             )
-        same = all(
-            abs(t["fair"] - t["fairConstrained"]) < 1e-4
-            for per in fair.values()
-            for f in per.values()
-            for t in f["tenants"].values()
+    lines.append("")
+    for target in ("divisible", "constrained"):
+        for row, v in fairness_verdicts(fair, target).items():
+            of, miss, bound = v["of"], v["miss"], v["bound"]
+            text = (
+                f"- {row}, {target} target: every tenant within {100 * FAIR_AIM:.0f} % on "
+                f"{len(of) - len(miss)} of {len(of)} traces"
+            )
+            if miss:
+                text += f"; not on {', '.join(miss)}"
+                if bound:
+                    text += (
+                        f" (the bound alone exceeds {100 * FAIR_AIM:.0f} % on {', '.join(bound)})"
+                    )
+            lines.append(text + ".")
+    same = all(
+        abs(t["fair"] - t["fairConstrained"]) < 1e-4
+        for per in fair.values()
+        for f in per.values()
+        for t in f["tenants"].values()
+    )
+    if same:
+        lines.append(
+            "- The two targets agree on every trace: each synthetic tenant's tasks "
+            "(a hash of the pod name) can use every GPU it is owed, so GPU models and "
+            "shapes cap no tenant here; the gaps are the scheduler's, not the constraints'."
         )
-        if same:
-            lines.append(
-                "- The two targets agree on every trace: each synthetic tenant's tasks "
-                "(a hash of the pod name) can use every GPU it is owed, so GPU models and "
-                "shapes cap no tenant here; the gaps are the scheduler's, not the constraints'."
-            )
     first = "default" if "default" in fair else next(iter(fair))
     per = fair[first]
-    pols = [p for p in POLICIES if p in per]
+    rows = list(per)
     names = list(next(iter(per.values()))["tenants"])
     lines += [
         "",
-        f"Per tenant on `{first}` (mean over seeds): dominant share % held "
+        f"Per tenant on `{first}`, {demand} demand (mean over seeds): dominant share % held "
         "(GPU share % in brackets) against the fair dominant share, both targets.",
         "",
         "| tenant | weight | demand % | usable GPU % | fair % (divisible) "
-        "| fair % (constrained) | " + " | ".join(pols) + " |",
-        "|---|---|---|---|---|---|" + "---|" * len(pols),
+        "| fair % (constrained) | " + " | ".join(rows) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(rows),
     ]
     for name in names:
-        t0 = per[pols[0]]["tenants"][name]
+        t0 = per[rows[0]]["tenants"][name]
         cells = [
-            f"{100 * per[p]['tenants'][name]['share']:.1f} "
-            f"({100 * per[p]['tenants'][name]['gpuShare']:.1f})"
-            for p in pols
+            f"{100 * per[r]['tenants'][name]['share']:.1f} "
+            f"({100 * per[r]['tenants'][name]['gpuShare']:.1f})"
+            for r in rows
         ]
         lines.append(
             f"| {name} | {t0['weight']:g} | {100 * t0['demand']:.1f} "
@@ -663,7 +746,7 @@ def _eta(elapsed: float, done: float, total: float) -> str:
 def _describe(job: Job) -> str:
     if job[0] == "allocation":
         return f"allocation {job[2]} {job[4]} seed {job[3]}"
-    return f"fairness {job[2]} {job[4]} seed {job[3]}"
+    return f"fairness {job[9]} {job[2]} {label(job[4], job[7], job[8])} seed {job[3]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -705,9 +788,22 @@ def main(argv: list[str] | None = None) -> int:
         help="run the saturation protocol only (no allocation runs)",
     )
     p.add_argument(
-        "--hold-for-blocked",
-        action="store_true",
-        help="saturation runs with the config's holdForBlockedTenants on",
+        "--demand",
+        default=",".join(DEMAND_ORDER),
+        help="comma list of saturation demand splits: equal (every tenant asks alike), "
+        "weighted (in proportion to the weights); default both",
+    )
+    p.add_argument(
+        "--ours-gate",
+        default="none,hold+band",
+        help=f"comma list of ours' gate option sets at saturation, of {', '.join(GATES)} "
+        "(hold: holdForBlockedTenants; band: yieldBand = --band); default none,hold+band",
+    )
+    p.add_argument(
+        "--band",
+        type=float,
+        default=0.1,
+        help="the yieldBand of the 'band' option sets (default 0.1)",
     )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -747,15 +843,29 @@ def main(argv: list[str] | None = None) -> int:
         weights = _weights(args.weights, args.tenants) if args.tenants > 0 else ()
         if args.tenants > 0 and not (math.isfinite(args.load) and args.load > 0):
             raise ValueError(f"--load must be > 0, got {args.load}")
+        demands = [openb.check_demand(x.strip()) for x in args.demand.split(",") if x.strip()]
+        gates = [x.strip() for x in args.ours_gate.split(",") if x.strip()]
+        bad = [g for g in gates if g not in GATES]
+        if bad or not gates:
+            raise ValueError(
+                f"--ours-gate: unknown option set {', '.join(bad) or '(none given)'}; "
+                f"choose from {', '.join(GATES)}"
+            )
+        if not (math.isfinite(args.band) and 0 < args.band <= 1):
+            raise ValueError(f"--band must be in (0, 1], got {args.band}")
     except ValueError as exc:
         print(f"bench-quality: {exc}", file=sys.stderr)
         return 2
     jobs: list[Job] = []
     fair_seeds = seeds[: max(0, args.fair_seeds)] if weights else []
+    gate_opts = sorted({("hold" in g, args.band if "band" in g else 0.0) for g in gates})
     for pods in traces:
         for pol in policies:
+            opts = gate_opts if pol == "ours" else [(False, 0.0)]
             jobs += [
-                ("fairness", str(trace), pods, s, pol, weights, args.load, args.hold_for_blocked)
+                ("fairness", str(trace), pods, s, pol, weights, args.load, hold, band, demand)
+                for demand in demands
+                for hold, band in opts
                 for s in fair_seeds
             ]
             if not args.fairness_only:
@@ -770,10 +880,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: -_cost(j))
     workers = max(1, args.workers)
     total_cost = sum(_cost(j) for j in jobs)
+    n_fair = sum(1 for j in jobs if j[0] == "fairness")
     print(
-        f"bench-quality: {len(jobs)} runs ({len(traces)} pod lists × {len(policies)} "
-        f"policies × {len(seeds)} seeds, saturation on {len(fair_seeds)} seed(s)) on "
-        f"{workers} worker(s), {os.cpu_count()} cores",
+        f"bench-quality: {len(jobs)} runs to do ({len(traces)} pod lists × {len(policies)} "
+        f"policies × {len(seeds)} seeds; saturation: {len(fair_seeds)} seed(s) × "
+        f"{len(demands) if weights else 0} demand split(s) × {len(gate_opts)} gate option "
+        f"set(s) for ours, {n_fair} runs to do) on {workers} worker(s), "
+        f"{os.cpu_count()} cores",
         file=sys.stderr,
     )
     commit = _commit()  # the checkout the runs start from
@@ -793,12 +906,13 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(r)
             done_cost += _cost(job)
             elapsed = time.perf_counter() - t0
-            figure = r.get("allocationAt100")
-            figure = figure if figure is not None else r.get("allocation")
+            figure = r.get("allocationAt100") if r["kind"] == "allocation" else r["allocation"]
+            # A run whose arrivals never reach 100 % has no figure at 100 %.
+            shown = f"{figure:.2f} %" if figure is not None else "no figure at 100 % arrived"
             print(
                 f"  [{n}/{len(jobs)}] {elapsed:6.0f} s, about "
                 f"{_eta(elapsed, done_cost, total_cost)} left  {_describe(job)}: "
-                f"{figure:.2f} % ({r['seconds']} s)",
+                f"{shown} ({r['seconds']} s)",
                 file=sys.stderr,
             )
     runs.sort(key=lambda r: (r["kind"], r["pods"], r["policy"], r["seed"]))
@@ -810,7 +924,9 @@ def main(argv: list[str] | None = None) -> int:
         "fairSeeds": fair_seeds,
         "weights": list(weights),
         "load": args.load,
-        "holdForBlockedTenants": args.hold_for_blocked,
+        "demands": demands if weights else [],
+        "oursGate": gates,
+        "yieldBand": args.band,
         "workers": workers,
         "cores": os.cpu_count(),
         "commit": commit,

@@ -78,6 +78,20 @@ def test_what_a_capped_tenant_cannot_use_goes_by_weight() -> None:
 # -- deviation figures and Jain's index --------------------------------------------------
 
 
+def test_deviation_bound_is_what_idle_capacity_alone_costs() -> None:
+    fair = {"a": 0.125, "b": 0.125, "c": 0.25, "d": 0.5}
+    # Together they hold 90 % of what their targets add up to: whatever the split, some
+    # tenant holds at most 90 % of its own target.
+    held = {n: 0.9 * f for n, f in fair.items()}
+    assert targets.deviation_bound(held, fair) == pytest.approx(0.1)
+    assert targets.deviations(held, fair).max_rel == pytest.approx(0.1)
+    skewed = {"a": 0.125, "b": 0.125, "c": 0.25, "d": 0.5 - 0.1}
+    assert targets.deviation_bound(skewed, fair) == pytest.approx(0.1)
+    assert targets.deviations(skewed, fair).max_rel == pytest.approx(0.2)
+    assert targets.deviation_bound({n: f + 0.01 for n, f in fair.items()}, fair) == 0.0
+    assert targets.deviation_bound({}, {"a": 0.0}) == 0.0
+
+
 def test_jain_index() -> None:
     assert fairness.jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert fairness.jain_index([1.0, 0.0]) == pytest.approx(0.5)
@@ -244,10 +258,13 @@ def _fair_run(pods: str, policy: str, seed: int, rel: float) -> dict[str, object
         "kind": "fairness",
         "pods": pods,
         "policy": policy,
+        "label": policy,
+        "demand": "equal",
         "seed": seed,
         "allocation": 95.0,
         "divisible": dev,
         "constrained": dev,
+        "bound": {"divisible": 0.0, "constrained": 0.0},
         "tenants": tenants,
         "cpuSeconds": 1.0,
     }
@@ -265,6 +282,7 @@ def test_the_bench_renders_its_tables() -> None:
         "seeds": [42, 43],
         "weights": [1.0, 1.0, 2.0, 4.0],
         "load": 2.0,
+        "yieldBand": 0.1,
         "workers": 2,
         "cores": 2,
         "runs": len(runs),
@@ -277,5 +295,6 @@ def test_the_bench_renders_its_tables() -> None:
     assert "bestfit on 1 of 2 (not cpu250), fgd on 1 of 2 (not cpu250)." in text
     assert "ours, divisible target: every tenant within 5 % on 2 of 2 traces." in text
     assert "The two targets agree on every trace" in text
-    assert "| default | fgd | 95.00 | 90.0 % (90.0 %) | 45.0 % | 0.990 (0.990) |" in text
+    assert "### Fairness at saturation, equal demand (4 tenants" in text
+    assert "| default | fgd | 95.00 | 0.0 % | 90.0 % (90.0 %) | 45.0 % | 0.990 (0.990) |" in text
     assert "`cpu250`" in bench_quality.render_detail(summary)

@@ -166,3 +166,31 @@ def test_bad_load(uniform: Path, load: float) -> None:
 def test_bad_weights(uniform: Path, weights: tuple[float, ...], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         openb.run_saturation(uniform, pods="uniform", weights=weights)
+
+
+def test_weighted_demand_splits_pods_in_proportion_to_the_weights() -> None:
+    names = [f"openb-pod-{i:05d}" for i in range(8000)]
+    ws = (1.0, 1.0, 2.0, 4.0)
+    counts = {f"tenant-{i}": 0 for i in range(4)}
+    for n in names:
+        counts[openb.tenant_by_weight(n, ws)] += 1
+    for i, w in enumerate(ws):
+        assert counts[f"tenant-{i}"] / len(names) == pytest.approx(w / 8, abs=0.015)
+    # The name decides, copies follow their original, and the equal split differs.
+    assert openb.tenant_by_weight("openb-pod-00007-tuned-3", ws) == openb.tenant_by_weight(
+        "openb-pod-00007", ws
+    )
+    assert any(openb.tenant_by_weight(n, ws) != openb.tenant_of(n, 4) for n in names[:50])
+    assert {openb.tenant_by_weight(n, (1.0,)) for n in names[:50]} == {"tenant-0"}
+
+
+def test_weighted_demand_at_saturation(uniform: Path) -> None:
+    _, eq = openb.run_saturation(uniform, pods="uniform", seed=3, load=4.0)
+    _, wd = openb.run_saturation(uniform, pods="uniform", seed=3, load=4.0, demand="weighted")
+    demand = {t.tenant: t.demand for t in wd.tenants}
+    # Weighted: the weight-4 tenant asks for much more than a weight-1 one.
+    assert demand["tenant-3"] > 2 * demand["tenant-0"]
+    assert {t.tenant: t.demand for t in eq.tenants} != demand
+    assert wd.max_abs_deviation <= 100 / 32 + 1e-9
+    with pytest.raises(ValueError, match="demand must be one of equal, weighted, got 'even'"):
+        openb.run_saturation(uniform, pods="uniform", demand="even")
