@@ -402,6 +402,33 @@ def plan_reclaim(
     return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
 
 
+def _behind_in_band(
+    state: ClusterState,
+    config: FairShareConfig,
+    tenant: str,
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare],
+) -> bool:
+    """Whether a tenant at a smaller fraction of its own fair share than ``tenant`` has a
+    pod waiting, fitting now or not. In the yield band the gate orders tenants by that
+    fraction, counting only pods that fit now; room that evictions free can make such a
+    pod fit, and the gate would then hold ``tenant``'s pod for it. So reclaim does not
+    evict for ``tenant`` while one waits (it may evict for that tenant instead)."""
+    shares = gating.current_shares(state, config)
+
+    def ratio(u: str) -> float:
+        f = fair.get(u)
+        return shares.get(u, 0.0) / f.share if f is not None and f.share > 0 else math.inf
+
+    mine = ratio(tenant)
+    waiting = {
+        p.tenant
+        for p in pending
+        if p.waiting and p.tenant is not None and p.tenant != tenant and p.uid not in state.pods
+    }
+    return any(ratio(u) < mine + fairness.EPS for u in waiting)
+
+
 def _toward_fair_share(
     led: _Ledger,
     pending: Sequence[PodRequest],
@@ -464,6 +491,8 @@ def _toward_fair_share(
             gate = gating.check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
             if gate is not None and not gate.allowed:
                 continue  # in the yield band, it waits for a tenant further behind
+            if _behind_in_band(state, config, t, pending, fair):
+                continue  # the room evictions free would go to that tenant first
         rows = _rows_for(state, req, (node_selectors or {}).get(req.uid))
         if filter_nodes(state, req, rows=rows, explain=False).fits:
             continue  # the scheduler can place it now
