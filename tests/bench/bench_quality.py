@@ -14,7 +14,7 @@ Two protocols, both in ``fairshare/simulator/openb.py``:
   unweighted dominant share at the end against two fair targets
   (``fairshare/simulator/targets.py``): weighted DRF over a divisible cluster, and the
   same water-filling with each tenant capped by the GPU its tasks can use (GPU models,
-  shapes). One such run of ``ours`` costs about twelve allocation runs, so each trace
+  shapes). One such run of ``ours`` costs several allocation runs, so each trace
   runs the first ``--fair-seeds`` seeds only (default 1; the output says how many).
 
 Saturation runs for each ``--demand``: ``equal`` (every tenant asks for about
@@ -773,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="how many of the seeds each trace's saturation runs use, the first ones "
-        "(default 1: one saturation run of ours costs about twelve allocation runs)",
+        "(default 1: one saturation run of ours costs several allocation runs)",
     )
     p.add_argument(
         "--runs-dir",
