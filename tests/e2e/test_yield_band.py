@@ -3,10 +3,11 @@
 Two nodes of 8 GPUs. Tenant a holds 9 GPUs, b 7 (the cluster is full); then a asks for 3
 more and, a moment later, b for 5: nothing fits, both wait. A third 8-GPU node joins, so
 both are owed 12 of 24 and both are below that. Without the band (0, the default) the gate
-has nothing to say below the fair share: kube-scheduler takes the older pods, a's, first.
+has nothing to say below the fair share: kube-scheduler's queue order decides.
 With ``yieldBand: 1`` a's pods wait while b, further behind its share (7 of 12 against
-a's 9 of 12), has pods that fit: kube-scheduler's FailedScheduling event on a's pod says
-so. Either way both end at 12.
+a's 9 of 12), has pods that fit: kube-scheduler's FailedScheduling events on a's pods say
+so. kube-scheduler's backoff can also retry b's pods first (seen with the band off too);
+then b reaches 12 before a grows. Either way both end at 12.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .conftest import (
     MakeNode,
     TenantNamespace,
     unique,
-    wait_event,
     wait_for,
 )
 from .test_fairshare_scheduling import POOL, bound, create_pods, pod_manifest
@@ -73,13 +73,24 @@ async def test_below_the_fair_share_the_band_lets_the_tenant_further_behind_go_f
     await asyncio.sleep(2)  # the extender's watch has every pod (and its demand)
     await make_gpu_node(f"{pool}-3", gpus=8, labels={POOL: pool})
 
+    # b's count when a got its 10th GPU (polled, so a coarse reading).
+    b_when_a_grew: list[int] = []
+
+    async def both_at_12() -> bool:
+        na, nb = len(await bound(api, ns_a)), len(await bound(api, ns_b))
+        if na > 9 and not b_when_a_grew:
+            b_when_a_grew.append(nb)
+        return na == 12 and nb == 12
+
+    await wait_for(both_at_12, timeout=90, what=f"{a} and {b} at 12 GPUs each")
+    band_msgs = [m for m in await _events(api, ns_a) if "yieldBand" in m]
     if band:
-        event = await wait_event(
-            api, ns_a, involved_name="a-9", reason="FailedScheduling", contains="yieldBand"
-        )
-        assert f"tenant {a} near its fair share (0.42 of 0.50, yieldBand 1)" in event.message
-        assert f"while {b} waits" in event.message
-    await wait_for(lambda: held(ns_a, 12), timeout=90, what=f"{a} at 12 GPUs")
-    await wait_for(lambda: held(ns_b, 12), timeout=90, what=f"{b} at 12 GPUs")
-    if not band:
-        assert not [m for m in await _events(api, ns_a) if "yieldBand" in m]
+        # kube-scheduler's backoff decides whose pods it retries first when the node
+        # joins (b's, often, band or not). When it retries a's while b has pods that fit,
+        # the band holds them and the event says so; otherwise b reached 12 before a grew.
+        assert band_msgs or b_when_a_grew == [12], (b_when_a_grew, band_msgs)
+        for m in band_msgs:
+            assert f"tenant {a} near its fair share" in m and "yieldBand 1" in m, m
+            assert f"while {b} waits" in m, m
+    else:
+        assert not band_msgs
