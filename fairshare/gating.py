@@ -42,6 +42,17 @@ def subtree_usage(state: ClusterState, config: FairShareConfig, tenant: str) -> 
     return row
 
 
+def fair_fractions(
+    shares: Mapping[str, float], fair: Mapping[str, fairness.FairShare]
+) -> dict[str, float]:
+    """Each tenant's share as a fraction of its own fair share (inf without one): the
+    order of tenants in the yield band."""
+    return {
+        u: s / fair[u].share if u in fair and fair[u].share > 0 else math.inf
+        for u, s in shares.items()
+    }
+
+
 def current_shares(state: ClusterState, config: FairShareConfig) -> dict[str, float]:
     """Weighted dominant share of every configured or active tenant (bound pods only).
 
@@ -393,10 +404,7 @@ def check_fair_gate(
         # In the yield band tenants are ordered by the fraction of their own fair share
         # they hold: t yields to those further behind theirs (never to one at or above
         # its fair share, e.g. a victim of reclaim whose pods come back).
-        shares = {
-            u: s / fair[u].share if u in fair and fair[u].share > 0 else math.inf
-            for u, s in shares.items()
-        }
+        shares = fair_fractions(shares, fair)
         mine = shares.get(t, 0.0)
     memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]

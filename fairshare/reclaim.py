@@ -414,19 +414,14 @@ def _behind_in_band(
     fraction, counting only pods that fit now; room that evictions free can make such a
     pod fit, and the gate would then hold ``tenant``'s pod for it. So reclaim does not
     evict for ``tenant`` while one waits (it may evict for that tenant instead)."""
-    shares = gating.current_shares(state, config)
-
-    def ratio(u: str) -> float:
-        f = fair.get(u)
-        return shares.get(u, 0.0) / f.share if f is not None and f.share > 0 else math.inf
-
-    mine = ratio(tenant)
+    fractions = gating.fair_fractions(gating.current_shares(state, config), fair)
+    mine = fractions.get(tenant, math.inf)
     waiting = {
         p.tenant
         for p in pending
         if p.waiting and p.tenant is not None and p.tenant != tenant and p.uid not in state.pods
     }
-    return any(ratio(u) < mine + fairness.EPS for u in waiting)
+    return any(fractions.get(u, math.inf) < mine + fairness.EPS for u in waiting)
 
 
 def _toward_fair_share(

@@ -172,11 +172,16 @@ def load_pods(trace: Path, pods: str) -> list[TracePod]:
     return out
 
 
-def tenant_of(name: str, k: int) -> str:
-    """The synthetic tenant of a trace pod (see module docstring)."""
+def _name_hash(name: str) -> int:
+    """The pod name's keyed 64-bit hash; an inflated copy hashes as its original."""
     base = name.split("-tuned-")[0]
     h = hashlib.blake2b(base.encode(), digest_size=8, key=b"fairshare-openb").digest()
-    return f"tenant-{int.from_bytes(h, 'big') % k}"
+    return int.from_bytes(h, "big")
+
+
+def tenant_of(name: str, k: int) -> str:
+    """The synthetic tenant of a trace pod (see module docstring)."""
+    return f"tenant-{_name_hash(name) % k}"
 
 
 def tenant_by_weight(name: str, weights: Sequence[float]) -> str:
@@ -184,9 +189,7 @@ def tenant_by_weight(name: str, weights: Sequence[float]) -> str:
     name's hash (as in ``tenant_of``) read as u in [0, 1) falls in tenant i's slice of
     width weight_i ÷ Σ weights. Depends on the name only; copies follow their original."""
     ws = check_weights(weights)
-    base = name.split("-tuned-")[0]
-    h = hashlib.blake2b(base.encode(), digest_size=8, key=b"fairshare-openb").digest()
-    u = int.from_bytes(h, "big") / 2.0**64
+    u = _name_hash(name) / 2.0**64
     total = sum(ws)
     edge = 0.0
     for i, w in enumerate(ws):

@@ -285,6 +285,8 @@ def _mean_curve(curves: Iterable[dict[str, float]]) -> dict[int, float]:
 
 
 def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, Any]:
+    from fairshare.simulator import openb
+
     allocation: dict[str, Any] = {}
     fairness: dict[str, Any] = {}
     curves: dict[str, dict[str, dict[int, float]]] = {}
@@ -304,7 +306,7 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
             if "ours" in per and "fgd" in per:
                 per["oursMinusFgd"] = per["ours"]["mean"] - per["fgd"]["mean"]
             allocation[pods] = per
-        for demand in DEMAND_ORDER:
+        for demand in openb.DEMANDS:
             fair = _summarize_fairness(
                 [
                     r
@@ -315,10 +317,6 @@ def summarize(runs: list[dict[str, Any]], traces: Sequence[str]) -> dict[str, An
             if fair:
                 fairness.setdefault(demand, {})[pods] = fair
     return {"allocation": allocation, "fairness": fairness, "curves": curves}
-
-
-# Saturation demand splits, in the order the report shows them (``openb.DEMANDS``).
-DEMAND_ORDER = ("equal", "weighted")
 
 
 def row_order(labels: Iterable[str]) -> list[str]:
@@ -789,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--demand",
-        default=",".join(DEMAND_ORDER),
+        default=None,
         help="comma list of saturation demand splits: equal (every tenant asks alike), "
         "weighted (in proportion to the weights); default both",
     )
@@ -843,7 +841,10 @@ def main(argv: list[str] | None = None) -> int:
         weights = _weights(args.weights, args.tenants) if args.tenants > 0 else ()
         if args.tenants > 0 and not (math.isfinite(args.load) and args.load > 0):
             raise ValueError(f"--load must be > 0, got {args.load}")
-        demands = [openb.check_demand(x.strip()) for x in args.demand.split(",") if x.strip()]
+        demand_text = ",".join(openb.DEMANDS) if args.demand is None else args.demand
+        demands = [openb.check_demand(x.strip()) for x in demand_text.split(",") if x.strip()]
+        if not demands:
+            raise ValueError(f"--demand: give at least one of {', '.join(openb.DEMANDS)}")
         gates = [x.strip() for x in args.ours_gate.split(",") if x.strip()]
         bad = [g for g in gates if g not in GATES]
         if bad or not gates:
