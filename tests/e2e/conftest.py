@@ -598,6 +598,10 @@ class FairshareDev:
     def metric(self, server: str, name: str) -> float:
         return float(dev_module().metric(self.handles, server, name))
 
+    def extender_status(self) -> dict[str, Any]:
+        """The extender's ``/status.json``: what it sees (held and pending pods)."""
+        return dict(dev_module().extender_status(self.handles))
+
     def log_path(self, server: str) -> Path:
         return Path(dev_module().Layout(self.state_dir).log(server))
 

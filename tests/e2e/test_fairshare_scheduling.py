@@ -122,6 +122,7 @@ async def contention_round(
     tenant_namespace: TenantNamespace,
     tenant_a: str,
     tenant_b: str,
+    fairshare: FairshareDev,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """The DRF example: one node of 9 CPU / 18Gi; A's pods want 1 CPU / 4Gi, B's 3 CPU /
     1Gi; 10 each, A's created first (without the gate A would take 4 and leave B 1).
@@ -136,17 +137,21 @@ async def contention_round(
     node = unique("drf")
     await make_gpu_node(node, gpus=0, cpu="9", memory="18Gi", labels={POOL: node})
     namespaces = {t: await tenant_namespace(t) for t in (tenant_a, tenant_b)}
-    return await contention(api, node, namespaces), namespaces
+    return await contention(api, node, namespaces, fairshare), namespaces
 
 
 OPEN = "fairshare-e2e/open"
 
 
 async def contention(
-    api: client.ApiClient, node: str, namespaces: dict[str, str]
+    api: client.ApiClient, node: str, namespaces: dict[str, str], fairshare: FairshareDev
 ) -> dict[str, int]:
     """One round of `contention_round` on `node`, for the two tenants of `namespaces`
-    (A first, B second); returns the bound pods per tenant once settled."""
+    (A first, B second); returns the bound pods per tenant once settled.
+
+    The node opens once the extender lists all 20 pods as pending (its /status.json,
+    built from its own watch), not after a fixed wait: on a loaded machine its watch may
+    lag, and a pod it has not seen yet is no contender, so A would run alone."""
     (tenant_a, tenant_b) = namespaces
     shapes = {tenant_a: ("1", "4Gi"), tenant_b: ("3", "1Gi")}
     core = client.CoreV1Api(api)
@@ -156,7 +161,14 @@ async def contention(
         for i in range(10):
             pod = pod_manifest(f"{t}-{i}", node, cpu=cpu, memory=mem, node_selector=selector)
             await core.create_namespaced_pod(namespaces[t], pod)
-    await asyncio.sleep(2)  # both have seen the whole queue, none of it runnable
+    names = {f"{namespaces[t]}/{t}-{i}" for t in shapes for i in range(10)}
+
+    async def extender_sees_all() -> bool:
+        status = await asyncio.to_thread(fairshare.extender_status)
+        return names <= {p["pod"] for p in status["pendingPods"] + status["heldPods"]}
+
+    await wait_for(extender_sees_all, timeout=60, what="the extender to see all 20 pods")
+    await asyncio.sleep(0.5)  # kube-scheduler has tried them too (its own informer)
     await core.patch_node(node, {"metadata": {"labels": {OPEN: "yes"}}})
     return await wait_settled(api, namespaces)
 
@@ -169,7 +181,7 @@ async def test_drf_through_the_real_scheduler(
 ):
     a, b = unique("drf-a"), unique("drf-b")
     await fairshare.set_config(api, drf_config(a, b))
-    counts, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b)
+    counts, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b, fairshare)
 
     assert counts == {a: 3, b: 2}
     # Everything bound is on the test's node (the only one its nodeSelector matches).
@@ -204,7 +216,7 @@ async def test_config_weights_change_the_next_contention_round(
 ):
     a, b = unique("wa"), unique("wb")
     await fairshare.set_config(api, drf_config(a, b))
-    first, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b)
+    first, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b, fairshare)
     assert first == {a: 3, b: 2}
     node = (await bound(api, namespaces[a]))[0].spec.node_name
 
@@ -229,7 +241,7 @@ async def test_config_weights_change_the_next_contention_round(
 
     # A now weighs twice B: weighted DRF gives A four pods (16Gi of 18Gi) and B one.
     await fairshare.set_config(api, drf_config(a, b, weight_a=2, weight_b=1))
-    second, _ = await contention_round(api, make_gpu_node, tenant_namespace, a, b)
+    second, _ = await contention_round(api, make_gpu_node, tenant_namespace, a, b, fairshare)
     assert second == {a: 4, b: 1}
 
 

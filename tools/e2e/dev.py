@@ -542,6 +542,18 @@ def metric(h: Handles, server: str, name: str) -> float:
     return total
 
 
+def extender_status(h: Handles) -> dict[str, Any]:
+    """The extender's own view (``GET /status.json``): tenants, held and pending pods."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=h.ca("extender"))
+    code, body = cluster_module().http_get(h.url("extender", "/status.json"), ctx)
+    if code != 200:
+        raise DevError(f"extender /status.json answered {code}: {body[:200]}")
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
 # --------------------------------------------------------------------------------------------
 # Handles file
 
