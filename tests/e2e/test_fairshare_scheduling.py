@@ -181,7 +181,9 @@ async def test_drf_through_the_real_scheduler(
 ):
     a, b = unique("drf-a"), unique("drf-b")
     await fairshare.set_config(api, drf_config(a, b))
-    counts, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b, fairshare)
+    counts, namespaces = await contention_round(
+        api, make_gpu_node, tenant_namespace, a, b, fairshare
+    )
 
     assert counts == {a: 3, b: 2}
     # Everything bound is on the test's node (the only one its nodeSelector matches).
@@ -216,7 +218,9 @@ async def test_config_weights_change_the_next_contention_round(
 ):
     a, b = unique("wa"), unique("wb")
     await fairshare.set_config(api, drf_config(a, b))
-    first, namespaces = await contention_round(api, make_gpu_node, tenant_namespace, a, b, fairshare)
+    first, namespaces = await contention_round(
+        api, make_gpu_node, tenant_namespace, a, b, fairshare
+    )
     assert first == {a: 3, b: 2}
     node = (await bound(api, namespaces[a]))[0].spec.node_name
 
