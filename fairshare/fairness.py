@@ -853,13 +853,7 @@ def check_gate(
         for c in contenders
         if c.tenant != tenant
         and (c.has_fitting_pending or (above and c.blocked))
-        and (
-            c.current_share < current_share * (1 - EPS) - EPS
-            or (
-                abs(c.current_share - current_share) <= EPS * max(1.0, current_share)
-                and c.tenant < tenant
-            )
-        )
+        and goes_first(c.tenant, c.current_share, tenant, current_share)
     ]
     if not ahead:
         return GateDecision(True, tenant, share_after, fair_share, yield_band=yield_band)
@@ -874,6 +868,17 @@ def check_gate(
         blocked=blocked,
         yield_band=yield_band,
     )
+
+
+def goes_first(u: str, share_u: float, t: str, share_t: float) -> bool:
+    """The gate's order of tenants: ``u`` goes before ``t`` with a lower share, or an
+    equal one (within the tolerance) and a smaller name. A strict order: of two tenants
+    exactly one goes first, so ties never hold both."""
+    if share_u == share_t or (
+        math.isfinite(share_t) and abs(share_u - share_t) <= EPS * max(1.0, share_t)
+    ):
+        return u < t
+    return share_u < share_t
 
 
 def gate_floor(fair_share: float, yield_band: float = 0.0) -> float:

@@ -409,11 +409,13 @@ def _behind_in_band(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare],
 ) -> bool:
-    """Whether a tenant at a smaller fraction of its own fair share than ``tenant`` has a
-    pod waiting, fitting now or not. In the yield band the gate orders tenants by that
-    fraction, counting only pods that fit now; room that evictions free can make such a
-    pod fit, and the gate would then hold ``tenant``'s pod for it. So reclaim does not
-    evict for ``tenant`` while one waits (it may evict for that tenant instead)."""
+    """Whether a tenant that goes before ``tenant`` in the gate's band order (a smaller
+    fraction of its own fair share, or an equal one and a smaller name:
+    ``fairness.goes_first``) has a pod waiting, fitting now or not. The gate counts only
+    pods that fit now; room that evictions free can make such a pod fit, and the gate
+    would then hold ``tenant``'s pod for it. So reclaim does not evict for ``tenant``
+    while one waits (it may evict for that tenant instead). The order is strict, so of
+    tenants tied (all at zero, say) one is served."""
     fractions = gating.fair_fractions(gating.current_shares(state, config), fair)
     mine = fractions.get(tenant, math.inf)
     waiting = {
@@ -421,7 +423,7 @@ def _behind_in_band(
         for p in pending
         if p.waiting and p.tenant is not None and p.tenant != tenant and p.uid not in state.pods
     }
-    return any(fractions.get(u, math.inf) < mine + fairness.EPS for u in waiting)
+    return any(fairness.goes_first(u, fractions.get(u, math.inf), tenant, mine) for u in waiting)
 
 
 def _toward_fair_share(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
-from fairshare import reclaim
+from fairshare import fairness, reclaim
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
@@ -329,3 +330,55 @@ def test_free_room_outside_the_selector_does_not_count():
     uid = w.want("b", "b0")
     assert victims(w.plan()) == []  # fits on n3
     assert victims(w.plan(node_selectors={uid: {"kubernetes.io/hostname": "n1"}})) == ["uid-a1"]
+
+
+@pytest.mark.parametrize("band", [0.5, 1.0])
+def test_tenants_tied_in_the_yield_band_do_not_wait_for_each_other(band):
+    """Two tenants at the same fraction of their fair shares (zero here), both in the
+    band: the gate's order is strict (equal fraction, smaller name first), so reclaim
+    makes room for the first one now, and for the other once the first has its pods.
+    (Each used to wait for the other: with band 1, no eviction ever.)"""
+    cfg = config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "reclaimToFairShare": True,
+            "yieldBand": band,
+            "tenants": [{"name": n, "namespaces": [n]} for n in ("hog", "bee", "cee")],
+        }
+    )
+    w = World(cfg, ("n1", 8))
+    for i in range(8):
+        w.run("hog", f"h{i}", "n1")
+    bees = [w.want("bee", f"b{i}") for i in range(3)]
+    w.want("cee", "c0", gpu=2)
+    plan = w.plan()
+    assert set(plan.room or {}) == set(bees)  # bee goes first: same fraction, smaller name
+    assert victims(plan) == ["uid-h7", "uid-h6", "uid-h5"]
+
+    # bee's pods run; cee (now further behind than bee) gets its room next.
+    for i in range(3):
+        w.state.unbind(f"uid-h{7 - i}")
+        w.run("bee", f"b{i}", "n1")
+    w.pending = [p for p in w.pending if p.tenant == "cee"]
+    plan = w.plan()
+    assert set(plan.room or {}) == {"uid-c0"}
+    assert len(victims(plan)) == 2
+
+
+@pytest.mark.parametrize(
+    ("u", "su", "t", "st", "expect"),
+    [
+        ("a", 0.0, "b", 0.0, True),
+        ("b", 0.0, "a", 0.0, False),
+        ("b", 0.1, "a", 0.2, True),
+        ("a", 0.2, "b", 0.1, False),
+        ("a", 0.3, "b", 0.3 * (1 + 1e-12), True),
+        ("b", 0.3 * (1 + 1e-12), "a", 0.3, False),
+        ("a", 1.0, "b", math.inf, True),
+        ("b", math.inf, "a", 1.0, False),
+    ],
+)
+def test_goes_first_is_a_strict_order(u, su, t, st, expect):
+    assert fairness.goes_first(u, su, t, st) is expect
+    assert fairness.goes_first(t, st, u, su) is not expect
