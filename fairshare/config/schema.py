@@ -523,8 +523,9 @@ class FairShareConfig(_Model):
     yield_band: Band = 0.0
     """From which fraction of its fair share a tenant yields: a pod whose tenant's
     share after it would exceed ``(1 - yieldBand)`` × its fair share waits while a
-    tenant with a lower current share has a waiting pod that fits now (default 0: only
-    above the fair share; 1: lowest share first, always). Work-conserving like the
+    tenant further behind its own fair share (a lower fraction of it; of equal
+    fractions, the smaller name first) has a waiting pod that fits now (default 0: only
+    above the fair share; 1: furthest behind first, always). Work-conserving like the
     plain gate (the lowest-share tenant with a fitting pod is never held), and below the
     fair share only pods that fit now hold others, never blocked ones. Spreads what
     fragmentation leaves idle over the tenants instead of on whoever runs out of
