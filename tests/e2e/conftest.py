@@ -602,6 +602,25 @@ class FairshareDev:
         """The extender's ``/status.json``: what it sees (held and pending pods)."""
         return dict(dev_module().extender_status(self.handles))
 
+    async def wait_extender_node(
+        self, name: str, *, present: bool = True, healthy: bool | None = None, timeout: float = 30
+    ) -> None:
+        """Wait until the extender's own view (``/status.json``) has node ``name``
+        (``present``), with that health (``healthy``), or not at all: its node watch has
+        caught up, however slow the machine."""
+
+        async def seen() -> bool:
+            status = await asyncio.to_thread(self.extender_status)
+            node = next((n for n in status["nodes"] if n["name"] == name), None)
+            if not present:
+                return node is None
+            return node is not None and (healthy is None or node["healthy"] is healthy)
+
+        what = f"the extender to see node {name} " + (
+            "gone" if not present else f"healthy={healthy}" if healthy is not None else ""
+        )
+        await wait_for(seen, timeout=timeout, what=what.strip())
+
     def log_path(self, server: str) -> Path:
         return Path(dev_module().Layout(self.state_dir).log(server))
 

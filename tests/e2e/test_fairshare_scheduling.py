@@ -334,7 +334,7 @@ async def test_gpu_unhealthy_node_gets_no_new_gpu_pods(
             }
         },
     )
-    await asyncio.sleep(2)  # the extender's node watch
+    await fairshare.wait_extender_node(sick, healthy=False)
     on_sick = pod_manifest("on-sick", pool, gpus=1, node_selector={"kubernetes.io/hostname": sick})
     on_pool = pod_manifest("on-pool", pool, gpus=1)
     await create_pods(api, ns, [on_sick, on_pool])

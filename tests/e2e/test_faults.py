@@ -472,7 +472,7 @@ async def test_node_deleted_with_pods_on_it(
     # The node goes away with its pods bound to it; then its pods are removed (as
     # kube-controller-manager's pod GC does for pods of a deleted node, after a delay).
     await core.delete_node(node)
-    await asyncio.sleep(2)  # the extender's node watch first
+    await fairshare.wait_extender_node(node, present=False)  # its node watch first
     await core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
 
     async def no_pods() -> bool:
@@ -523,7 +523,7 @@ async def test_node_recreated_before_its_pods_are_gone(
     assert device_load(await wait_for(four, timeout=60, what="4 halves bound")) == {0: 1.0, 1: 1.0}
 
     await core.delete_node(node)
-    await asyncio.sleep(2)  # the extender's node watch
+    await fairshare.wait_extender_node(node, present=False)
     assert len(await bound(api, ns)) == 4  # nothing removed them (pod GC waits 40 s)
     await make_gpu_node(node, gpus=2, labels={POOL: node})
     await core.create_namespaced_pod(ns, pod("late", annotations=HALF, node_selector=sel))
