@@ -209,6 +209,42 @@ def check_demand(demand: str) -> str:
     return demand
 
 
+QUEUES = ("fifo", "largest")
+"""Orders of the pending pods in a saturation pass: ``fifo``, creation order (what
+kube-scheduler's default queue sort does within a priority); ``largest``, each tenant's
+pods largest GPU demand first, in the places its pods hold in creation order (tenants
+still take turns as they arrived). ``largest`` is a queue order, which a queue-sort plugin
+of kube-scheduler could give and an extender cannot: an experiment, not a policy."""
+
+
+def check_queue(queue: str) -> str:
+    """``queue`` if it is one of ``QUEUES``; ValueError naming the choices otherwise."""
+    if queue not in QUEUES:
+        raise ValueError(f"queue must be one of {', '.join(QUEUES)}, got {queue!r}")
+    return queue
+
+
+def queue_order(sim: Simulation, queue: str = "fifo") -> list[str]:
+    """The pending pods' uids in the order a saturation pass tries them (``QUEUES``)."""
+    uids = list(sim.pending)
+    if check_queue(queue) == "fifo":
+        return uids
+    by_tenant: dict[str | None, list[str]] = {}
+    for uid in uids:
+        by_tenant.setdefault(sim.pods[uid].tenant, []).append(uid)
+    firsts = {
+        t: iter(sorted(mine, key=lambda u: -_gpu_demand(sim.pods[u])))  # stable: ties by age
+        for t, mine in by_tenant.items()
+    }
+    return [next(firsts[sim.pods[uid].tenant]) for uid in uids]
+
+
+def _gpu_demand(req: PodRequest) -> float:
+    """GPUs a pod asks for (devices × share each; 0 for MIG slices and CPU-only pods)."""
+    g = req.demand.gpu
+    return float(g.count * g.per_device) if g.count and g.source != "mig" else 0.0
+
+
 def arrival_order(pods: Sequence[TracePod], *, seed: int, gpus: int, tune: float) -> list[TracePod]:
     """Sort by name, shuffle with ``seed``, append sampled copies up to ``tune`` × GPUs."""
     order = sorted(pods, key=lambda p: p.name)
@@ -464,23 +500,26 @@ def _shape(req: PodRequest) -> tuple[object, ...]:
     return (req.row, req.demand.gpu, req.gpu_models)
 
 
-def saturation_pass(sim: Simulation, *, skip_shapes: bool = True) -> tuple[list[str], int, int]:
-    """One pass over the pending pods in creation order: (placed uids, attempts, skipped).
+def saturation_pass(
+    sim: Simulation, *, skip_shapes: bool = True, queue: str = "fifo"
+) -> tuple[list[str], int, int]:
+    """One pass over the pending pods in ``queue`` order (``QUEUES``; creation order by
+    default): (placed uids, attempts, skipped).
 
     With ``skip_shapes`` a pod whose shape already fitted no node in this pass is not
     tried again: nothing is freed during the pass, so the answer cannot change. Its
     ``last_reason`` is set as the attempt would have set it.
     """
-    if not skip_shapes:
+    if not skip_shapes and queue == "fifo":
         n = len(sim.pending)
         return sim.schedule_pass(), n, 0
     placed: list[str] = []
     nofit: set[tuple[object, ...]] = set()
     attempts = skipped = 0
-    for uid in list(sim.pending):
+    for uid in queue_order(sim, queue):
         req = sim.pods[uid]
         key = _shape(req)
-        if key in nofit:
+        if skip_shapes and key in nofit:
             sim.last_reason[uid] = "no node fits"
             skipped += 1
             continue
@@ -545,13 +584,16 @@ def run_saturation(
     hold_for_blocked: bool = False,
     yield_band: float = 0.0,
     demand: str = "equal",
+    queue: str = "fifo",
 ) -> tuple[Simulation, SaturationResult]:
     """The saturation fairness protocol (module docstring); ``progress(pass, placed)``;
     ``hold_for_blocked`` and ``yield_band`` run the gate with ``holdForBlockedTenants``
     and ``yieldBand``; ``demand`` ("equal" or "weighted") splits the pods among the
-    tenants evenly or in proportion to their weights."""
+    tenants evenly or in proportion to their weights; ``queue`` is the order each pass
+    tries the pending pods in (``QUEUES``)."""
     ws = check_weights(weights)
     check_demand(demand)
+    check_queue(queue)
     if not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a finite number > 0 (× GPU capacity), got {load}")
     config = trace_config(len(ws), ws, hold_for_blocked=hold_for_blocked, yield_band=yield_band)
@@ -565,7 +607,7 @@ def run_saturation(
     passes = attempts = skipped = placed = 0
     while passes < max_passes:
         passes += 1
-        done, tried, saved = saturation_pass(sim, skip_shapes=skip_shapes)
+        done, tried, saved = saturation_pass(sim, skip_shapes=skip_shapes, queue=queue)
         attempts += tried
         skipped += saved
         placed += len(done)

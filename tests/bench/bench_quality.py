@@ -158,7 +158,7 @@ def label(policy: str, hold: bool, band: float) -> str:
 def _fairness_run(job: Job) -> dict[str, Any]:
     from fairshare.simulator import openb, targets
 
-    _kind, trace, pods, seed, policy, weights, load, hold, band, demand = job
+    _kind, trace, pods, seed, policy, weights, load, hold, band, demand, queue = job
     t0, c0 = time.perf_counter(), time.process_time()
     sim, res = openb.run_saturation(
         Path(trace),
@@ -170,6 +170,7 @@ def _fairness_run(job: Job) -> dict[str, Any]:
         hold_for_blocked=hold,
         yield_band=band,
         demand=demand,
+        queue=queue,
     )
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     tg = targets.targets_at_end(sim)
@@ -182,6 +183,7 @@ def _fairness_run(job: Job) -> dict[str, Any]:
         "policy": policy,
         "seed": seed,
         "demand": demand,
+        "queue": queue,
         "label": label(policy, hold, band),
         "holdForBlockedTenants": hold,
         "yieldBand": band,
@@ -235,9 +237,10 @@ def run_file(runs_dir: Path, job: Job) -> Path:
     kind, _trace, pods, seed, policy = job[:5]
     name = f"{kind}-{pods}-{policy}-{seed}"
     if kind == "fairness":
-        weights, load, hold, band, demand = job[5:10]
+        weights, load, hold, band, demand, queue = job[5:11]
         name += f"-w{'_'.join(f'{w:g}' for w in weights)}-l{load:g}-{demand}"
         name += ("-hold" if hold else "") + (f"-band{band:g}" if band > 0 else "")
+        name += f"-q{queue}" if queue != "fifo" else ""
     return runs_dir / f"{name}.json"
 
 
@@ -505,6 +508,11 @@ def render_detail(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+QUEUE_TEXT = {
+    "largest": "Each pass tries each tenant's pending pods largest GPU demand first (queue "
+    "`largest`: an experiment, a queue order an extender cannot give). ",
+}
+
 DEMAND_TEXT = {
     "equal": "every tenant asks for about the same (the weight-4 tenant barely more than "
     "its fair half)",
@@ -552,7 +560,8 @@ def render_fairness(demand: str, fair: dict[str, Any], meta: dict[str, Any]) -> 
         "tenants hold together could go below. Rows: ours with the default config, "
         f"+hold = `holdForBlockedTenants: true`, +band = `yieldBand: {band:g}`; the "
         "controls have no fairness gate. "
-        f"{seed_text} seed(s) per cell, the first of the allocation seeds (mean; the worst "
+        + QUEUE_TEXT.get(meta.get("queue", "fifo"), "")
+        + f"{seed_text} seed(s) per cell, the first of the allocation seeds (mean; the worst "
         "seed in brackets).",
         "",
         "| trace | policy | GPU alloc % | bound | divisible: max rel | mean rel | Jain "
@@ -803,6 +812,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0.1,
         help="the yieldBand of the 'band' option sets (default 0.1)",
     )
+    p.add_argument(
+        "--queue",
+        default="fifo",
+        help="the order each saturation pass tries the pending pods in: fifo (creation "
+        "order, kube-scheduler's default) or largest (each tenant's larger GPU pods first; "
+        "an experiment, a queue order an extender cannot give); default fifo",
+    )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -854,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if not (math.isfinite(args.band) and 0 < args.band <= 1):
             raise ValueError(f"--band must be in (0, 1], got {args.band}")
+        queue = openb.check_queue(args.queue)
     except ValueError as exc:
         print(f"bench-quality: {exc}", file=sys.stderr)
         return 2
@@ -864,7 +881,19 @@ def main(argv: list[str] | None = None) -> int:
         for pol in policies:
             opts = gate_opts if pol == "ours" else [(False, 0.0)]
             jobs += [
-                ("fairness", str(trace), pods, s, pol, weights, args.load, hold, band, demand)
+                (
+                    "fairness",
+                    str(trace),
+                    pods,
+                    s,
+                    pol,
+                    weights,
+                    args.load,
+                    hold,
+                    band,
+                    demand,
+                    queue,
+                )
                 for demand in demands
                 for hold, band in opts
                 for s in fair_seeds
@@ -928,6 +957,7 @@ def main(argv: list[str] | None = None) -> int:
         "demands": demands if weights else [],
         "oursGate": gates,
         "yieldBand": args.band,
+        "queue": queue,
         "workers": workers,
         "cores": os.cpu_count(),
         "commit": commit,

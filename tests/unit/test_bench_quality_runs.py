@@ -10,7 +10,7 @@ from tests.bench import bench_quality as bq
 def test_runs_are_kept_and_found_by_what_they_depend_on(tmp_path: Path) -> None:
     alloc = ("allocation", "/trace", "default", 42, "fgd")
     fair = ("fairness", "/trace", "default", 42, "ours", (1.0, 1.0, 2.0, 4.0), 2.0)
-    fair = (*fair, False, 0.0, "equal")
+    fair = (*fair, False, 0.0, "equal", "fifo")
     assert bq.load_saved_run(tmp_path, alloc) is None
     assert bq.load_saved_run(None, alloc) is None
     run = {"kind": "allocation", "pods": "default", "policy": "fgd", "seed": 42, "curve": {}}
@@ -25,10 +25,13 @@ def test_runs_are_kept_and_found_by_what_they_depend_on(tmp_path: Path) -> None:
     heavier = (*fair[:6], 1.5, *fair[7:])
     assert bq.run_file(tmp_path, heavier) != bq.run_file(tmp_path, fair)
     # The gate options and the demand split are part of the name.
-    held = bq.run_file(tmp_path, (*fair[:7], True, 0.1, "weighted"))
+    held = bq.run_file(tmp_path, (*fair[:7], True, 0.1, "weighted", "fifo"))
     assert held.name == "fairness-default-ours-42-w1_1_2_4-l2-weighted-hold-band0.1.json"
-    banded = bq.run_file(tmp_path, (*fair[:7], False, 0.25, "equal"))
+    banded = bq.run_file(tmp_path, (*fair[:7], False, 0.25, "equal", "fifo"))
     assert banded.name == "fairness-default-ours-42-w1_1_2_4-l2-equal-band0.25.json"
+    # So is a queue order other than creation order.
+    largest = bq.run_file(tmp_path, (*fair[:7], True, 0.1, "equal", "largest"))
+    assert largest.name == "fairness-default-ours-42-w1_1_2_4-l2-equal-hold-band0.1-qlargest.json"
 
 
 def test_rows_are_labelled_by_gate_options_and_ordered() -> None:
@@ -91,6 +94,9 @@ def test_fairness_verdicts_separate_idle_capacity_from_an_unfair_split() -> None
     assert "(the bound alone exceeds 5 % on gpushare100)" in text
     assert "| gpushare100 | ours+hold+band | 95.00 | 8.0 % | 16.0 % (16.0 %)" in text
     assert "`yieldBand: 0.1`" in text
+    assert "queue `largest`" not in text
+    largest = "\n".join(bq.render_fairness("equal", fair, {**meta, "queue": "largest"}))
+    assert "tries each tenant's pending pods largest GPU demand first (queue `largest`" in largest
 
 
 def test_an_unreadable_run_file_is_run_again(tmp_path: Path) -> None:

@@ -194,3 +194,37 @@ def test_weighted_demand_at_saturation(uniform: Path) -> None:
     assert wd.max_abs_deviation <= 100 / 32 + 1e-9
     with pytest.raises(ValueError, match="demand must be one of equal, weighted, got 'even'"):
         openb.run_saturation(uniform, pods="uniform", demand="even")
+
+
+def test_largest_queue_puts_each_tenants_larger_pods_in_its_own_places(mixed: Path) -> None:
+    """``queue="largest"``: the places in creation order stay with their tenants; within
+    a tenant, the larger GPU demand goes first, equal demands by age."""
+    config = openb.trace_config(2)
+    sim, originals = openb._cluster(mixed, "mixed", config, policy="ours", seed=5)
+    for p in originals[:24]:
+        sim.submit(openb._request(sim, p, openb.tenant_of(p.name, 2)))
+    fifo = openb.queue_order(sim, "fifo")
+    largest = openb.queue_order(sim, "largest")
+    assert fifo == list(sim.pending)
+    assert sorted(largest) == sorted(fifo)
+    tenant = [sim.pods[u].tenant for u in fifo]
+    assert [sim.pods[u].tenant for u in largest] == tenant
+    assert largest != fifo  # the mixed list has several sizes per tenant
+    for t in set(tenant):
+        mine = [u for u in largest if sim.pods[u].tenant == t]
+        sizes = [openb._gpu_demand(sim.pods[u]) for u in mine]
+        assert sizes == sorted(sizes, reverse=True)
+        by_age = [u for u in fifo if sim.pods[u].tenant == t]
+        for size in set(sizes):  # equal sizes keep their creation order
+            same = [u for u in mine if openb._gpu_demand(sim.pods[u]) == size]
+            assert same == [u for u in by_age if u in same]
+
+
+def test_largest_queue_runs_the_protocol_and_bad_queues_are_refused(mixed: Path) -> None:
+    kw = {"pods": "mixed", "seed": 3, "policy": "ours", "load": 2.0}
+    _, fifo = openb.run_saturation(mixed, **kw)  # type: ignore[arg-type]
+    _, big = openb.run_saturation(mixed, queue="largest", **kw)  # type: ignore[arg-type]
+    assert big.pods == fifo.pods and big.placed + big.pending == big.pods
+    assert big.placed > 0
+    with pytest.raises(ValueError, match="queue must be one of fifo, largest, got 'lifo'"):
+        openb.run_saturation(mixed, queue="lifo", **kw)  # type: ignore[arg-type]
