@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -577,6 +578,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("error: --watch must be > 0 seconds", file=sys.stderr)
         return 1
     tty = sys.stdout.isatty()
+    # Ctrl-C must end the watch wherever it lands. Inside ``asyncio.run`` the default
+    # handling only cancels the running task, and code that turns that cancellation into
+    # an error or a result swallows it, so the watch goes on (a CI run once saw it outlive
+    # SIGINT by a minute). An own handler makes it a KeyboardInterrupt there too
+    # (asyncio.run leaves a handler alone that is not the default one).
+    previous = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         while True:
             try:
@@ -594,6 +601,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             time.sleep(args.watch)
     except KeyboardInterrupt:
         return 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _explain_target(args: argparse.Namespace, snap: Any) -> dict[str, Any]:
