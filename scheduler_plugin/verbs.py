@@ -33,6 +33,7 @@ from fairshare.placement import (
     WorkloadMix,
     build_scorer,
     candidates,
+    choice_levels,
     choose_devices,
     choose_level,
     fgd_raw,
@@ -148,11 +149,13 @@ def pick_best(
     context: ScoreContext | None = None,
 ) -> str:
     """The node of ``names`` (not empty) fairshare itself chooses for ``req``: the
-    highest of prioritize's [0, 1] scores rounded to ``CHOICE_LEVELS`` levels, ties to
-    the lowest ``node_rank`` (one fixed random node order), as the simulator's ``ours``.
+    highest of prioritize's [0, 1] scores rounded to ``choice_levels`` levels (exact
+    for some whole-GPU pods), ties to the lowest ``node_rank`` (one fixed random node
+    order), as the simulator's ``ours``.
     """
     _ints, raw = node_scores(state, config, req, names, mix=mix, context=context)
-    k = choose_level(dict(enumerate(raw)), range(len(names)), lambda k: node_rank(names[k]))
+    levels = choice_levels(req, context.mix if context is not None else mix)
+    k = choose_level(dict(enumerate(raw)), range(len(names)), lambda k: node_rank(names[k]), levels)
     return names[k or 0]
 
 

@@ -36,6 +36,7 @@ from fairshare.placement import (
     WorkloadMix,
     build_scorer,
     candidates,
+    choice_levels,
     choose_devices,
     choose_level,
     fgd_raw,
@@ -229,13 +230,16 @@ class Simulation:
         ctx = self._context()
         if self.policy == "ours":
             # The node the extender itself would choose (``--pick-in-filter``): scores
-            # rounded to ``CHOICE_LEVELS``, ties to the first node of one fixed random
-            # order (``tie_rank`` here, drawn from the seed; a hash of the node name in
-            # the extender).
+            # rounded to ``choice_levels`` (exact for some whole-GPU pods), ties to the
+            # first node of one fixed random order (``tie_rank`` here, drawn from the
+            # seed; a hash of the node name in the extender).
             scored = self.scorer(self.state, req, fr.fits, ctx)
             rank = self.tie_rank
             pick = choose_level(
-                scored.scores, fr.fits, (lambda i: i) if rank is None else rank.__getitem__
+                scored.scores,
+                fr.fits,
+                (lambda i: i) if rank is None else rank.__getitem__,
+                choice_levels(req, ctx.mix),
             )
             if pick is None:
                 return scored

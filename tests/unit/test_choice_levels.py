@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from fairshare.placement import CHOICE_LEVELS, choose_level, node_rank
+from fairshare.placement import (
+    CHOICE_LEVELS,
+    PodRequest,
+    WorkloadMix,
+    build_workload_mix,
+    choice_levels,
+    choose_level,
+    class_key,
+    node_rank,
+)
+from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
 from fairshare.simulator import openb
 from fairshare.simulator.engine import Simulation
+from fairshare.state.cluster import ClusterState
 
 
 def test_a_higher_level_wins_whatever_the_rank():
@@ -61,3 +72,88 @@ def test_ours_in_the_simulator_sends_equal_nodes_to_the_first_in_its_tie_order()
     # Three empty, identical nodes: equal scores; the seeded order decides.
     assert _place_one(_sim([2, 0, 1])) == "n1"
     assert _place_one(_sim([1, 2, 0])) == "n2"
+
+
+# -- which pods get the levels ------------------------------------------------------
+
+INDEX = ResourceIndex(("nvidia.com/gpu", "cpu", "memory"))
+
+
+def _req(gpu: GpuDemand, *, models: frozenset[str] = frozenset()) -> PodRequest:
+    amounts = {"cpu": Fraction(4)}
+    if gpu.count and gpu.source != "mig":
+        amounts["nvidia.com/gpu"] = gpu.total
+    row = tuple(INDEX.kernel_vector(amounts))
+    return PodRequest("u", "p", "ns", None, PodDemand(amounts=amounts, gpu=gpu), row, models)
+
+
+WHOLE = GpuDemand(count=1, per_device=Fraction(1), source="device")
+WHOLE_2 = GpuDemand(count=2, per_device=Fraction(1), source="device")
+HALF = GpuDemand(count=1, per_device=Fraction(1, 2), source="fraction")
+BY_MEMORY = GpuDemand(count=1, per_device=Fraction(0), memory=8 << 30, source="memory")
+SLICE = GpuDemand(count=1, per_device=Fraction(1), source="mig", mig_profile="1g.10gb")
+
+
+def _mix(*, restricted: bool) -> WorkloadMix:
+    st = ClusterState(INDEX)
+    for name, model in (("a", "T4"), ("b", "G2")):
+        alloc = {"nvidia.com/gpu": Fraction(8), "cpu": Fraction(96), "memory": Fraction(2**38)}
+        st.add_node(name, alloc, labels={"nvidia.com/gpu.product": model})
+    reqs = [_req(WHOLE)] * 3 + [_req(HALF)] * 2
+    if restricted:
+        reqs.append(_req(WHOLE, models=frozenset({"T4"})))
+    cpu_col = INDEX.column("cpu")
+    keys = (class_key(r, cpu_col=cpu_col) for r in reqs)
+    return build_workload_mix(keys, model_ids=st.model_ids, coverage=1.0)
+
+
+def test_whole_gpu_pods_choose_by_the_exact_score_without_model_restricted_classes():
+    mix = _mix(restricted=False)
+    assert mix.restricted_models == 0
+    assert choice_levels(_req(WHOLE), mix) is None
+    assert choice_levels(_req(WHOLE_2), mix) is None
+    assert choice_levels(_req(WHOLE), None) is None
+
+
+def test_a_model_restricted_class_puts_whole_gpu_pods_back_on_the_levels():
+    mix = _mix(restricted=True)
+    assert mix.restricted_models != 0
+    assert choice_levels(_req(WHOLE), mix) == CHOICE_LEVELS
+    assert choice_levels(_req(WHOLE_2), mix) == CHOICE_LEVELS
+
+
+def test_shared_slice_and_cpu_only_pods_always_use_the_levels():
+    mix = _mix(restricted=False)
+    for gpu in (HALF, BY_MEMORY, SLICE, GpuDemand()):
+        assert choice_levels(_req(gpu), mix) == CHOICE_LEVELS, gpu
+
+
+def test_exact_scores_separate_what_one_level_ties():
+    scores = {0: 0.500, 1: 0.505}
+    assert choose_level(scores, [0, 1], rank=[0, 1].__getitem__) == 0  # one level
+    assert choose_level(scores, [0, 1], rank=[0, 1].__getitem__, levels=None) == 1
+    # Equal exact scores still go to the lowest rank.
+    assert choose_level({0: 0.5, 1: 0.5}, [0, 1], rank=[1, 0].__getitem__, levels=None) == 1
+
+
+def test_the_extender_picks_a_whole_gpu_pod_by_the_exact_score_over_the_tie_order():
+    # An idle 8-GPU node and an idle 2-GPU node score within one level for a 1-GPU
+    # pod; the tie order prefers the 8-GPU node, the exact score the 2-GPU node.
+    from scheduler_plugin.verbs import node_scores, pick_best
+
+    big, small = sorted(("g-1", "g-2"), key=node_rank)
+    config = openb.trace_config(1)
+    st = ClusterState(INDEX)
+    for name, gpus in ((big, 8), (small, 2)):
+        alloc = {"nvidia.com/gpu": Fraction(gpus), "cpu": Fraction(96), "memory": Fraction(2**38)}
+        st.add_node(name, alloc, labels={})
+    names = [big, small]
+    mix = _mix(restricted=False)
+    _ints, raw = node_scores(st, config, _req(WHOLE), names, mix=mix)
+    assert raw[1] > raw[0]
+    assert round(raw[0] * CHOICE_LEVELS) == round(raw[1] * CHOICE_LEVELS)
+    assert pick_best(st, config, _req(WHOLE), names, mix=mix) == small
+    # A half-GPU pod keeps the levels: the tie order decides.
+    _ints, raw = node_scores(st, config, _req(HALF), names, mix=mix)
+    assert round(raw[0] * CHOICE_LEVELS) == round(raw[1] * CHOICE_LEVELS)
+    assert pick_best(st, config, _req(HALF), names, mix=mix) == big
