@@ -58,11 +58,12 @@ def choice_levels(req: PodRequest, mix: WorkloadMix | None) -> int | None:
     or None (the exact scores) for a pod of whole GPUs when no class of the workload
     mix is restricted to some GPU models.
 
-    Measured on openb (README): the coarse levels with one fixed tie order pack
-    fractional and CPU-only pods, and on fleets where some classes need certain models
-    they keep whole-GPU pods off those nodes (gpuspec33 +5 points over the exact
+    Measured on openb (README, seeds 42-51): the coarse levels with one fixed tie order
+    pack fractional and CPU-only pods, and on fleets where some classes need certain
+    models they keep whole-GPU pods off those nodes (gpuspec33 +5 points over the exact
     scores); without such classes, whole-GPU pods placed by the exact fragmentation
-    gradient leave more whole GPUs usable (+0.1 to +0.8 on the other lists).
+    gradient leave more whole GPUs usable (+0.04 to +0.57 points on 10 of the other 13
+    lists, -0.10 and -0.05 on multigpu20 and multigpu30).
     """
     g = req.demand.gpu
     whole = g.count > 0 and g.source != "mig" and g.per_device == 1
