@@ -142,6 +142,27 @@ class NodeConstraints:
         """Does anything but taints restrict the nodes (selector, affinity, nothing-matches)?"""
         return bool(self.selector) or self.terms is not None or self.matches_nothing
 
+    def pinned_values(self, key: str) -> frozenset[str] | None:
+        """The values of label ``key`` a node must have to pass, when the node selector
+        or every required affinity term pins it to a list (``In``); None when some
+        passing node may have another value or no such label."""
+        pinned: frozenset[str] | None = None
+        for k, value in self.selector:
+            if k == key:
+                pinned = frozenset({value}) if pinned is None else pinned & {value}
+        if self.terms:
+            union: set[str] = set()
+            for term in self.terms:
+                values: frozenset[str] | None = None
+                for req in term.labels:
+                    if req.key == key and req.operator == "In":
+                        values = req.values if values is None else values & req.values
+                if values is None:
+                    return pinned  # this term lets other values through
+                union |= values
+            pinned = frozenset(union) if pinned is None else pinned & union
+        return pinned
+
     def allows(self, name: str, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
         """Would kube-scheduler's NodeAffinity and TaintToleration filters pass the node?"""
         if self.matches_nothing:

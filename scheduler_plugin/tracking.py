@@ -11,8 +11,11 @@ keeps:
   back from each pod's ``fairshare.io/gpu-devices`` annotation);
 * the pending queue (unbound, non-terminal pods, in arrival order) for the gate;
 * namespace labels (tenancy);
-* the workload mix FGD measures fragmentation against, rebuilt from the pods seen,
-  at most every ``mix_every`` pod changes (it is a distribution, not an exact count);
+* the workload mix FGD measures fragmentation against, rebuilt from the pods seen
+  after a tenth of them changed (at most every ``mix_every`` pod changes: it is a
+  distribution, not an exact count), and as soon as a pod of a GPU shape the mix has
+  not seen arrives (a new shape, e.g. the first pod restricted to a GPU model, changes
+  which nodes count as fragment, so it must not wait 100 changes in a small cluster);
 * the score context, rebuilt only when the node set changes.
 
 DRA: GPUs that bound pods get through ``resource.k8s.io/v1`` ResourceClaims of a GPU
@@ -177,6 +180,10 @@ class ExtenderTracker:
     config, demand rows, allocation)."""
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
+    _mix_shapes: set[tuple[float, int, frozenset[str]]] = field(default_factory=set, init=False)
+    """The GPU shapes (milli-GPU per device, devices, models) of the pods the mix was
+    last built from: a pod of another shape makes it stale."""
+    _mix_stale: bool = field(default=False, init=False)
     _ctx: tuple[int, ScoreContext] | None = field(default=None, init=False)
     _largest: tuple[int, int | None] | None = field(default=None, init=False)
     _memory_uids: set[str] = field(default_factory=set, init=False)
@@ -552,7 +559,10 @@ class ExtenderTracker:
                 self._memory_uids.add(uid)
             else:
                 self._memory_uids.discard(uid)
-            self.class_keys[uid] = class_key(req, cpu_col=self.state.index.column(CPU))
+            key = class_key(req, cpu_col=self.state.index.column(CPU))
+            self.class_keys[uid] = key
+            if key[1:] not in self._mix_shapes:
+                self._mix_stale = True
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
@@ -577,11 +587,16 @@ class ExtenderTracker:
     # -- derived ---------------------------------------------------------------
 
     def mix(self) -> WorkloadMix | None:
-        """The workload mix of the pods seen (bound and pending), rebuilt lazily."""
-        if self._mix is None or self._mix_changes >= self.mix_every:
+        """The workload mix of the pods seen (bound and pending), rebuilt lazily: when
+        a tenth of the pods (at most ``mix_every``) came or went since the last build,
+        or a pod of a GPU shape that build did not see arrived."""
+        every = min(self.mix_every, max(1, len(self.class_keys) // 10))
+        if self._mix is None or self._mix_stale or self._mix_changes >= every:
             keys = list(self.class_keys.values())
             self._mix = build_workload_mix(keys, model_ids=self.state.model_ids) if keys else None
+            self._mix_shapes = {k[1:] for k in keys}
             self._mix_changes = 0
+            self._mix_stale = False
         return self._mix
 
     def context(self) -> ScoreContext:

@@ -45,7 +45,13 @@ from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
-from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
+from fairshare.state.cluster import (
+    LABEL_GPU_PRODUCT,
+    BoundPod,
+    ClusterState,
+    StateError,
+    allocatable_from_node,
+)
 
 __all__ = [
     "ANN_GPU_MODELS",
@@ -413,6 +419,16 @@ def pod_request(
     uid = pod_uid(pod)
     spec = pod.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
+    constraints = eligibility.parse_node_constraints(spec)
+    gpu_models = frozenset(m for m in models.split("|") if m) if models else _NO_MODELS
+    if not models and demand.gpu.count:
+        # A GPU pod whose node selector or required affinity pins the GPU product
+        # label is as model-restricted as one annotated with the models: its task
+        # class must say so, or the fragmentation term sends other pods to the only
+        # nodes it can use.
+        pinned = constraints.pinned_values(LABEL_GPU_PRODUCT)
+        if pinned:
+            gpu_models = pinned
     return PodRequest(
         uid=uid,
         name=str(meta.get("name") or uid),
@@ -420,8 +436,8 @@ def pod_request(
         tenant=tenant,
         demand=demand,
         row=row,
-        gpu_models=frozenset(m for m in models.split("|") if m) if models else _NO_MODELS,
-        constraints=eligibility.parse_node_constraints(spec),
+        gpu_models=gpu_models,
+        constraints=constraints,
         waiting=eligibility.is_waiting(spec, eligibility.served_schedulers(config.scheduler_name)),
     )
 
