@@ -247,6 +247,40 @@ def cluster() -> Iterator[Cluster]:
         pytest.fail(f"cluster.py down failed:\n{proc.stdout}{proc.stderr}", pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def control_plane_survives(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each e2e test on the local control plane: every component still runs. One
+    that died (e.g. a kube-apiserver restarted by a fault test and gone again) is started
+    again with its own flags and the test errors with the component's last log lines, so
+    one failure stays one failure instead of every later test erroring without an API."""
+    yield
+    if "cluster" not in request.fixturenames:
+        return
+    cluster: Cluster = request.getfixturevalue("cluster")
+    if not cluster.managed:
+        return
+    mod = cluster_module()
+    paths = mod.Paths(STATE_DIR)
+    state = mod.load_state(paths) or {}
+    dead = {
+        name: comp
+        for name, comp in state.get("components", {}).items()
+        if not mod.pid_alive(comp["pid"])
+    }
+    if not dead:
+        return
+    report = []
+    for name, comp in dead.items():
+        report.append(f"{name} (pid {comp['pid']}) died; last lines of {comp['log']}:")
+        report.append(mod.tail(Path(comp["log"]), 30))
+        try:
+            mod.restart_component(paths, name)
+            report.append(f"{name} started again for the tests that follow")
+        except mod.ClusterError as exc:
+            report.append(f"{name} could not be started again: {exc}")
+    pytest.fail("\n".join(report), pytrace=False)
+
+
 @pytest.fixture
 async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
     async with await cluster.api_client() as api_client:

@@ -121,6 +121,7 @@ START_TIMEOUT = {
     "kwok": 60.0,
 }
 STOP_TIMEOUT = 10.0
+RESTART_ATTEMPTS = 3  # restart_component: starts of a component that exits during startup
 
 
 class ClusterError(Exception):
@@ -1398,10 +1399,21 @@ def restart_component(paths: Paths, name: str, down_seconds: float = 0.0) -> flo
     stop_process(name, comp["pid"], comp["argv"][0])
     time.sleep(down_seconds)
     home = paths.run / "kwok-home" if name == "kwok" else None
-    comp["pid"] = start_process(name, list(comp["argv"]), paths.log(name), child_env(home))
-    save_state(paths, state)
     pki = Path(state["pki_dir"]) if state.get("pki_dir") else None
-    wait_healthy(name, comp["pid"], comp["port"], pki, paths.log(name))
+    for attempt in range(1, RESTART_ATTEMPTS + 1):
+        comp["pid"] = start_process(name, list(comp["argv"]), paths.log(name), child_env(home))
+        save_state(paths, state)
+        try:
+            wait_healthy(name, comp["pid"], comp["port"], pki, paths.log(name))
+            break
+        except ClusterError as exc:
+            # A restarted component can exit during startup for reasons that pass: e.g.
+            # kube-apiserver exits when a post-start hook (RBAC or priority-class bootstrap)
+            # times out on a loaded machine. Start it again rather than leave the cluster
+            # without it; a component that keeps failing is reported with its log.
+            if attempt == RESTART_ATTEMPTS or pid_alive(comp["pid"]):
+                raise
+            log(f"{name} exited during restart (attempt {attempt}); starting it again: {exc}")
     took = time.monotonic() - t0
     log(f"{name} restarted (pid {comp['pid']}, {took:.1f}s)")
     return took
