@@ -600,10 +600,17 @@ def class_key(req: PodRequest, *, cpu_col: int) -> ClassKey:
 def build_workload_mix(
     keys: Iterable[ClassKey], *, model_ids: Mapping[str, int], coverage: float = 0.95
 ) -> WorkloadMix:
-    """Most popular classes covering ``coverage`` of the pods (ties: smaller key first)."""
+    """Most popular classes covering ``coverage`` of the pods.
+
+    Classes are taken by count, most first; among equal counts the larger key first
+    (CPU, then GPU milli per device, device count, models), the order of the FGD
+    reference simulator (its class list sorted in reverse). The order only decides which
+    of the equally rare classes at the coverage cut are kept; on the openb gpuspec lists
+    it moves the FGD control by up to 0.23 points.
+    """
     counts = Counter(keys)
     total = sum(counts.values())
-    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], _sortable(kv[0])))
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], _sortable(kv[0])), reverse=True)
     kept: list[tuple[ClassKey, int]] = []
     covered = 0
     for key, c in ordered:

@@ -120,3 +120,25 @@ def test_packing_gives_no_pull_on_models_restricted_classes_may_use() -> None:
     # A T4-only class: no pull towards the T4 node, the G2 node keeps its best fit.
     out, _ = score_packing(st, pod, mask, restricted)
     assert list(out) == [0.0, best_fit[1]]
+
+
+def test_the_coverage_cut_keeps_the_larger_of_equally_rare_classes() -> None:
+    """At the cut, equal counts go larger key first (the FGD reference simulator's order)."""
+    st = _cluster()
+    common = (4.0, 1000.0, 1, frozenset())
+    rare_small = (2.0, 1000.0, 1, frozenset())
+    rare_big_cpu = (8.0, 1000.0, 1, T4)
+    rare_two_gpus = (2.0, 1000.0, 2, frozenset())
+    keys = [common] * 7 + [rare_small, rare_big_cpu, rare_two_gpus]
+    # 7 of 10 pods, then one rare class reaches 80 %: the largest key, whatever the input order
+    for order in (keys, list(reversed(keys))):
+        mix = build_workload_mix(order, model_ids=st.model_ids, coverage=0.8)
+        assert mix.size == 2
+        assert list(mix.cpu) == [4.0, 8.0]
+        assert list(mix.models) == [0, 1 << st.model_ids["T4"]]
+        assert list(mix.popularity) == [0.875, 0.125]
+    # at 90 %, the next one among the CPU ties: more devices first
+    mix = build_workload_mix(keys, model_ids=st.model_ids, coverage=0.9)
+    assert list(zip(mix.cpu, mix.gpu_count, strict=True)) == [(4.0, 1), (8.0, 1), (2.0, 2)]
+    # an exact cut stops there: 70 % covered by the common class alone
+    assert build_workload_mix(keys, model_ids=st.model_ids, coverage=0.7).size == 1
