@@ -46,6 +46,9 @@ ANN_GPU_CONFIGMAP: Final = "fairshare.io/gpu-configmap"
 """Set by the webhook (handoff ``reservation``): the ConfigMap bind writes the GPU into."""
 ANN_GPU_CONTAINER: Final = "fairshare.io/gpu-container"
 """Optional, set by the user: the container that gets the shared GPU (default: the first)."""
+ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
+"""Pod annotation: the GPU products (``nvidia.com/gpu.product`` values) a GPU pod may run on,
+separated by ``|``."""
 LABEL_TENANT: Final = "fairshare.io/tenant"
 
 MILLI_GPU: Final = 1000

@@ -132,11 +132,8 @@ class Simulation:
         # of the largest device until it is placed).
         largest = max((n.device_memory for n in self.state.nodes), default=0) or None
         counted = resources.counted_demand(demand, largest)
-        models = frozenset(
-            m
-            for m in (meta.get("annotations") or {}).get("fairshare.io/gpu-models", "").split("|")
-            if m
-        )
+        listed = (meta.get("annotations") or {}).get(resources.ANN_GPU_MODELS, "")
+        models = frozenset(m.strip() for m in listed.split("|") if m.strip())
         return PodRequest(
             uid=uid,
             name=meta.get("name", uid),

@@ -44,7 +44,13 @@ import yaml
 from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
-from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
+from fairshare.resources import (
+    ANN_GPU_DEVICES,
+    ANN_GPU_GROUP,
+    ANN_GPU_MODELS,
+    MILLI_GPU,
+    ResourceIndex,
+)
 from fairshare.state.cluster import (
     LABEL_GPU_PRODUCT,
     BoundPod,
@@ -78,9 +84,6 @@ __all__ = [
     "share_group",
     "slim_pod",
 ]
-
-ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
-"""Pod annotation: allowed GPU products separated by ``|`` (as in the simulator)."""
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
@@ -415,12 +418,13 @@ def pod_request(
     except OverflowError:
         # "1e9999" is a valid quantity, but no float (and no node) holds it.
         raise resources.DemandError("a resource request is too large to place") from None
-    models = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
+    listed = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
+    models = [m.strip() for m in listed.split("|") if m.strip()] if listed else []
     uid = pod_uid(pod)
     spec = pod.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     constraints = eligibility.parse_node_constraints(spec)
-    gpu_models = frozenset(m for m in models.split("|") if m) if models else _NO_MODELS
+    gpu_models = frozenset(models) if models else _NO_MODELS
     if not models and demand.gpu.count:
         # A GPU pod whose node selector or required affinity pins the GPU product
         # label is as model-restricted as one annotated with the models: its task

@@ -8,6 +8,7 @@ so nodes of other tests cannot take them; tenants are namespaces labelled
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -347,6 +348,42 @@ async def test_gpu_unhealthy_node_gets_no_new_gpu_pods(
     assert placed.spec.node_name == well
     still = await core.read_namespaced_pod("on-sick", ns)
     assert still.spec.node_name is None and still.status.phase == "Pending"
+
+
+async def test_gpu_models_annotation_admitted_normalised_and_enforced(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+):
+    """`fairshare.io/gpu-models` passes the webhook (written back sorted, each name once),
+    the extender keeps the pod off nodes of other products, and a malformed list is refused
+    with the name it could not use (the webhook once refused the annotation altogether)."""
+    t4, a100 = unique("t4"), unique("a100")
+    pool = unique("models")
+    await make_gpu_node(t4, gpus=2, labels={POOL: pool}, gpu_product="Tesla-T4")
+    await make_gpu_node(a100, gpus=8, labels={POOL: pool})
+    ns = await tenant_namespace("default")
+    core = client.CoreV1Api(api)
+    models = "fairshare.io/gpu-models"
+    on_t4 = pod_manifest("on-t4", pool, gpus=1, annotations={models: " Tesla-T4 |Tesla-T4"})
+    nowhere = pod_manifest("nowhere", pool, gpus=1, annotations={models: "NVIDIA-H100-80GB-HBM3"})
+    await create_pods(api, ns, [on_t4, nowhere])
+
+    placed = await wait_pod(api, ns, "on-t4", lambda p: bool(p.spec.node_name), what="bound")
+    assert placed.spec.node_name == t4
+    assert placed.metadata.annotations[models] == "Tesla-T4"
+    event = await wait_event(
+        api, ns, involved_name="nowhere", reason="FailedScheduling", contains="GPU model"
+    )
+    assert "Tesla-T4 not in NVIDIA-H100-80GB-HBM3" in event.message
+    with pytest.raises(client.ApiException) as refused:
+        await core.create_namespaced_pod(
+            ns, pod_manifest("spaced", pool, gpus=1, annotations={models: "Tesla T4"})
+        )
+    assert refused.value.status == 400
+    message = json.loads(refused.value.body)["message"]
+    assert '"Tesla T4" is not a valid nvidia.com/gpu.product label value' in message
 
 
 async def test_extender_restart_keeps_the_device_ledger(

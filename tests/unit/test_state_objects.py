@@ -256,6 +256,10 @@ def test_pod_request_and_tenant_resolution():
     assert tenant == "research"
     assert req.uid == "uid-p" and req.gpu_models == frozenset({"A100", "H100"})
     assert req.row[0] == 1000.0  # nvidia.com/gpu is the first column
+    # without the webhook's normalising, blanks around the names are still no part of them
+    spaced = pod("q", ns="lab", gpu=1, annotations={"fairshare.io/gpu-models": " A100 | H100|"})
+    req = objects.pod_request(spaced, config=CONFIG, tenant=tenant, index=state_with().index)
+    assert req.gpu_models == frozenset({"A100", "H100"})
 
 
 def test_delete_node_drops_its_pods():

@@ -20,7 +20,7 @@ FRAC_PATH = "/metadata/annotations/fairshare.io~1gpu-fraction"
 MEM_PATH = "/metadata/annotations/fairshare.io~1gpu-memory"
 GI = 1024**3
 SHARES = "fairshare.io/gpu-fraction, fairshare.io/gpu-memory"
-KNOWN = SHARES + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap"
+KNOWN = SHARES + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap, fairshare.io/gpu-models"
 ALLOWED_FRAC = 'a multiple of 0.05 from 0.05 to 0.95 (e.g. "0.5"), or a whole nvidia.com/gpu'
 
 
@@ -241,3 +241,62 @@ def test_unknown_mig_lists_the_configured_profiles() -> None:
 )
 def test_render_rejection(rejection: Rejection, text: str) -> None:
     assert gpu_sharing.render_rejection(rejection) == text
+
+
+MODELS = "fairshare.io/gpu-models"
+MODELS_PATH = "/metadata/annotations/fairshare.io~1gpu-models"
+AMOD = f"annotation {MODELS}"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "requests", "ops"),
+    [
+        ({MODELS: "Tesla-T4"}, {"nvidia.com/gpu": "1"}, ()),
+        ({MODELS: "NVIDIA-A100-SXM4-80GB|Tesla-T4"}, {"nvidia.com/gpu": "2"}, ()),
+        (
+            {MODELS: " Tesla-T4 | NVIDIA-A100-SXM4-80GB |Tesla-T4"},
+            {"nvidia.com/gpu": "1"},
+            (PatchOp("add", MODELS_PATH, "NVIDIA-A100-SXM4-80GB|Tesla-T4"),),
+        ),
+        ({MODELS: "Tesla-T4", FRAC: "0.5"}, {}, ()),
+        ({MODELS: "Tesla-T4", MEM: "8Gi"}, {}, ()),
+        ({MODELS: "NVIDIA-A100-SXM4-80GB"}, {"nvidia.com/mig-1g.10gb": "1"}, ()),
+    ],
+    ids=["one", "two-sorted", "blanks-and-repeats", "with-fraction", "with-memory", "with-mig"],
+)
+def test_gpu_models_are_accepted_on_gpu_pods_and_normalised(
+    annotations: dict[str, str], requests: dict[str, str], ops: tuple[PatchOp, ...]
+) -> None:
+    got = gpu_sharing.check_gpu_sharing(
+        pod(annotations, **requests), config=DEFAULT, device_memory=80 * GI
+    )
+    assert isinstance(got, Normalised), got
+    assert got.ops == ops
+    again = dict(annotations, **(got.canonical or {}))
+    second = gpu_sharing.check_gpu_sharing(pod(again, **requests), config=DEFAULT)
+    assert isinstance(second, Normalised) and second.ops == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "requests", "problem"),
+    [
+        ("", {"nvidia.com/gpu": "1"}, "names no GPU model"),
+        (" | ", {"nvidia.com/gpu": "1"}, "names no GPU model"),
+        ("Tesla-T4||A100", {"nvidia.com/gpu": "1"}, "has an empty model name"),
+        ("Tesla T4", {"nvidia.com/gpu": "1"}, '"Tesla T4" is not a valid nvidia.com/gpu.product'),
+        ("-T4", {"nvidia.com/gpu": "1"}, '"-T4" is not a valid'),
+        ("x" * 64, {"nvidia.com/gpu": "1"}, f'"{"x" * 64}" is not a valid'),
+        ("Tesla-T4", {"cpu": "2"}, "the pod asks for no GPU"),
+        ("Tesla-T4", {"nvidia.com/gpu": "0"}, "the pod asks for no GPU"),
+    ],
+    ids=["empty", "only-separators", "empty-name", "space", "leading-dash", "too-long",
+         "cpu-only", "zero-gpus"],
+)  # fmt: skip
+def test_gpu_models_rejections(value: str, requests: dict[str, str], problem: str) -> None:
+    got = gpu_sharing.check_gpu_sharing(pod({MODELS: value}, **requests), config=DEFAULT)
+    assert isinstance(got, Rejection), got
+    assert (got.subject, got.value) == (AMOD, value)
+    assert got.problem.startswith(problem)
+    assert got.allowed.startswith("GPU products (nvidia.com/gpu.product label values)") or (
+        got.allowed == "a pod that requests nvidia.com/gpu, a GPU share or MIG"
+    )

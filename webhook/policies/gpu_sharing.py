@@ -12,13 +12,17 @@ A pod asks for part of a GPU with exactly one of
   when that is known;
 
 and never together with a whole ``nvidia.com/gpu`` or a MIG resource. MIG resources must
-name a profile of ``config.mig``. Any other ``fairshare.io/`` annotation is refused, so a
+name a profile of ``config.mig``. ``fairshare.io/gpu-models`` restricts a GPU pod (whole,
+shared or MIG) to GPU products: ``nvidia.com/gpu.product`` label values separated by
+``|``; refused on a pod that asks for no GPU, since there it would restrict nothing.
+Any other ``fairshare.io/`` annotation is refused, so a
 typo (``gpu-fration``) does not silently give a pod a whole GPU; ``fairshare.io/gpu-devices``
 is written by the extender at bind time and refused on create.
 
 Canonical forms (what the mutating webhook writes back): the fraction as a plain decimal
 (``"0.25"``; ``"2/7"`` when no finite decimal exists), the memory rounded up to
-``gpuSharing.memoryUnit`` in the largest exact binary unit (``"8Gi"``). Normalising twice
+``gpuSharing.memoryUnit`` in the largest exact binary unit (``"8Gi"``), the GPU models
+sorted, each once, without blanks (``"NVIDIA-A100-SXM4-80GB|Tesla-T4"``). Normalising twice
 gives no ops, so the webhook stays idempotent under reinvocation.
 
 Design choice: the first problem found is returned as a structured ``Rejection``
@@ -28,6 +32,7 @@ Design choice: the first problem found is returned as a structured ``Rejection``
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -42,6 +47,7 @@ from fairshare.resources import (
     ANN_GPU_FRACTION,
     ANN_GPU_GROUP,
     ANN_GPU_MEMORY,
+    ANN_GPU_MODELS,
     ANN_GPU_UUID,
     GPU,
     MIG_PREFIX,
@@ -66,9 +72,16 @@ __all__ = [
 ANNOTATION_PREFIX: Final = "fairshare.io/"
 KNOWN_ANNOTATIONS: Final = (ANN_GPU_FRACTION, ANN_GPU_MEMORY)
 """The ``fairshare.io/`` annotations that ask for part of a GPU."""
-OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP)
+OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP, ANN_GPU_MODELS)
 """Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
-the shared GPU, and the handoff's ConfigMap (the mutating webhook sets it)."""
+the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), and the GPU
+products a GPU pod may run on."""
+_LABEL_VALUE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+"""A non-empty Kubernetes label value (what ``nvidia.com/gpu.product`` holds)."""
+_MODELS_ALLOWED: Final = (
+    "GPU products (nvidia.com/gpu.product label values) separated by |,"
+    ' e.g. "NVIDIA-A100-SXM4-80GB|Tesla-T4"'
+)
 BIND_ANNOTATIONS: Final = (ANN_GPU_DEVICES, ANN_GPU_GROUP, ANN_GPU_UUID)
 """Written by the extender when it binds the pod (refused at create)."""
 
@@ -209,6 +222,33 @@ def _check_resources(
     return None
 
 
+def _check_models(
+    raw: str, requests: Mapping[str, Fraction], annotations: Mapping[str, str]
+) -> Rejection | str:
+    """The canonical ``fairshare.io/gpu-models`` value, or why it is refused."""
+    subject = f"annotation {ANN_GPU_MODELS}"
+    names = [name.strip() for name in raw.split("|")]
+    if not any(names):
+        return Rejection(subject, raw, "names no GPU model", _MODELS_ALLOWED)
+    for name in names:
+        if not name:
+            return Rejection(
+                subject, raw, "has an empty model name between | separators", _MODELS_ALLOWED
+            )
+        if not _LABEL_VALUE.fullmatch(name):
+            problem = f'"{name}" is not a valid nvidia.com/gpu.product label value'
+            return Rejection(subject, raw, problem, _MODELS_ALLOWED)
+    asks_gpu = (
+        requests.get(GPU, Fraction(0)) > 0
+        or any(key in annotations for key in KNOWN_ANNOTATIONS)
+        or any(n.startswith(MIG_PREFIX) and v > 0 for n, v in requests.items())
+    )
+    if not asks_gpu:
+        problem = "the pod asks for no GPU, so the annotation would restrict nothing"
+        return Rejection(subject, raw, problem, f"a pod that requests {GPU}, a GPU share or MIG")
+    return "|".join(sorted(set(names)))
+
+
 def check_gpu_sharing(
     pod: Mapping[str, Any], *, config: FairShareConfig, device_memory: int | None = None
 ) -> Normalised | Rejection:
@@ -247,6 +287,11 @@ def check_gpu_sharing(
         if isinstance(checked, Rejection):
             return checked
         canonical[ANN_GPU_MEMORY] = checked
+    if ANN_GPU_MODELS in annotations:
+        checked = _check_models(str(annotations[ANN_GPU_MODELS]), requests, annotations)
+        if isinstance(checked, Rejection):
+            return checked
+        canonical[ANN_GPU_MODELS] = checked
     builder = patches.PatchBuilder(pod)
     for key, value in canonical.items():
         builder.set_entry(("metadata", "annotations"), key, value)
