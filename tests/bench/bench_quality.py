@@ -51,6 +51,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import _native
+
 POLICIES = ("ours", "bestfit", "fgd")
 # The paper's 17 pod lists, in the order of its figures (Figs. 9, 14, 11, 13, 12).
 TRACES = (
@@ -919,6 +921,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cores",
         file=sys.stderr,
     )
+    if jobs and _native.IMPLEMENTATION != "c":
+        print(
+            "bench-quality: the kernels are the pure-Python twins (FAIRSHARE_NO_EXTENSIONS is "
+            "set, or _native is not compiled: `make build`); same figures, up to 20x slower",
+            file=sys.stderr,
+        )
     commit = _commit()  # the checkout the runs start from
     t0 = time.perf_counter()
     reused = len(runs)
@@ -949,6 +957,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(runs, traces)
     meta = {
         "date": datetime.date.today().isoformat(),
+        "kernels": _native.IMPLEMENTATION,
         "traces": traces,
         "seeds": seeds,
         "fairSeeds": fair_seeds,
