@@ -49,6 +49,7 @@ ANN_GPU_CONTAINER: Final = "fairshare.io/gpu-container"
 ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
 """Pod annotation: the GPU products (``nvidia.com/gpu.product`` values) a GPU pod may run on,
 separated by ``|``."""
+NO_GPU_MODELS: Final[frozenset[str]] = frozenset()
 LABEL_TENANT: Final = "fairshare.io/tenant"
 
 MILLI_GPU: Final = 1000
@@ -109,6 +110,17 @@ class PodDemand:
 
 MAX_AMOUNT: Final = Fraction(2**63 - 1)
 """Largest amount Kubernetes can represent (Quantity.Value is an int64)."""
+
+
+def gpu_models(annotations: object) -> frozenset[str]:
+    """The GPU products a pod's ``fairshare.io/gpu-models`` annotation lists (blanks around
+    the names dropped; the webhook refuses malformed lists, this reading only skips empties).
+
+    Every pod without one shares one empty set (``NO_GPU_MODELS``), not one per pod."""
+    listed = annotations.get(ANN_GPU_MODELS) if isinstance(annotations, Mapping) else None
+    if not listed:
+        return NO_GPU_MODELS
+    return frozenset(m.strip() for m in str(listed).split("|") if m.strip()) or NO_GPU_MODELS
 
 
 def _checked(where: str, name: str, raw: object) -> Fraction:

@@ -58,6 +58,7 @@ __all__ = [
     "ResourceSpec",
     "ScoringWeights",
     "Tenant",
+    "is_label_value",
     "validate_resource_name",
 ]
 
@@ -92,6 +93,12 @@ _NAME_PART: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _MIG_PROFILE: Final = re.compile(r"[0-9a-z]+([.+-][0-9a-z]+)*")
 _CONDITION_TYPE: Final = re.compile(r"([-a-z0-9.]+/)?[A-Za-z0-9][-A-Za-z0-9_.]*")
+LABEL_VALUE_MAX: Final = 63
+
+
+def is_label_value(value: str) -> bool:
+    """A valid Kubernetes label value (the empty one included)."""
+    return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.fullmatch(value))
 
 
 # --- validators for the annotated field types --------------------------------------------
@@ -184,6 +191,9 @@ def _matching(
     return AfterValidator(check)
 
 
+_LABEL_VALUE_CHECK = _matching(
+    "label_value", _LABEL_VALUE, LABEL_VALUE_MAX, "is not a valid label value"
+)
 _DNS_LABEL_CHECK = _matching("dns_label", _DNS_LABEL, 63, "must be a DNS-1123 label (a-z 0-9 -)")
 
 
@@ -242,7 +252,7 @@ PodCount = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_at_least_o
 LabelSelector = Annotated[
     dict[
         Annotated[str, _matching("label_key", None, 317, "is not a valid label key")],
-        Annotated[str, _matching("label_value", _LABEL_VALUE, 63, "is not a valid label value")],
+        Annotated[str, _LABEL_VALUE_CHECK],
     ],
     AfterValidator(_selector),
 ]

@@ -132,8 +132,7 @@ class Simulation:
         # of the largest device until it is placed).
         largest = max((n.device_memory for n in self.state.nodes), default=0) or None
         counted = resources.counted_demand(demand, largest)
-        listed = (meta.get("annotations") or {}).get(resources.ANN_GPU_MODELS, "")
-        models = frozenset(m.strip() for m in listed.split("|") if m.strip())
+        models = resources.gpu_models(meta.get("annotations"))
         return PodRequest(
             uid=uid,
             name=meta.get("name", uid),

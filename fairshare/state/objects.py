@@ -44,13 +44,7 @@ import yaml
 from fairshare import eligibility, mig, resources, tenancy
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
-from fairshare.resources import (
-    ANN_GPU_DEVICES,
-    ANN_GPU_GROUP,
-    ANN_GPU_MODELS,
-    MILLI_GPU,
-    ResourceIndex,
-)
+from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
 from fairshare.state.cluster import (
     LABEL_GPU_PRODUCT,
     BoundPod,
@@ -60,7 +54,6 @@ from fairshare.state.cluster import (
 )
 
 __all__ = [
-    "ANN_GPU_MODELS",
     "TERMINAL_PHASES",
     "LoadedState",
     "apply_node",
@@ -88,10 +81,6 @@ __all__ = [
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 Devices = tuple[tuple[int, float], ...]
-
-_NO_MODELS: Final[frozenset[str]] = frozenset()
-"""Shared by every pod without a GPU-model annotation (one empty set, not one per pod)."""
-
 
 # -- small readers ------------------------------------------------------------------
 
@@ -418,14 +407,12 @@ def pod_request(
     except OverflowError:
         # "1e9999" is a valid quantity, but no float (and no node) holds it.
         raise resources.DemandError("a resource request is too large to place") from None
-    listed = _str_map(meta.get("annotations")).get(ANN_GPU_MODELS, "")
-    models = [m.strip() for m in listed.split("|") if m.strip()] if listed else []
+    gpu_models = resources.gpu_models(meta.get("annotations"))
     uid = pod_uid(pod)
     spec = pod.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     constraints = eligibility.parse_node_constraints(spec)
-    gpu_models = frozenset(models) if models else _NO_MODELS
-    if not models and demand.gpu.count:
+    if not gpu_models and demand.gpu.count:
         # A GPU pod whose node selector or required affinity pins the GPU product
         # label is as model-restricted as one annotated with the models: its task
         # class must say so, or the fragmentation term sends other pods to the only

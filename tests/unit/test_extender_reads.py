@@ -118,7 +118,7 @@ def test_changes_that_matter_are_read(reads: list[str]) -> None:
     assert len(reads) == 2
     assert t.pending["uid-a"].demand.gpu.count == 3
     annotated = copy.deepcopy(more)
-    annotated["metadata"]["annotations"] = {objects.ANN_GPU_MODELS: "A100"}
+    annotated["metadata"]["annotations"] = {resources.ANN_GPU_MODELS: "A100"}
     t.on_event("Pod", "MODIFIED", annotated)
     assert len(reads) == 3 and t.pending["uid-a"].gpu_models == frozenset({"A100"})
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fairshare import resources
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig, HealthPolicy
 from fairshare.resources import ANN_GPU_DEVICES, ResourceIndex
@@ -260,6 +261,9 @@ def test_pod_request_and_tenant_resolution():
     spaced = pod("q", ns="lab", gpu=1, annotations={"fairshare.io/gpu-models": " A100 | H100|"})
     req = objects.pod_request(spaced, config=CONFIG, tenant=tenant, index=state_with().index)
     assert req.gpu_models == frozenset({"A100", "H100"})
+    # no list, an empty one or a malformed annotations map: the one shared empty set
+    for given in (None, {}, {"fairshare.io/gpu-models": " | "}, ["not", "a", "map"]):
+        assert resources.gpu_models(given) is resources.NO_GPU_MODELS
 
 
 def test_delete_node_drops_its_pods():

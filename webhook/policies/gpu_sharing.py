@@ -15,9 +15,9 @@ and never together with a whole ``nvidia.com/gpu`` or a MIG resource. MIG resour
 name a profile of ``config.mig``. ``fairshare.io/gpu-models`` restricts a GPU pod (whole,
 shared or MIG) to GPU products: ``nvidia.com/gpu.product`` label values separated by
 ``|``; refused on a pod that asks for no GPU, since there it would restrict nothing.
-Any other ``fairshare.io/`` annotation is refused, so a
-typo (``gpu-fration``) does not silently give a pod a whole GPU; ``fairshare.io/gpu-devices``
-is written by the extender at bind time and refused on create.
+Any other ``fairshare.io/`` annotation is refused, so a typo (``gpu-fration``) does not
+silently give a pod a whole GPU; ``fairshare.io/gpu-devices`` is written by the extender
+at bind time and refused on create.
 
 Canonical forms (what the mutating webhook writes back): the fraction as a plain decimal
 (``"0.25"``; ``"2/7"`` when no finite decimal exists), the memory rounded up to
@@ -32,14 +32,13 @@ Design choice: the first problem found is returned as a structured ``Rejection``
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
 from fairshare import quantities
-from fairshare.config.schema import FairShareConfig
+from fairshare.config.schema import FairShareConfig, is_label_value
 from fairshare.resources import (
     ANN_GPU_CONFIGMAP,
     ANN_GPU_CONTAINER,
@@ -76,8 +75,6 @@ OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP, ANN_GPU_MODELS
 """Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
 the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), and the GPU
 products a GPU pod may run on."""
-_LABEL_VALUE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-"""A non-empty Kubernetes label value (what ``nvidia.com/gpu.product`` holds)."""
 _MODELS_ALLOWED: Final = (
     "GPU products (nvidia.com/gpu.product label values) separated by |,"
     ' e.g. "NVIDIA-A100-SXM4-80GB|Tesla-T4"'
@@ -235,7 +232,7 @@ def _check_models(
             return Rejection(
                 subject, raw, "has an empty model name between | separators", _MODELS_ALLOWED
             )
-        if not _LABEL_VALUE.fullmatch(name):
+        if not is_label_value(name):
             problem = f'"{name}" is not a valid nvidia.com/gpu.product label value'
             return Rejection(subject, raw, problem, _MODELS_ALLOWED)
     asks_gpu = (
