@@ -59,16 +59,30 @@ def paper_runs(path: Path, *, arrived: str = "100") -> dict[tuple[str, str], dic
             if policy is None or not row["workload"].startswith(WORKLOAD_PREFIX):
                 continue
             pods = row["workload"][len(WORKLOAD_PREFIX) :]
-            out.setdefault((pods, policy), {})[int(row["seed"])] = float(row[arrived])
+            try:
+                out.setdefault((pods, policy), {})[int(row["seed"])] = float(row[arrived])
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{path}, line {reader.line_num}: seed {row['seed']!r} or allocation "
+                    f"{row[arrived]!r} is not a number"
+                ) from None
     return out
 
 
-def our_runs(report: dict) -> dict[tuple[str, str], dict[int, float]]:
+def our_runs(report: object) -> dict[tuple[str, str], dict[int, float]]:
     """{(pod list, policy): {seed: allocation %}} from a bench-quality JSON report."""
+    runs = report.get("runs") if isinstance(report, dict) else None
+    if not isinstance(runs, list):
+        raise ValueError("not a bench-quality report (no list of runs)")
     out: dict[tuple[str, str], dict[int, float]] = {}
-    for run in report.get("runs", ()):
-        if run.get("kind") == "allocation":
-            out.setdefault((run["pods"], run["policy"]), {})[run["seed"]] = run["allocationAt100"]
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or run.get("kind") != "allocation":
+            continue
+        try:
+            key, seed = (str(run["pods"]), str(run["policy"])), int(run["seed"])
+            out.setdefault(key, {})[seed] = float(run["allocationAt100"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"run {i} of the report is not an allocation run: {exc!r}") from None
     return out
 
 
@@ -107,11 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         paper = paper_runs(args.artifact_csv)
-        report = json.loads(args.report.read_text())
+        ours = our_runs(json.loads(args.report.read_text()))
     except (OSError, ValueError) as exc:
         print(f"paper_seeds: {exc}", file=sys.stderr)
         return 2
-    ours = our_runs(report)
     if not ours:
         print(f"paper_seeds: {args.report} holds no allocation runs", file=sys.stderr)
         return 2

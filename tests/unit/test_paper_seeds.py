@@ -69,3 +69,32 @@ def test_table_pairs_the_seeds_both_sides_have(
     cells = [c.strip() for c in row.strip("|").split("|")]
     # ours on 42-43: 95.6 against 95.1; our fgd has no runs
     assert cells[1] == "+0.500" and cells[3] == "–" and cells[5] == "42–43 (2)"
+
+
+@pytest.mark.parametrize(
+    ("report", "says"),
+    [
+        ([1, 2], "not a bench-quality report"),
+        ({"runs": {}}, "not a bench-quality report"),
+        ({"runs": [{"kind": "allocation", "pods": "default"}]}, "run 0 of the report"),
+        ({"runs": [{"kind": "allocation", "pods": "d", "policy": "ours", "seed": "x",
+                    "allocationAt100": 1}]}, "run 0 of the report"),
+    ],
+    ids=["list", "runs-not-a-list", "missing-keys", "bad-seed"],
+)  # fmt: skip
+def test_a_malformed_report_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], report: object, says: str
+) -> None:
+    csv_path = _artifact(tmp_path / "a.csv", [("default", "06-FGD", 42, 95.0)])
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert ps.main(["--artifact-csv", str(csv_path), "--report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paper_seeds: ") and says in err and "Traceback" not in err
+
+
+def test_a_non_numeric_artifact_row_names_its_line(tmp_path: Path) -> None:
+    bad = _artifact(tmp_path / "a.csv", [("default", "06-FGD", 42, 95.0)])
+    bad.write_text(bad.read_text() + "openb_pod_list_default,06-FGD,1.3,43,6212,0,n/a\n")
+    with pytest.raises(ValueError, match="line 3: seed '43' or allocation 'n/a'"):
+        ps.paper_runs(bad)
