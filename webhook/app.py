@@ -14,6 +14,15 @@ An unexpected exception inside a policy is logged with the request uid, counted 
 a quota silently, and the denial is visible to the user. The manifests pair this with
 ``failurePolicy: Fail`` on the validating webhook.
 
+Closed until the first complete list. Until the state source has listed every kind once
+(``synced``), the usage view is partial: an empty one would admit a tenant past its limit
+and resolve namespaces without their labels. A request that arrives then waits for the
+first list for at most ``sync_wait`` seconds (default ``FIRST_SYNC_WAIT``, well under the
+webhook's ``timeoutSeconds`` of 5) and is otherwise **denied** with code 503 and a message
+saying why (``NOT_SYNCED_MESSAGE``), on both paths: a mutation judged without the
+namespace's labels would label the pod with the wrong tenant, and one skipped would leave a
+fractional GPU pod without its handoff. ``/readyz`` answers 503 until the same list is done.
+
 App state lives under ``AppKey``s set in ``make_app``; nothing is global, so tests get
 a fresh app (and fresh metrics) each time.
 
@@ -30,6 +39,8 @@ later is protected unless it is listed as public. A certificate that does not ve
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -54,6 +65,18 @@ log = logging.getLogger("fairshare.webhook")
 MAX_BODY = 3 * 1024 * 1024
 """kube-apiserver caps request bodies at 3 MiB; an AdmissionReview is at most that."""
 
+FIRST_SYNC_WAIT = 2.0
+"""Seconds a request that arrives before the first complete list of the cluster waits for
+it before it is denied (the webhook configurations give kube-apiserver 5 s)."""
+
+SERVICE_UNAVAILABLE = 503
+
+NOT_SYNCED_MESSAGE = (
+    "fairshare: the webhook has not finished its first list of the cluster yet (it has "
+    "just started), so it cannot count the tenant's usage and refuses rather than admit "
+    "past a limit; retry in a few seconds"
+)
+
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
@@ -73,6 +96,10 @@ class WebhookDeps:
     background: list[CleanupCtx] = field(default_factory=list)
     shared: SharedReservations | None = None
     """Set when several replicas run: reservations live in the API (compare-and-swap)."""
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the state source has listed every kind (``sources.Source.ready``);
+    until then admission requests wait up to ``sync_wait`` seconds and are denied."""
+    sync_wait: float = FIRST_SYNC_WAIT
 
 
 DEPS = web.AppKey("deps", WebhookDeps)
@@ -85,9 +112,17 @@ def build_deps(
     config_map: ConfigMapRef | None = None,
     reservation_ttl: float = 30.0,
     clock: Callable[[], float] = time.monotonic,
+    synced: asyncio.Event | None = None,
+    sync_wait: float = FIRST_SYNC_WAIT,
 ) -> WebhookDeps:
     """Deps with a fresh tracker, ledger and metrics registry; the tracker releases a
-    reservation as soon as its pod is seen in the watched usage."""
+    reservation as soon as its pod is seen in the watched usage.
+
+    ``synced``: the state source's first-list event (``Source.ready``); None means the
+    state is complete already (tests that fill the tracker by hand)."""
+    if synced is None:
+        synced = asyncio.Event()
+        synced.set()
     registry = CollectorRegistry()
     metrics = metrics_mod.Metrics(registry)
     tracker = UsageTracker(config)
@@ -107,6 +142,8 @@ def build_deps(
         ready=ready,
         config_map=config_map,
         clock=clock,
+        synced=synced,
+        sync_wait=sync_wait,
     )
 
 
@@ -114,6 +151,15 @@ def _outcome(resp: wire.AdmissionResponse) -> tuple[str, str]:
     if resp.allowed:
         return ("patched" if resp.patch else "allowed"), ""
     return "denied", str(resp.status.code if resp.status else "")
+
+
+async def _first_sync(deps: WebhookDeps) -> bool:
+    """Whether the first complete list is done, waiting up to ``deps.sync_wait`` for it."""
+    if deps.synced.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(deps.synced.wait(), deps.sync_wait)
+    return deps.synced.is_set()
 
 
 async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
@@ -129,6 +175,19 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
         return web.Response(
             status=400, text=serving.plain_text(f"malformed AdmissionReview: {exc}\n")
         )
+    if not await _first_sync(deps):
+        log.warning(
+            "refused uid=%s (%s %s/%s): no complete list of the cluster after %.1fs",
+            req.uid,
+            req.operation,
+            req.namespace,
+            req.name,
+            deps.sync_wait,
+        )
+        resp = wire.deny(SERVICE_UNAVAILABLE, NOT_SYNCED_MESSAGE)
+        decision, reason = _outcome(resp)
+        deps.metrics.observe_admission(req.operation, decision, reason, time.perf_counter() - start)
+        return web.json_response(wire.encode_response(req.uid, resp))
     try:
         if phase == "validate" and deps.shared is not None:
             resp = await deps.shared.admit(
@@ -262,6 +321,7 @@ async def serve(
         ready=rt.source.is_ready,
         config_map=ref,
         reservation_ttl=reservation_ttl,
+        synced=rt.source.ready,
     )
     box["m"] = deps.metrics
     deps.metrics.set_build_info(__version__)

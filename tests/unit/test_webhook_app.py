@@ -123,3 +123,102 @@ async def test_policy_crash_is_a_visible_denial(client, monkeypatch):
     body = await (await client.post("/validate", json=review_body("u4", "p4", 1))).json()
     assert body["response"]["allowed"] is False
     assert body["response"]["status"]["code"] == 500
+
+
+# --- closed until the first complete list of the cluster (issue 31, item 4) --------------
+
+LIMITED = loading.config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [
+            {"name": "nlp", "namespaceSelector": {"team": "nlp"}, "limit": {"nvidia.com/gpu": "2"}}
+        ],
+    }
+)
+
+
+@pytest.fixture
+async def starting():
+    """A webhook whose state source has not finished its first list (``synced`` unset),
+    with ``/readyz`` wired to the same event as ``serve`` wires it."""
+    synced = asyncio.Event()
+    deps = webhook_app.build_deps(config=lambda: LIMITED, ready=synced.is_set)
+    deps.synced, deps.sync_wait = synced, 0.3
+    app = webhook_app.make_app(deps)
+    async with TestClient(TestServer(app)) as c:
+        c.synced = synced  # type: ignore[attr-defined]
+        c.deps = deps  # type: ignore[attr-defined]
+        yield c
+
+
+def _first_list(deps: webhook_app.WebhookDeps, synced: asyncio.Event) -> None:
+    """What the informers deliver: namespace nlp labelled into the tenant, and two pods
+    of one GPU each already running there (the tenant is at its limit of 2)."""
+    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "nlp", "labels": {"team": "nlp"}}}])
+    running = []
+    for i in range(2):
+        pod = review_body(f"r{i}", f"running-{i}", 1)["request"]["object"]
+        pod["metadata"]["uid"] = f"running-uid-{i}"
+        pod["spec"]["nodeName"] = "gpu-1"
+        pod["status"] = {"phase": "Running"}
+        running.append(pod)
+    deps.tracker.on_resync("Pod", running)
+    synced.set()
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+async def test_before_the_first_list_a_request_is_denied_with_a_clear_503(starting, path):
+    # Nothing listed yet: the usage view is empty, so the old code admitted this pod
+    # (0 + 1 <= 2) although the tenant may already be at its limit.
+    r = await starting.post(path, json=review_body("early", "early", 1))
+    assert r.status == 200
+    resp = (await r.json())["response"]
+    assert resp["uid"] == "early" and resp["allowed"] is False
+    assert resp["status"]["code"] == 503
+    assert resp["status"]["message"] == webhook_app.NOT_SYNCED_MESSAGE
+    assert "internal error" not in resp["status"]["message"]
+    assert len(starting.deps.ledger) == 0, "a denied request reserves nothing"
+    assert (await starting.get("/readyz")).status == 503
+
+
+async def test_a_request_waits_for_the_first_list_and_is_judged_on_it(starting):
+    async def list_soon() -> None:
+        await asyncio.sleep(0.05)
+        _first_list(starting.deps, starting.synced)
+
+    lister = asyncio.create_task(list_soon())
+    r = await starting.post("/validate", json=review_body("waits", "third", 1))
+    await lister
+    resp = (await r.json())["response"]
+    # Judged against the two running pods the first list brought: 2 + 1 > 2.
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert "nvidia.com/gpu" in resp["status"]["message"]
+    assert (await starting.get("/readyz")).status == 200
+
+
+async def test_after_the_first_list_answers_do_not_wait(starting):
+    _first_list(starting.deps, starting.synced)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    r = await starting.post("/validate", json=review_body("late", "third", 1))
+    took = loop.time() - t0
+    resp = (await r.json())["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert took < starting.deps.sync_wait
+    # A pod in a namespace of no limited tenant is allowed once the state is complete.
+    starting.deps.tracker.on_event("Namespace", "ADDED", {"metadata": {"name": "free"}})
+    free = await starting.post("/validate", json=review_body("free", "p", 1, namespace="free"))
+    assert (await free.json())["response"]["allowed"] is True
+
+
+def test_deps_built_for_serving_start_closed():
+    deps = webhook_app.WebhookDeps(
+        config=lambda: LIMITED,
+        tracker=webhook_app.UsageTracker(lambda: LIMITED),
+        ledger=webhook_app.ReservationLedger(ttl=30),
+        registry=webhook_app.CollectorRegistry(),
+        metrics=webhook_app.metrics_mod.Metrics(webhook_app.CollectorRegistry()),
+        ready=lambda: True,
+    )
+    assert not deps.synced.is_set()
