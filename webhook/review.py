@@ -19,7 +19,8 @@ What is judged:
 * PersistentVolumeClaims, CREATE, validate: the ``storage`` request counts against the
   tenant's ``limit.storage`` (pods' demand therefore leaves PVC storage out).
 * The fairshare ConfigMap (when ``config_map`` is given), CREATE/UPDATE, validate: an
-  invalid FairShareConfig is refused with its field paths.
+  invalid FairShareConfig is refused with its field paths; a valid one that sets a
+  tenant's limit below its current usage is admitted with a warning per such limit.
 * Anything else (other operations, kinds, subresources) is allowed untouched.
 
 Design choices:
@@ -192,7 +193,7 @@ def judge(
     if kind == ("", "PersistentVolumeClaim") and request.operation == "CREATE":
         return _judge_claim(request, view=view, config=config)
     if kind == ("", "ConfigMap") and request.operation in ("CREATE", "UPDATE") and config_map:
-        return _judge_config_map(request, config_map)
+        return _judge_config_map(request, config_map, view=view)
     dra_kinds = (dra.KIND_CLAIM, dra.KIND_TEMPLATE)
     if kind[0] == "resource.k8s.io" and kind[1] in dra_kinds and request.operation == "CREATE":
         return _judge_resource_claim(request, view=view, config=config, kind=kind[1])
@@ -480,12 +481,16 @@ class _EmptyUsage:
 # --- the config ConfigMap ---------------------------------------------------------------
 
 
-def _judge_config_map(request: wire.AdmissionRequest, ref: config_guard.ConfigMapRef) -> Verdict:
+def _judge_config_map(
+    request: wire.AdmissionRequest, ref: config_guard.ConfigMapRef, *, view: TenantUsageView
+) -> Verdict:
     obj = request.object or {}
     name = (obj.get("metadata") or {}).get("name") or request.name
     if not ref.matches(_namespace(request, obj), name):
         return Verdict(wire.allow())
-    invalid = config_guard.check_config_map(obj, ref=ref)
-    if invalid is None:
-        return Verdict(wire.allow())
-    return _deny((invalid,))
+    parsed = config_guard.parse_config_map(obj, ref=ref)
+    if isinstance(parsed, config_guard.InvalidConfig):
+        return _deny((parsed,))
+    below = config_guard.check_limits_below_usage(parsed, view.tenant_usage)
+    warnings = tuple(config_guard.render_limit_below_usage(item) for item in below)
+    return Verdict(wire.allow(warnings=warnings))

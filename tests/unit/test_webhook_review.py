@@ -344,6 +344,62 @@ def test_valid_config_map_update_is_allowed() -> None:
     assert verdict.response.allowed
 
 
+@pytest.mark.parametrize(
+    ("limits", "warnings"),
+    [
+        # nlp uses 11 GPUs and 60 cores (VIEW): a limit under either is named, with both
+        # amounts; equal to usage or above it says nothing.
+        ({GPU: "8"}, ["tenant nlp: nvidia.com/gpu limit 8 is below current usage 11; "
+                      "new pods are refused until usage is under it"]),
+        ({GPU: "11", CPU: "64"}, []),
+        ({GPU: "12", CPU: "32"}, ["tenant nlp: cpu limit 32 is below current usage 60; "
+                                  "new pods are refused until usage is under it"]),
+        ({GPU: "4", CPU: "1"}, [
+            "tenant nlp: cpu limit 1 is below current usage 60; "
+            "new pods are refused until usage is under it",
+            "tenant nlp: nvidia.com/gpu limit 4 is below current usage 11; "
+            "new pods are refused until usage is under it",
+        ]),
+        (None, []),
+    ],
+    ids=["gpu-below", "equal-or-above", "cpu-below", "both-below", "no-limit"],
+)  # fmt: skip
+def test_config_map_limit_below_usage_is_admitted_with_a_warning(
+    limits: dict[str, str] | None, warnings: list[str]
+) -> None:
+    import yaml
+
+    tenant: dict[str, Any] = {"name": "nlp", "namespaces": ["nlp-train", "nlp-serve"]}
+    if limits is not None:
+        tenant["limit"] = limits
+    text = yaml.safe_dump({**HEAD, "tenants": [tenant]})
+    verdict = judge(make_request(config_map(text), op="UPDATE", kind="ConfigMap"))
+    assert verdict.response.allowed
+    assert list(verdict.response.warnings) == warnings
+    body = wire.encode_response("u", verdict.response)["response"]
+    assert body.get("warnings", []) == warnings
+
+
+def test_a_parent_limit_is_compared_with_its_subtree() -> None:
+    import yaml
+
+    tenants = [
+        {"name": "org", "limit": {GPU: "10"}},
+        {"name": "nlp", "parent": "org", "namespaces": ["nlp-train", "nlp-serve"]},
+        {"name": "vision", "parent": "org", "namespaceSelector": {"example.com/team": "v"}},
+    ]
+    text = yaml.safe_dump({**HEAD, "tenants": tenants})
+    view = StaticView(usage={"nlp": {GPU: F(7)}, "vision": {GPU: F(5)}})
+    request = make_request(config_map(text), op="UPDATE", kind="ConfigMap")
+    verdict = review.judge(request, view=view, config=CONFIG, phase="validate", config_map=CM)
+    assert verdict.response.allowed
+    # 7 + 5 = 12 GPUs in org's subtree, above its new limit of 10.
+    assert verdict.response.warnings == (
+        "tenant org: nvidia.com/gpu limit 10 is below current usage 12; "
+        "new pods are refused until usage is under it",
+    )
+
+
 def test_config_map_is_only_judged_when_registered() -> None:
     request = make_request(config_map(BAD_CONFIG), op="UPDATE", kind="ConfigMap")
     response = review.review(request, view=VIEW, config=CONFIG, phase="validate")
