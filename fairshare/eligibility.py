@@ -351,3 +351,88 @@ def is_waiting(spec: Mapping[str, Any], served: Collection[str]) -> bool:
         return False
     name = spec.get("schedulerName") or DEFAULT_SCHEDULER
     return name in served
+
+
+# -- kube-scheduler's own verdict ---------------------------------------------------------
+#
+# kube-scheduler writes why it could not place a pod in the pod's ``PodScheduled``
+# condition (status False, reason Unschedulable). The message is ``FitError.Error()`` of
+# pkg/scheduler/framework/types.go (v1.36): ``0/<N> nodes are available:``, then either a
+# PreFilter plugin's message, or the reasons of the nodes as a histogram (``<count>
+# <reason>`` sorted as strings, joined by ", "), a ".", and PostFilter's (preemption's)
+# message. Extenders run after the Filter plugins and only over the nodes those passed
+# (``findNodesThatPassExtenders`` stops when none is left), and an extender's failure
+# text joins the histogram as it is. So a verdict without any of fairshare's own reasons
+# means kube-scheduler's plugins refused every node before fairshare was asked.
+
+_VERDICT_HEAD: Final = re.compile(r"0/(\d+) nodes are available: ?")
+_HISTOGRAM_SPLIT: Final = re.compile(r", (?=\d+ )")
+_COUNTED: Final = re.compile(r"(\d+) (.+)", re.DOTALL)
+
+FAIRSHARE_REASONS: Final = (
+    re.compile(r"tenant \S+ (above|near) its fair share"),
+    re.compile(r"Insufficient \S+ \((free|MIG) "),
+    re.compile(r"no \d+ GPU device\(s\)"),
+    re.compile(r"GPU unhealthy: "),
+    re.compile(r"GPU model \S+ not in "),
+    re.compile(r"GPU memory request larger than a device"),
+    re.compile(r"node not known to fairshare"),
+    re.compile(r"fairshare"),
+)
+"""The failure texts of fairshare's own filter (``placement``, ``filtering``, the gate):
+a verdict that holds one was made with fairshare's part in it."""
+
+CHECKED_REASONS: Final = (
+    re.compile(r"Insufficient \S+"),  # NodeResourcesFit
+    re.compile(r"node\(s\) didn't match Pod's node affinity/selector"),  # NodeAffinity
+    re.compile(r"node\(s\) had taints that the pod didn't tolerate"),  # TaintToleration
+)
+"""kube-scheduler reasons for what fairshare checks itself against the current state
+(resources, node selector and required node affinity, taints): fairshare's own check is
+newer than the verdict, so these do not stop a pod from waiting."""
+
+
+def verdict_reasons(message: str) -> tuple[str, ...] | None:
+    """The per-node reasons of a ``FitError`` message (the PreFilter message as one
+    reason), without the counts and the PostFilter part; None when ``message`` is not
+    of that form (another scheduler's, or none)."""
+    head = _VERDICT_HEAD.match(message)
+    if head is None:
+        return None
+    body = message[head.end() :]
+    # PostFilter's part follows the filter part's closing ".": preemption's begins with
+    # "preemption: ", a custom PostFilter's with anything, so cut at the first ". " that
+    # ends the histogram's last "<count> <reason>".
+    cut = body.find(". preemption: ")
+    if cut >= 0:
+        body = body[:cut]
+    body = body.rstrip()
+    if body.endswith("."):
+        body = body[:-1]
+    parts = _HISTOGRAM_SPLIT.split(body) if body else []
+    reasons = []
+    for part in parts:
+        counted = _COUNTED.fullmatch(part)
+        reasons.append(counted.group(2) if counted else part)
+    return tuple(r for r in reasons if r)
+
+
+def rejected_by_kube_scheduler(message: str, own: Collection[str] = ()) -> bool:
+    """Did kube-scheduler find the pod unschedulable for a reason fairshare does not check
+    (pod affinity, topology spread, volumes, ports, DRA claims, ...) before fairshare had
+    a say? True when ``message`` (the ``PodScheduled`` condition's) names at least one
+    such reason and none of fairshare's own (``FAIRSHARE_REASONS``, or one of ``own``: the
+    texts fairshare's filter last answered for this pod). A message of another form is
+    not a verdict (False): fairshare's own checks decide.
+    """
+    reasons = verdict_reasons(message)
+    if not reasons:
+        return False
+    own_texts = set(own)
+    unchecked = False
+    for reason in reasons:
+        if reason in own_texts or any(p.match(reason) for p in FAIRSHARE_REASONS):
+            return False
+        if not any(p.fullmatch(reason) for p in CHECKED_REASONS):
+            unchecked = True
+    return unchecked

@@ -139,7 +139,11 @@ class PodRequest:
     constraints: eligibility.NodeConstraints = eligibility.UNCONSTRAINED
     """Node selector, required node affinity and tolerations (which nodes it may use)."""
     waiting: bool = True
-    """In the queue of a scheduler that calls the extender, with no scheduling gate."""
+    """In the queue of a scheduler that calls the extender, with no scheduling gate, and
+    not found unschedulable by kube-scheduler for a reason fairshare does not check."""
+    unschedulable: str = ""
+    """kube-scheduler's verdict when it found the pod unschedulable for a reason fairshare
+    does not check (``eligibility.rejected_by_kube_scheduler``); ``waiting`` is then False."""
 
     @cached_property
     def shape(self) -> RequestShape:

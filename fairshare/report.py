@@ -187,7 +187,13 @@ def build_status(
             judged[shape] = (fits, why, decision)
         fits, why, gate = judged[shape]
         entry: dict[str, Any] = {"pod": _pod_name(req), "tenant": req.tenant, "fitsNodes": fits}
-        if gate is not None and not gate.allowed:
+        if req.unschedulable:
+            # kube-scheduler's own plugins refused every node: its verdict, not fairshare's
+            # fit or gate, says why the pod waits (and it holds no other tenant back).
+            entry["reason"] = f"{UNSCHEDULABLE_BY_KUBE_SCHEDULER}: {req.unschedulable}"
+            entry["waiting"] = False
+            unplaced.append(entry)
+        elif gate is not None and not gate.allowed:
             entry.update(
                 reason=gate.reason,
                 shareAfter=_round(gate.share_after),
@@ -447,8 +453,13 @@ def explain_pod(
         }
         if gate is not None and gate.blocked:
             extender["gate"]["blockedPod"] = gate.blocked
-    if not fr.fits:
+    if req.unschedulable:
+        verdict = f"{UNSCHEDULABLE_BY_KUBE_SCHEDULER}: {req.unschedulable}"
+        extender["kubeScheduler"] = req.unschedulable
+    elif not fr.fits:
         verdict = "pending: no node fits now"
+        if not gating.pod_fits_drained(state, req):
+            verdict = f"pending: can never fit: {_never_fits(state, req)}"
     elif gate is not None and not gate.allowed:
         verdict = f"held by the fair-share gate: {gate.reason}"
     else:
@@ -456,6 +467,31 @@ def explain_pod(
     extender["verdict"] = verdict
     out["extender"] = extender
     return out
+
+
+UNSCHEDULABLE_BY_KUBE_SCHEDULER = (
+    "unschedulable by kube-scheduler (holds no other tenant back until it asks fairshare"
+    " about the pod again)"
+)
+
+
+def _never_fits(state: ClusterState, req: PodRequest) -> str:
+    """Why a pod that fits no node even empty never will: the resources it asks more of
+    than the largest node has (its allocatable), else the nodes it may use."""
+    names, r = state.index.names, state.n_res
+    largest = {
+        k: max((state.capacity[i * r + k] for i in range(state.n_nodes)), default=0.0)
+        for k, x in enumerate(req.row)
+        if x > 0
+    }
+    over = [k for k, most in largest.items() if req.row[k] > most]
+    if not over:
+        return (
+            "no node it may use (node selector, required affinity, taints, GPU models)"
+            " would hold it even empty"
+        )
+    parts = [f"{names[k]} {_show(names[k], _kernel(names[k], largest[k]))}" for k in over]
+    return f"asks more than any node has (largest node: {', '.join(parts)})"
 
 
 def _headroom(

@@ -49,6 +49,9 @@ ANN_GPU_CONTAINER: Final = "fairshare.io/gpu-container"
 ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
 """Pod annotation: the GPU products (``nvidia.com/gpu.product`` values) a GPU pod may run on,
 separated by ``|``."""
+ANN_REQUEUED: Final = "fairshare.io/requeued-at"
+"""Set by the extender on a pod the fair-share gate held once the gate lifts: the update
+makes kube-scheduler retry the pod at once (``scheduler_plugin.requeue``)."""
 NO_GPU_MODELS: Final[frozenset[str]] = frozenset()
 LABEL_TENANT: Final = "fairshare.io/tenant"
 

@@ -235,7 +235,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     deps.tracker.remember(dict(args.pod))
     config = deps.config()
-    return verbs.filter_result(
+    result = verbs.filter_result(
         args,
         state=deps.tracker.state,
         config=config,
@@ -248,6 +248,14 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         mix=deps.tracker.mix() if deps.pick_in_filter else None,
         context=deps.tracker.context() if deps.pick_in_filter else None,
     )
+    # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
+    # last Unschedulable verdict is out of date (``ExtenderTracker.note_asked``).
+    uid = objects.pod_uid(args.pod)
+    if uid:
+        answers = {*(result.failed_nodes or {}).values()}
+        answers.update((result.failed_and_unresolvable_nodes or {}).values())
+        deps.tracker.note_asked(uid, answers)
+    return result
 
 
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
@@ -593,6 +601,16 @@ async def serve(
         )
         deps.hooks = ChainedHooks([controller, hami])
         deps.background.append(controller.background())
+        from scheduler_plugin import requeue
+
+        requeuer = requeue.Requeuer(
+            tracker=deps.tracker,
+            config=rt.holder.get,
+            patch=requeue.api_patch(api_client),
+            synced=rt.source.ready,
+            is_leader=lambda: deps.leading(),
+        )
+        deps.background.append(requeuer.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, fairness, gating, resources, tenancy
+from fairshare import dra, eligibility, fairness, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -146,6 +146,22 @@ class ExtenderTracker:
     pending: dict[str, PodRequest] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)
     """Pending pods whose last filter the fair-share gate refused (``note_filter``)."""
+    requeued: set[str] = field(default_factory=set)
+    """Gated pods the requeuer nudged since their last filter (``scheduler_plugin.requeue``)."""
+    verdicts: dict[str, str] = field(default_factory=dict)
+    """Pending pods kube-scheduler found unschedulable for a reason fairshare does not
+    check (``eligibility.rejected_by_kube_scheduler``), with its message: they do not
+    count as waiting until kube-scheduler asks the extender about them again
+    (``note_asked``) or their verdict changes."""
+    queue_version: int = 0
+    """Counts changes of the pending queue and of its pods' verdicts (the requeuer looks
+    at the gate again only after one)."""
+    _asked: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    """Per pod, the verdict it carried when kube-scheduler last asked the extender about
+    it: that verdict is older than the ask, so it no longer stops the pod from waiting."""
+    _answers: dict[str, frozenset[str]] = field(default_factory=dict, init=False, repr=False)
+    """Per pod, the failure texts the extender's filter last answered (so a verdict that
+    carries one is known as made with fairshare's part in it)."""
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
@@ -240,6 +256,7 @@ class ExtenderTracker:
         fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
         fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
         fresh.resource_claims = dict(self.resource_claims)
+        fresh._asked, fresh._answers = dict(self._asked), dict(self._answers)
         fresh.on_resync("Node", list(self.nodes.values()))
         old, new = self._state, fresh._state
         if all(old.index.has(name) for name in new.index.names):
@@ -276,6 +293,7 @@ class ExtenderTracker:
         fresh.pending = {
             uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
         }
+        fresh.verdicts = dict(self.verdicts)
         fresh.class_keys = dict(self.class_keys)  # (CPU amount, GPU shape): no column in it
         fresh.unreadable = {**self.unreadable, **fresh.unreadable}
         fresh.claim_pods = dict(self.claim_pods)
@@ -492,6 +510,11 @@ class ExtenderTracker:
         self.pods.pop(uid, None)
         self._read.pop(uid, None)
         self.gated.discard(uid)
+        self.requeued.discard(uid)
+        self.verdicts.pop(uid, None)
+        self._asked.pop(uid, None)
+        self._answers.pop(uid, None)
+        self.queue_version += 1
         self._memory_uids.discard(uid)
         self.class_keys.pop(uid, None)
         self.pending.pop(uid, None)
@@ -534,6 +557,8 @@ class ExtenderTracker:
         # Only what a later re-read needs is kept: at 100,000 pods the whole objects
         # would be most of the process' memory.
         slim = objects.slim_pod(pod)
+        self.queue_version += 1
+        self._judge_verdict(uid, slim)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         inputs = _inputs(slim, tenant)
         held = self._read.get(uid)
@@ -570,7 +595,7 @@ class ExtenderTracker:
                 if self.on_change is not None and share:
                     self.on_change()
             else:
-                self.pending[uid] = req
+                self.pending[uid] = self._with_verdict(uid, req)
                 self._keep_read(pod, config, tenant, req)
         except (StateError, resources.DemandError) as exc:
             self.unreadable[uid] = str(exc)
@@ -690,8 +715,68 @@ class ExtenderTracker:
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
 
+    # -- kube-scheduler's verdicts ---------------------------------------------------------
+
+    def _judge_verdict(self, uid: str, slim: dict[str, Any]) -> None:
+        """Take in the pod's ``PodScheduled`` verdict (``objects.unschedulable_message``)."""
+        message = None if objects.is_bound(slim) else objects.unschedulable_message(slim)
+        if message is None:
+            self._asked.pop(uid, None)
+            self._set_verdict(uid, None)
+        elif uid in self._asked and self._asked[uid] == message:
+            return  # kube-scheduler asked the extender since it wrote this verdict
+        elif eligibility.rejected_by_kube_scheduler(message, self._answers.get(uid, ())):
+            self._asked.pop(uid, None)
+            self._set_verdict(uid, message)
+        else:
+            self._set_verdict(uid, None)
+
+    def _set_verdict(self, uid: str, message: str | None) -> None:
+        if message is None:
+            if self.verdicts.pop(uid, None) is None:
+                return
+        elif self.verdicts.get(uid) == message:
+            return
+        else:
+            self.verdicts[uid] = message
+        self.queue_version += 1
+        req = self.pending.get(uid)
+        if req is not None:
+            self.pending[uid] = self._with_verdict(uid, req)
+
+    def _with_verdict(self, uid: str, req: PodRequest) -> PodRequest:
+        """``req`` with ``waiting`` and ``unschedulable`` as the pod's verdict says."""
+        message = self.verdicts.get(uid, "")
+        if message:
+            if req.unschedulable == message and not req.waiting:
+                return req
+            return dataclasses.replace(req, waiting=False, unschedulable=message)
+        if not req.unschedulable:
+            return req
+        slim = self.pods.get(uid) or {}
+        spec = slim.get("spec")
+        served = eligibility.served_schedulers(self.config().scheduler_name)
+        waiting = eligibility.is_waiting(spec if isinstance(spec, dict) else {}, served)
+        return dataclasses.replace(req, waiting=waiting, unschedulable="")
+
+    def note_asked(self, uid: str, answers: Iterable[str] = ()) -> None:
+        """kube-scheduler asked the extender's filter about pod ``uid``: its plugins passed
+        some node, so its last verdict no longer says it cannot run. ``answers``: the
+        failure texts the filter gave (a verdict that carries one was fairshare's)."""
+        if uid not in self.pods:
+            return
+        slim = self.pods[uid]
+        self._asked[uid] = None if objects.is_bound(slim) else objects.unschedulable_message(slim)
+        texts = frozenset(answers)
+        if texts:
+            self._answers[uid] = texts
+        else:
+            self._answers.pop(uid, None)
+        self._set_verdict(uid, None)
+
     def note_filter(self, req: PodRequest, gate: fairness.GateDecision | None) -> None:
         """Remember whether the fair-share gate refused ``req`` at this filter."""
+        self.requeued.discard(req.uid)
         if gate is not None and not gate.allowed and req.uid in self.pending:
             self.gated.add(req.uid)
         else:

@@ -76,6 +76,7 @@ __all__ = [
     "pod_uid",
     "share_group",
     "slim_pod",
+    "unschedulable_message",
 ]
 
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -147,10 +148,12 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
     (what ``eligibility`` reads), each container's and init
     container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
-    ``resourceClaimStatuses``. Every reader of a stored pod (``pod_uid``, ``is_bound``,
+    ``resourceClaimStatuses``, and kube-scheduler's last ``Unschedulable`` verdict on a
+    pending pod (its ``PodScheduled`` condition, as ``unschedulable_message`` reads it).
+    Every reader of a stored pod (``pod_uid``, ``is_bound``,
     ``is_terminal``, ``pod_tenant``, ``pod_request``, ``apply_pod``, the DRA claim names,
     the reclaimer) gives the same answer on the slim dict as on the whole one; the
-    images, env, volumes, probes, status conditions and other annotations (often most of
+    images, env, volumes, probes, other status conditions and other annotations (often most of
     a pod's size) are dropped. A pod of an unexpected shape is returned unchanged, so
     its errors stay what they were.
     """
@@ -196,8 +199,37 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out["metadata"] = out_meta
     out["spec"] = out_spec
     if status is not None:
-        out["status"] = _shared({k: status[k] for k in _KEPT_STATUS if k in status})
+        kept = {k: status[k] for k in _KEPT_STATUS if k in status}
+        verdict = unschedulable_message(pod)
+        if verdict is not None and not is_bound(pod):
+            kept["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE,
+                 "message": verdict}
+            ]  # fmt: skip
+        out["status"] = _shared(kept)
     return out
+
+
+UNSCHEDULABLE: Final = "Unschedulable"
+"""The ``PodScheduled`` reason kube-scheduler writes when no node can take a pod."""
+
+
+def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
+    """kube-scheduler's last verdict against a pending pod: the message of its
+    ``PodScheduled`` condition when that is ``False`` with reason ``Unschedulable``
+    (None otherwise, and for a condition of an unexpected shape)."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return None
+    for cond in conditions:
+        if not isinstance(cond, Mapping) or cond.get("type") != "PodScheduled":
+            continue
+        if cond.get("status") != "False" or cond.get("reason") != UNSCHEDULABLE:
+            return None
+        message = cond.get("message")
+        return message if isinstance(message, str) else ""
+    return None
 
 
 _SHARED: dict[str, Any] = {}

@@ -209,7 +209,9 @@ def test_explain_a_new_pod_over_the_limit_and_too_big() -> None:
     (n1,) = data["extender"]["nodes"]
     assert n1["fits"] is False and n1["unresolvable"] is True
     assert n1["reason"].startswith("Insufficient nvidia.com/gpu (free 2, requested 5)")
-    assert data["extender"]["verdict"] == "pending: no node fits now"
+    assert data["extender"]["verdict"] == (
+        "pending: can never fit: asks more than any node has (largest node: nvidia.com/gpu 4)"
+    )
 
 
 def test_explain_names_health_and_model_reasons_per_node() -> None:
@@ -251,7 +253,10 @@ def test_explain_names_selector_and_taint_reasons_per_node() -> None:
     }
     assert nodes["n2"]["reason"].endswith("(zone=east; the node has zone=west)")
     assert nodes["n3"]["reason"] == "node had untolerated taint {team=x:NoSchedule}"
-    assert data["fitsNodes"] == 0 and data["verdict"] == "pending: no node fits now"
+    assert data["fitsNodes"] == 0 and data["verdict"] == (
+        "pending: can never fit: no node it may use (node selector, required affinity, "
+        "taints, GPU models) would hold it even empty"
+    )
     new["spec"]["tolerations"] = [{"key": "team", "operator": "Exists"}]
     nodes = {n["node"]: n for n in explain(snap, new)["extender"]["nodes"]}
     assert nodes["n3"]["fits"] is True and nodes["n2"]["fits"] is False

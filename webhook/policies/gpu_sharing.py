@@ -48,6 +48,7 @@ from fairshare.resources import (
     ANN_GPU_MEMORY,
     ANN_GPU_MODELS,
     ANN_GPU_UUID,
+    ANN_REQUEUED,
     GPU,
     MIG_PREFIX,
     DemandError,
@@ -75,6 +76,9 @@ OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP, ANN_GPU_MODELS
 """Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
 the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), and the GPU
 products a GPU pod may run on."""
+IGNORED_ANNOTATIONS: Final = (ANN_REQUEUED,)
+"""Accepted and ignored at create: the extender's requeue stamp means nothing on a new pod,
+but a copy of a pod the gate once held carries it."""
 _MODELS_ALLOWED: Final = (
     "GPU products (nvidia.com/gpu.product label values) separated by |,"
     ' e.g. "NVIDIA-A100-SXM4-80GB|Tesla-T4"'
@@ -183,6 +187,8 @@ def _check_keys(annotations: Mapping[str, str]) -> Rejection | None:
     known = ", ".join(KNOWN_ANNOTATIONS + OTHER_ANNOTATIONS)
     for key in sorted(annotations):
         if not key.startswith(ANNOTATION_PREFIX) or key in KNOWN_ANNOTATIONS + OTHER_ANNOTATIONS:
+            continue
+        if key in IGNORED_ANNOTATIONS:
             continue
         if key in BIND_ANNOTATIONS:
             problem = "is set by the fairshare scheduler when it binds the pod"
