@@ -7,9 +7,15 @@ administrator's explicit list):
 
 1. the tenant whose ``namespaces`` lists the namespace;
 2. the namespace label ``fairshare.io/tenant=<name>``, when it names a configured tenant;
-3. the first tenant (in config order) whose ``namespaceSelector`` matchLabels all match;
+3. the tenant whose ``namespaceSelector`` matchLabels all match (config validation
+   refuses two selectors that could match one namespace, so there is at most one);
 4. the ``defaultTenant`` policy: ``tenant`` → the default tenant's name,
    ``deny-gpu`` / ``allow`` → no tenant (the caller denies GPU pods or lets them pass).
+
+A namespace that a later step would give to another tenant (listed for a, labelled or
+selected for b; labelled for a, selected for b) is the first step's, and the resolution
+names the others it passed over (``TenantResolution.passed_over``) so the webhook can say
+so in a warning: the labels live on namespaces, so config validation cannot see this.
 """
 
 from __future__ import annotations
@@ -35,6 +41,35 @@ class TenantResolution:
     """The namespace's tenant label when it was ignored (see ``label_warning``)."""
     label_is_inner: bool = False
     """The ignored label names a tenant with children (namespaces belong to leaves)."""
+    passed_over: tuple[tuple[TenantName, str], ...] = ()
+    """Other tenants a later step would have given the namespace to, with that step
+    (``"label"`` or ``"selector"``), in config order."""
+
+    def warnings(self, namespace: str) -> tuple[str, ...]:
+        """Everything about this resolution its user should hear (label, passed over)."""
+        label = self.label_warning(namespace)
+        passed = self.passed_over_warning(namespace)
+        return tuple(w for w in (label, passed) if w is not None)
+
+    def passed_over_warning(self, namespace: str) -> str | None:
+        """``namespace x is in tenant a (listed in its namespaces); its label
+        fairshare.io/tenant=b is ignored``, or None when no tenant was passed over."""
+        if not self.passed_over or self.tenant is None:
+            return None
+        how = {
+            "namespaces": "listed in its namespaces",
+            "label": f"by its label {LABEL_TENANT}",
+        }.get(self.source, self.source)
+        others = []
+        for name, step in self.passed_over:
+            if step == "label":
+                others.append(f"its label {LABEL_TENANT}={name}")
+            else:
+                others.append(f"the namespaceSelector of tenant {name}")
+        return (
+            f"namespace {namespace} is in tenant {self.tenant} ({how}); "
+            f"{' and '.join(others)} {'is' if len(others) == 1 else 'are'} ignored"
+        )
 
     def label_warning(self, namespace: str) -> str | None:
         """Why the namespace's tenant label was ignored, or None when it was not."""
@@ -53,21 +88,24 @@ def resolve_tenant(
     namespace: str, labels: Mapping[str, str], config: FairShareConfig
 ) -> TenantResolution:
     """Resolve ``namespace`` (with its labels) to a tenant of ``config``."""
+    label = labels.get(LABEL_TENANT)
+    label_is_leaf = label is not None and config.tenant(label) is not None
+    # Namespaces belong to tenants without children (leaves of the tree).
+    label_is_leaf = label_is_leaf and not config.children(label or "")
     for t in config.tenants:
         if namespace in t.namespaces:
-            return TenantResolution(TenantName(t.name), "namespaces")
-    label = labels.get(LABEL_TENANT)
+            passed = _passed_over(t.name, labels, config, label if label_is_leaf else None)
+            return TenantResolution(TenantName(t.name), "namespaces", passed_over=passed)
     unknown: str | None = None
     inner = False
     if label is not None:
-        if config.tenant(label) is not None and not config.children(label):
-            # Namespaces belong to tenants without children (leaves of the tree).
-            return TenantResolution(TenantName(label), "label")
+        if label_is_leaf:
+            passed = _passed_over(label, labels, config, None)
+            return TenantResolution(TenantName(label), "label", passed_over=passed)
         unknown = label
         inner = config.tenant(label) is not None
     for t in config.tenants:
-        sel = t.namespace_selector
-        if sel and all(labels.get(k) == v for k, v in sel.items()):
+        if _selects(t.namespace_selector, labels):
             return TenantResolution(TenantName(t.name), "selector", unknown, inner)
     policy = config.default_tenant
     if policy.mode == "tenant":
@@ -75,6 +113,24 @@ def resolve_tenant(
     if policy.mode == "deny-gpu":
         return TenantResolution(None, "deny-gpu", unknown, inner)
     return TenantResolution(None, "untracked", unknown, inner)
+
+
+def _selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in (selector or {}).items())
+
+
+def _passed_over(
+    owner: str, labels: Mapping[str, str], config: FairShareConfig, label: str | None
+) -> tuple[tuple[TenantName, str], ...]:
+    """Tenants other than ``owner`` that ``label`` (a leaf tenant's name) or a selector
+    would have given the namespace to."""
+    found: list[tuple[TenantName, str]] = []
+    if label is not None and label != owner:
+        found.append((TenantName(label), "label"))
+    for t in config.tenants:
+        if t.name != owner and _selects(t.namespace_selector, labels):
+            found.append((TenantName(t.name), "selector"))
+    return tuple(found)
 
 
 def tenant_weights(config: FairShareConfig) -> dict[str, float]:

@@ -244,8 +244,7 @@ def _namespace(request: wire.AdmissionRequest, obj: Mapping[str, Any]) -> str:
 
 
 def _resolution_warnings(namespace: str, resolution: TenantResolution) -> tuple[str, ...]:
-    warning = resolution.label_warning(namespace)
-    return () if warning is None else (warning,)
+    return resolution.warnings(namespace)
 
 
 def _judge_pod(

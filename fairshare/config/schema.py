@@ -54,6 +54,7 @@ __all__ = [
     "FairShareConfig",
     "GpuSharing",
     "HealthPolicy",
+    "PreemptionPolicy",
     "ReservationHandoff",
     "ResourceSpec",
     "ScoringWeights",
@@ -316,7 +317,10 @@ class Tenant(_Model):
     one tenant only."""
 
     namespace_selector: LabelSelector | None = None
-    """matchLabels-style selector: namespaces carrying all these labels join (default none)."""
+    """matchLabels-style selector: namespaces carrying all these labels join (default none).
+    Two tenants' selectors must not be able to match one namespace (they need a label key
+    with different values); a namespace listed by a tenant, or labelled
+    fairshare.io/tenant, is not taken by a selector."""
 
     weight: PositiveWeight = 1.0
     """Fair-share weight (> 0, default 1): a tenant with weight 2 is entitled to twice the
@@ -361,6 +365,22 @@ class DefaultTenantPolicy(_Model):
 
     name: DnsLabel = "default"
     """The catch-all tenant used by mode "tenant" (default "default")."""
+
+
+class PreemptionPolicy(_Model):
+    """Which pods a higher-priority pod may displace (the extender's preempt verb judges
+    kube-scheduler's proposed victims; the idea of Kueue's preemption policies)."""
+
+    within_tenant: Literal["LowerPriority", "Never"] = "LowerPriority"
+    """Pods of the preemptor's own tenant: "LowerPriority" (default): any of lower
+    priority, and they are taken first (fairshare puts them in the place of other
+    tenants' pods kube-scheduler proposed on the same node). "Never": none."""
+
+    other_tenants: Literal["AboveFairShare", "Any", "Never"] = "AboveFairShare"
+    """Pods of other tenants: "AboveFairShare" (default): only of a tenant above its fair
+    share, never taking it below its guarantee, nor below its fair share while the
+    preemptor's tenant rises above its own (at every level of a tenant tree). "Any":
+    kube-scheduler's choice (guarantees still protected). "Never": none."""
 
 
 class ReservationHandoff(_Model):
@@ -517,6 +537,9 @@ class FairShareConfig(_Model):
 
     default_tenant: DefaultTenantPolicy = Field(default_factory=DefaultTenantPolicy)
     """Policy for namespaces that no tenant claims."""
+
+    preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
+    """Which running pods a pending pod of higher priority may displace."""
 
     reclaim_to_fair_share: bool = False
     """Reclaim toward fair share for every tenant that does not say otherwise (default
@@ -739,7 +762,46 @@ def _check_tenants(config: FairShareConfig) -> list[Problem]:
                 problems.append((path, f'namespace "{namespace}" is listed twice'))
             owner.setdefault(namespace, i)
         problems.extend(_check_tenant_amounts(i, tenant, config))
+    problems.extend(_check_selector_overlap(config, owner))
     problems.extend(_check_tree(config))
+    return problems
+
+
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+"""The label kube-apiserver puts on every namespace, valued with its name."""
+
+
+def _check_selector_overlap(config: FairShareConfig, owner: Mapping[str, int]) -> list[Problem]:
+    """Refuse tenants whose selection can pick one namespace twice.
+
+    Two ``namespaceSelector``s (matchLabels: all must match) can both match a namespace
+    unless some label key is in both with different values; such a pair is refused on the
+    later tenant, with a namespace's labels that would match both. So is a selector that
+    names, by ``kubernetes.io/metadata.name``, a namespace another tenant lists. (A listed
+    namespace that merely carries matching labels cannot be known from the config alone:
+    the list wins, and the webhook warns when it admits a pod there.)
+    """
+    problems: list[Problem] = []
+    selected = [(i, t) for i, t in enumerate(config.tenants) if t.namespace_selector]
+    for n, (j, later) in enumerate(selected):
+        mine = later.namespace_selector or {}
+        path = f"tenants[{j}].namespaceSelector"
+        for i, earlier in selected[:n]:
+            theirs = earlier.namespace_selector or {}
+            if any(theirs[key] != mine[key] for key in theirs.keys() & mine.keys()):
+                continue
+            labels = ", ".join(f"{k}={v}" for k, v in sorted((theirs | mine).items()))
+            text = (
+                f'can select the same namespaces as tenant "{earlier.name}" (tenants[{i}]): '
+                f"a namespace labelled {labels} matches both; give both selectors one label "
+                "key with different values"
+            )
+            problems.append((path, text))
+        listed = mine.get(NAMESPACE_NAME_LABEL)
+        if listed is not None and owner.get(listed, j) != j:
+            other = config.tenants[owner[listed]].name
+            text = f'selects namespace "{listed}", which tenant "{other}" lists'
+            problems.append((f"{path}.{NAMESPACE_NAME_LABEL}", text))
     return problems
 
 
