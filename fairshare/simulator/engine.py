@@ -9,8 +9,10 @@ Semantics, the same as the webhook and the extender will apply:
 * **Admission** (hard): a pod whose tenant would exceed its ``limit`` on any resource,
   counting every admitted non-terminal pod (running or pending), is rejected.
 * **Scheduling**: pending pods are tried in creation order; each attempt runs the
-  filter, the fair-share gate (policy ``ours`` only) and the scorer, then binds to the
-  best node and picks devices.
+  filter over the nodes the pod's node constraints allow (``nodeSelector``, required
+  node affinity, tolerations of the nodes' taints: what kube-scheduler's own filters
+  leave the extender), the fair-share gate (policy ``ours`` only) and the scorer, then
+  binds to the best node and picks devices.
 * ``policy``: ``ours`` (the configured weighted terms + the gate; the node chosen as
   the extender's ``--pick-in-filter`` chooses it: ``placement.choose_level``), ``bestfit`` and
   ``fgd`` (our implementations of Weng et al.'s controls, scored as integers 0..100,
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from fairshare import fairness, gating, quantities, resources, tenancy
+from fairshare import eligibility, fairness, gating, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     FilterResult,
@@ -45,7 +47,7 @@ from fairshare.placement import (
     score_context,
 )
 from fairshare.resources import ResourceIndex
-from fairshare.state.cluster import ClusterState
+from fairshare.state.cluster import LABEL_GPU_PRODUCT, ClusterState
 from fairshare.state.objects import share_group
 
 Policy = Literal["ours", "bestfit", "fgd"]
@@ -117,9 +119,15 @@ class Simulation:
         return self.state.index
 
     def add_node(
-        self, name: str, allocatable: Mapping[str, Fraction], labels: Mapping[str, str]
+        self,
+        name: str,
+        allocatable: Mapping[str, Fraction],
+        labels: Mapping[str, str],
+        *,
+        taints: Sequence[eligibility.Taint] = (),
     ) -> None:
-        self.state.add_node(name, allocatable, labels=labels)
+        """A node; ``taints`` (key, value, effect) keep pods without a toleration off it."""
+        self.state.add_node(name, allocatable, labels=labels, taints=taints)
         self._ctx = None
 
     def request_for(self, pod: Mapping[str, Any], *, uid: str) -> PodRequest:
@@ -133,6 +141,12 @@ class Simulation:
         largest = max((n.device_memory for n in self.state.nodes), default=0) or None
         counted = resources.counted_demand(demand, largest)
         models = resources.gpu_models(meta.get("annotations"))
+        spec = pod.get("spec")
+        constraints = eligibility.parse_node_constraints(spec if isinstance(spec, Mapping) else {})
+        if not models and demand.gpu.count:
+            # As the extender reads it (``objects.pod_request``): a GPU pod whose node
+            # selector or required affinity pins the GPU product is model-restricted.
+            models = constraints.pinned_values(LABEL_GPU_PRODUCT) or models
         return PodRequest(
             uid=uid,
             name=meta.get("name", uid),
@@ -141,6 +155,7 @@ class Simulation:
             demand=demand,
             row=tuple(self.index.kernel_vector(counted.amounts)),
             gpu_models=models,
+            constraints=constraints,
         )
 
     def submit(self, req: PodRequest) -> Outcome:
@@ -263,10 +278,23 @@ class Simulation:
         pick = tied[0] if rank is None else min(tied, key=rank.__getitem__)
         return Scored({pick: 1.0}, devices)
 
+    def _hint(self, req: PodRequest, best: int, scored: Scored) -> int:
+        """The device proposed for a shared-GPU pod on row ``best``: the fragmentation
+        term's; under ``ours`` with the term weighted 0, FGD's device all the same, as the
+        extender's bind takes it whenever it has a workload mix."""
+        hint = scored.devices.get(best, -1)
+        if hint >= 0 or self.policy != "ours" or self.mix is None:
+            return hint
+        if not req.demand.gpu.is_fractional:
+            return hint
+        _, dev = fgd_raw(self.state, req, candidates(self.state, [best]), self._context())
+        return int(dev[best]) if dev is not None else -1
+
     def try_place(self, uid: str) -> Outcome:
         """One scheduling attempt for a pending pod; binds it when it can."""
         req = self.pods[uid]
-        fr = filter_nodes(self.state, req, explain=False)
+        rows = self.state.eligible_rows(req.constraints)  # None: every node
+        fr = filter_nodes(self.state, req, rows=rows, explain=False)
         if not fr.fits:
             self.last_reason[uid] = "no node fits"
             return self.outcomes[uid]
@@ -278,13 +306,23 @@ class Simulation:
         best = scored.best([n.name for n in self.state.nodes])
         assert best is not None
         milli = fr.gpu_milli.get(best, 0.0)
-        devs = choose_devices(self.state, req, best, milli=milli, hint=scored.devices.get(best, -1))
+        devs = choose_devices(
+            self.state, req, best, milli=milli, hint=self._hint(req, best, scored)
+        )
         node = self.state.nodes[best].name
         group, _ = share_group(self.state, req, node, devs)
+        # A GPU-memory request holds its share of this node's device, not of the largest
+        # one it was counted against while pending (the extender's ``bind_plan`` too).
+        row = req.row_on(self.state.gpu_col, milli)
+        if row != req.row and req.tenant is not None:
+            admitted = self.admitted[req.tenant]
+            for k, (now, before) in enumerate(zip(row, req.row, strict=True)):
+                admitted[k] += now - before
+            self._fair = None
         self.state.bind(
             uid=uid,
             node=node,
-            row=req.row,
+            row=row,
             devices=devs,
             tenant=req.tenant,
             name=req.name,
