@@ -7,8 +7,8 @@ reused and left running. With `E2E_KUBECONFIG=path` the tests run against that c
 instead (for example a kind cluster), with a local kwok process (from `make cluster-bins`)
 that makes the fake GPU nodes there; with `E2E_KEEP_CLUSTER=1` the local cluster is left up.
 
-Without the binaries (`make cluster-bins`, needs Go) the e2e tests are skipped, except when
-`CI` is set: then they fail.
+Without the binaries (`make cluster-bins`, needs Go) the e2e tests are skipped, except in
+strict mode (`FAIRSHARE_STRICT` or `CI` set, as `make test` and .ci/run do): then they fail.
 
 Every item under tests/e2e is marked `e2e` and runs after all other tests.
 
@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.gotools import strict
 
 E2E_DIR = Path(__file__).resolve().parent
 ROOT = E2E_DIR.parent.parent
@@ -98,7 +100,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    """Strict mode (tests/gotools.py): what could be built here must run, not skip."""
+    return strict()
 
 
 def cluster_module() -> ModuleType:
@@ -176,7 +179,10 @@ class Cluster:
 
 def _skip_or_fail(msg: str) -> None:
     if in_ci():
-        pytest.fail(f"CI is set, so the e2e tests must run: {msg}", pytrace=False)
+        pytest.fail(
+            f"strict mode (FAIRSHARE_STRICT or CI set), so the e2e tests must run: {msg}",
+            pytrace=False,
+        )
     pytest.skip(msg)
 
 

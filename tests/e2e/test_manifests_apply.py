@@ -51,6 +51,7 @@ import pytest
 import yaml
 
 from fairshare import tls
+from tests.gotools import skip_or_fail
 
 from .conftest import ROOT, Cluster, cluster_module, unique
 
@@ -420,7 +421,7 @@ def scheduler_binary(cluster: Cluster) -> Path:
     if not binary.exists():
         found = shutil.which("kube-scheduler")
         if found is None:
-            pytest.skip("no kube-scheduler binary (make cluster-bins)")
+            skip_or_fail("no kube-scheduler binary (make cluster-bins)")
         binary = Path(found)
     return binary
 

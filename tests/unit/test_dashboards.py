@@ -26,12 +26,12 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from fairshare.metrics import Metrics
+from tests.gotools import e2e_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "manifests" / "monitoring"
 DASHBOARD = MONITORING / "fairshare-dashboard.json"
 RULES = MONITORING / "prometheusrule.yaml"
-KUBECTL = ROOT / ".e2e" / "bin" / "kubectl"
 
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
@@ -331,10 +331,9 @@ def test_kustomization_ships_everything_in_the_folder() -> None:
     assert named == present
 
 
-@pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl from `make cluster-bins` not built")
 def test_kustomize_renders_the_dashboard_config_map() -> None:
     proc = subprocess.run(
-        [str(KUBECTL), "kustomize", str(MONITORING)],
+        [str(e2e_kubectl()), "kustomize", str(MONITORING)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from fairshare.config.loading import config_from_mapping
-from tests.gotools import built_tool, in_ci
+from tests.gotools import built_tool, skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "fairshare"
@@ -161,10 +161,7 @@ def test_helm_renders_what_kustomize_renders(
     helm: str, sets: list[str], targets: list[str]
 ) -> None:
     if not KUBECTL.exists():
-        msg = "kubectl not built (make cluster-bins); needed for `kubectl kustomize`"
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        skip_or_fail("kubectl not built (make cluster-bins); needed for `kubectl kustomize`")
     rendered = template(helm, *(a for s in sets for a in ("--set", s)))
     assert rendered.returncode == 0, rendered.stderr
     kustomized = ""

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.gotools import e2e_kubectl
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
-KUBECTL = ROOT / ".e2e" / "bin" / "kubectl"
 
 NAMESPACE = "fairshare-system"
 RESERVATION_NAMESPACE = "fairshare-reservation"
@@ -890,7 +891,7 @@ def test_images_are_pinned() -> None:
 @cache
 def render(target: str) -> tuple[Doc, ...]:
     proc = subprocess.run(
-        [str(KUBECTL), "kustomize", str(MANIFESTS / target)],
+        [str(e2e_kubectl()), "kustomize", str(MANIFESTS / target)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -900,9 +901,12 @@ def render(target: str) -> tuple[Doc, ...]:
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d is not None)
 
 
-needs_kubectl = pytest.mark.skipif(
-    not KUBECTL.is_file(), reason=f"no kubectl at {KUBECTL} (run `make cluster-bins`)"
-)
+@pytest.fixture
+def kubectl() -> Path:
+    return e2e_kubectl()
+
+
+needs_kubectl = pytest.mark.usefixtures("kubectl")
 
 
 @needs_kubectl
