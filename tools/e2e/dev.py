@@ -5,6 +5,7 @@
     python tools/e2e/dev.py down   [--state-dir .e2e]
     python tools/e2e/dev.py status [--state-dir .e2e]
     python tools/e2e/dev.py restart-extender [--state-dir .e2e]
+    python tools/e2e/dev.py restart-webhook [--state-dir .e2e]
 
 `up` brings the cluster up (cluster.py up, a no-op when it is already up), then:
 
@@ -25,7 +26,20 @@ the cluster running; `make cluster-down` stops the cluster. The processes run in
 sessions, so they outlive this script; their pids, ports and files are in
 <state>/dev/dev.json. `up` on a healthy setup only applies a new --config.
 
-The pytest fixtures import this file too: `start`, `stop`, `restart_extender`, `status`.
+Admission never opens. `up` over a setup that is not healthy (a server died, a re-run) and
+`restart-webhook` never delete the webhook configurations: the new servers start on new
+ports, and only once the new webhook is ready (its first list of the cluster done) are the
+configurations updated in place (URL, caBundle), kube-apiserver is seen calling the new
+webhook, and the old processes are stopped. Until then the configurations keep pointing at
+the old webhook, alive or dead; with failurePolicy Fail a dead one refuses pods, it never
+lets them through. (Only the config guard `config.fairshare.io` is taken out, and only
+when a dead webhook would refuse the ConfigMap write the new servers need.) The serving
+certificates are kept while they are valid, so the caBundle does not change under a
+running webhook. In the overlap both webhooks answer with their own in-memory
+reservations; a tenant at its limit is refused by both.
+
+The pytest fixtures import this file too: `start`, `stop`, `restart_extender`,
+`restart_webhook`, `status`.
 """
 
 from __future__ import annotations
@@ -624,15 +638,24 @@ def start(
                 )
             log(f"fairshare already up (webhook :{h.webhook_port}, extender :{h.extender_port})")
             return h
+        if h is not None and h.cluster_created != state.get("created"):
+            # Another cluster: its webhook configurations and scheduler are not ours.
+            log("stopping fairshare processes of an earlier cluster")
+            _stop(layout, h, None, restore_scheduler=False)
+            h = None
         if h is not None:
-            log("stopping a stale fairshare setup")
-            _stop(layout, h, state, restore_scheduler=False)
-        return _start(layout, state, config_yaml)
+            log("replacing a fairshare setup that is not healthy (webhooks stay registered)")
+        return _start(layout, state, config_yaml, previous=h)
 
 
-def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Handles:
-    from fairshare import tls
-
+def _start(
+    layout: Layout,
+    state: dict[str, Any],
+    config_yaml: str | None,
+    previous: Handles | None = None,
+) -> Handles:
+    """Start new servers and hand over to them; `previous` (its processes alive or not)
+    stays registered until the new webhook is ready, then is stopped."""
     t0 = time.monotonic()
     layout.dir.mkdir(parents=True, exist_ok=True)
     if config_yaml is None:
@@ -644,20 +667,18 @@ def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Ha
     if config_yaml is None:
         config_yaml = DEFAULT_CONFIG
     layout.config.write_text(config_yaml)
-    # The config webhook is not registered yet (or points at a dead server): drop stale ones.
-    delete_webhook_configurations(state)
-    ensure_config(state, config_yaml)
+    ensure_config_registered(state, config_yaml)
     for server in SERVERS:
-        tls.write_certs(
-            layout.certs(server),
-            service=f"fairshare-{server}",
-            namespace=SYSTEM_NAMESPACE,
-            ip_addresses=("127.0.0.1",),
-        )
+        ensure_certs(layout, server)
     mod = cluster_module()
-    ports = {s: mod.free_port() for s in SERVERS}
-    while ports["extender"] == ports["webhook"]:
-        ports["extender"] = mod.free_port()
+    taken = {previous.webhook_port, previous.extender_port} if previous else set()
+    ports: dict[str, int] = {}
+    for server in SERVERS:
+        port = mod.free_port()
+        while port in taken:
+            port = mod.free_port()
+        ports[server] = port
+        taken.add(port)
     h = Handles(
         state_dir=str(layout.state_dir),
         cluster_created=str(state.get("created")),
@@ -680,22 +701,142 @@ def _start(layout: Layout, state: dict[str, Any], config_yaml: str | None) -> Ha
     try:
         h.webhook_pid = start_server(layout, state, "webhook", h.webhook_port)
         h.extender_pid = start_server(layout, state, "extender", h.extender_port)
-        save_handles(layout, h)
         for server in SERVERS:
             took = wait_ready(layout, h, server)
             log(f"fairshare {server} ready on {h.url(server)} ({took:.1f}s)")
+        # Updated in place: the webhooks stay registered throughout (never deleted here).
         apply(state, *webhook_configurations(h))
+        save_handles(layout, h)
+        if previous is not None and _alive(previous.webhook_pid):
+            wait_webhook_called(h, state)
         layout.scheduler_config.write_text(json.dumps(scheduler_configuration(h), indent=2))
         run_cluster_py(
             layout.state_dir, "restart-scheduler", "--scheduler-config", h.scheduler_config
         )
     except BaseException:
         log(f"startup failed; stopping what was started (logs in {layout.logs})")
-        with contextlib.suppress(Exception):
-            _stop(layout, h, state, restore_scheduler=False)
+        for server in SERVERS:
+            with contextlib.suppress(Exception):
+                stop_server(server, h.pid(server))
+        if previous is not None:
+            # The registrations may already name the new (now stopped) webhook: with
+            # failurePolicy Fail that refuses pods. `up` again or `down` cleans up.
+            save_handles(layout, previous)
+        else:
+            layout.handles.unlink(missing_ok=True)
         raise
+    if previous is not None:
+        for server in SERVERS:
+            stop_server(server, previous.pid(server))
     log(f"fairshare up in {time.monotonic() - t0:.1f}s")
     return h
+
+
+def ensure_certs(layout: Layout, server: str, min_valid: float = 86400.0) -> None:
+    """Keep `server`'s CA and serving certificate while they are valid for another
+    `min_valid` seconds (a running webhook and its registered caBundle stay in step);
+    mint new ones otherwise."""
+    import datetime as dt
+
+    from cryptography import x509
+
+    from fairshare import tls
+
+    certs = layout.certs(server)
+    try:
+        ca = x509.load_pem_x509_certificate((certs / "ca.crt").read_bytes())
+        leaf = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+        leaf.verify_directly_issued_by(ca)
+        left = leaf.not_valid_after_utc - dt.datetime.now(dt.UTC)
+        if (certs / "tls.key").is_file() and left.total_seconds() > min_valid:
+            return
+    except Exception as exc:  # missing, unreadable, not issued by the CA (InvalidSignature)
+        log(f"new certificates for {server} ({type(exc).__name__})")
+    tls.write_certs(
+        certs,
+        service=f"fairshare-{server}",
+        namespace=SYSTEM_NAMESPACE,
+        ip_addresses=("127.0.0.1",),
+    )
+
+
+def ensure_config_registered(state: dict[str, Any], config_yaml: str) -> None:
+    """`ensure_config` while the webhook configurations stay registered.
+
+    The config guard (`config.fairshare.io`) may point at a webhook that is gone; it then
+    refuses the ConfigMap write that the new servers need to start. Only in that case it
+    alone is taken out of the validating configuration (the pod webhooks stay; the full
+    configuration is applied again once the new webhook is ready). A refusal by a live
+    guard (an invalid config) is an error."""
+    try:
+        ensure_config(state, config_yaml)
+        return
+    except DevError as exc:
+        if "failed calling webhook" not in str(exc) or "config.fairshare.io" not in str(exc):
+            raise
+    log("the config guard points at a webhook that is gone; unregistering it alone")
+    drop_config_guard(state)
+    ensure_config(state, config_yaml)
+
+
+def drop_config_guard(state: dict[str, Any]) -> None:
+    """Remove the webhook `config.fairshare.io` from the validating configuration."""
+    found = kubectl(
+        state, "get", "validatingwebhookconfiguration", WEBHOOK_NAME, "-o", "json", check=False
+    )
+    if found.returncode != 0:
+        return
+    hooks = json.loads(found.stdout).get("webhooks") or []
+    for i, hook in enumerate(hooks):
+        if hook.get("name") == "config.fairshare.io":
+            patch = [
+                {"op": "test", "path": f"/webhooks/{i}/name", "value": "config.fairshare.io"},
+                {"op": "remove", "path": f"/webhooks/{i}"},
+            ]
+            kubectl(
+                state,
+                "patch",
+                "validatingwebhookconfiguration",
+                WEBHOOK_NAME,
+                "--type=json",
+                "-p",
+                json.dumps(patch),
+            )
+            return
+
+
+ADMISSION_METRIC = "fairshare_admission_requests_total"
+
+
+def wait_webhook_called(h: Handles, state: dict[str, Any], timeout: float = 15.0) -> float:
+    """Until kube-apiserver calls the webhook of `h` (its configuration informer has the
+    new URL): server-side dry runs of a pod in namespace `default` until the new webhook's
+    admission counter has counted both of a probe's calls (mutate and validate). Seconds
+    it took; a DevError after `timeout`."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "fairshare-dev-probe-"},
+        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        before = metric(h, "webhook", ADMISSION_METRIC)
+        kubectl(
+            state,
+            "-n",
+            "default",
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input=json.dumps(probe),
+            check=False,
+        )
+        if metric(h, "webhook", ADMISSION_METRIC) - before >= 2:
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise DevError(f"kube-apiserver did not call the webhook at {h.url('webhook')} in {timeout}s")
 
 
 def delete_webhook_configurations(state: dict[str, Any]) -> None:
@@ -756,6 +897,53 @@ def restart_extender(
         save_handles(layout, h)
         took = wait_ready(layout, h, "extender")
         log(f"fairshare extender restarted ({took:.1f}s)")
+        return h
+
+
+def restart_webhook(state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = False) -> Handles:
+    """Replace the webhook process; returns once the new one answers.
+
+    Default, a handover that leaves no gap: a new webhook on a new port, waited for on
+    its /readyz (its first list of the cluster done), the configurations updated in place
+    to its URL, kube-apiserver seen calling it, and only then the old one stopped.
+    `in_place=True` does what a kubelet does to a crashed container behind a Service:
+    stop the old process and start a new one on the same port (the registrations never
+    change; until it answers, failurePolicy Fail refuses pods, and its first answers come
+    before its first list of the cluster is complete)."""
+    state_dir = Path(state_dir).resolve()
+    layout = Layout(state_dir)
+    with _locked(state_dir):
+        h = load_handles(layout)
+        if h is None:
+            raise DevError("fairshare is not up: run `make dev-up` first")
+        state = cluster_state(state_dir)
+        t0 = time.monotonic()
+        if in_place:
+            stop_server("webhook", h.webhook_pid)
+            h.webhook_pid = start_server(layout, state, "webhook", h.webhook_port)
+            save_handles(layout, h)
+            wait_ready(layout, h, "webhook")
+            log(f"fairshare webhook restarted in place ({time.monotonic() - t0:.1f}s)")
+            return h
+        old = Handles(**asdict(h))
+        port = cluster_module().free_port()
+        while port in (h.webhook_port, h.extender_port):
+            port = cluster_module().free_port()
+        h.webhook_port = port
+        h.webhook_pid = start_server(layout, state, "webhook", port)
+        try:
+            wait_ready(layout, h, "webhook")
+            apply(state, *webhook_configurations(h))
+            save_handles(layout, h)
+            took = wait_webhook_called(h, state)
+        except BaseException:
+            stop_server("webhook", h.webhook_pid)
+            raise
+        stop_server("webhook", old.webhook_pid)
+        log(
+            f"fairshare webhook handed over to :{port} ({time.monotonic() - t0:.1f}s; "
+            f"called by kube-apiserver {took:.1f}s after the configurations were updated)"
+        )
         return h
 
 
@@ -913,6 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
         ("down", "unwire and stop fairshare (the cluster keeps running)"),
         ("status", "show whether the servers are ready"),
         ("restart-extender", "restart the extender on the same port"),
+        ("restart-webhook", "hand over to a new webhook process without a gap"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
@@ -931,6 +1120,8 @@ def main(argv: list[str] | None = None) -> int:
             stop(state_dir)
         elif args.cmd == "restart-extender":
             restart_extender(state_dir)
+        elif args.cmd == "restart-webhook":
+            restart_webhook(state_dir)
         else:
             info = status(state_dir)
             print(json.dumps(info, indent=2))
