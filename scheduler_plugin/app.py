@@ -50,6 +50,7 @@ from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
+from fairshare.placement import PodRequest
 from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
 from scheduler_plugin import statuspage, verbs, wire
@@ -150,6 +151,8 @@ class ExtenderDeps:
     binds_in_flight: int = 0
     pick_in_filter: bool = False
     """``--pick-in-filter``: filter answers only the node prioritize would score highest."""
+    on_preempt: Callable[[PodRequest, str], None] | None = None
+    """Told what the preemption policy refused for a preemptor (an Event on the pod)."""
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -275,8 +278,15 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
 
 async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_preemption_args, body)
+    config = deps.config()
     return verbs.preempt_verb(
-        args, state=deps.tracker.state, config=deps.config(), namespace_labels=_labels(deps)
+        args,
+        state=deps.tracker.state,
+        config=config,
+        namespace_labels=_labels(deps),
+        pods=deps.tracker.pods,
+        fair=deps.tracker.fair_shares(config),
+        on_judged=deps.on_preempt,
     )
 
 
@@ -611,6 +621,9 @@ async def serve(
             is_leader=lambda: deps.leading(),
         )
         deps.background.append(requeuer.background())
+        from scheduler_plugin import events
+
+        deps.on_preempt = events.preemption_recorder(api_client)
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

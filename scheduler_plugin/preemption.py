@@ -22,7 +22,7 @@ every level: the victim's tenant and each of its ancestors (usage over the subtr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 EPS = 1e-9
@@ -86,3 +86,137 @@ def protect_guaranteed(
                     gone[k] += x
             kept.append(v.uid)
     return tuple(kept)
+
+
+# -- fair-share-aware victims ------------------------------------------------------------
+#
+# kube-scheduler's DefaultPreemption proposes, per candidate node, the lowest-priority
+# pods whose eviction makes room (any tenant's). The extender may answer a subset of the
+# nodes, and for a node any pods that run there (``HTTPExtender.convertToVictims`` looks
+# each UID up among the node's pods; ``Evaluator.callExtenders`` takes the answer as the
+# candidates, v1.36). So fairshare can both refuse a victim and put another in its place.
+
+WITHIN_TENANT_POLICIES = ("LowerPriority", "Never")
+OTHER_TENANT_POLICIES = ("AboveFairShare", "Any", "Never")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a victim's tenant (the tenant itself, then each ancestor): its usage
+    (its subtree's), fair share and current weighted dominant share."""
+
+    name: str
+    usage: tuple[float, ...]
+    fair_share: float
+    share: float
+    """The level's weighted dominant share now."""
+
+
+@dataclass(frozen=True)
+class FairPreemption:
+    """What the fair-share rule needs to know (``fair_share_victims``)."""
+
+    preemptor_tenant: str
+    preemptor_levels: tuple[str, ...]
+    """The preemptor's tenant and its ancestors."""
+    preemptor_over: bool
+    """Would the preemptor's tenant (or an ancestor) be above its fair share with the pod?"""
+    levels: Mapping[str, tuple[Level, ...]]
+    """Per tenant, its levels, nearest first."""
+    share_of: Callable[[str, Sequence[float]], float]
+    """The weighted dominant share of a level holding the given usage."""
+    within: str = "LowerPriority"
+    others: str = "AboveFairShare"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The victims fairshare allows on one node, and why others were refused."""
+
+    uids: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...] = ()
+    """(victim uid, reason) of each proposed victim fairshare did not allow."""
+
+
+def _same_tenant(rule: FairPreemption, tenant: str | None) -> bool:
+    return tenant == rule.preemptor_tenant
+
+
+def fair_share_victims(
+    victims: Sequence[Victim],
+    rule: FairPreemption,
+    *,
+    kept_by_guarantee: Sequence[str],
+) -> Judged:
+    """Which of ``victims`` (one node's, as kube-scheduler proposed them) may go.
+
+    * A pod of the preemptor's own tenant: when ``within`` is ``LowerPriority`` (the
+      default; kube-scheduler proposes only lower-priority pods), else never.
+    * A pod of another tenant, when ``others`` is ``AboveFairShare`` (the default): only
+      while each level of its tenant that the preemptor's tenant is not inside is above
+      its fair share now, stays at or above its guarantee, and does not fall below its
+      fair share while the preemptor's tenant rises above its own (all victims of the
+      node of that tenant counted together). ``Any``: kube-scheduler's choice stands
+      (guarantees still protected); ``Never``: never.
+    * ``kept_by_guarantee``: what ``protect_guaranteed`` left; a victim it dropped stays
+      refused.
+    """
+    allowed_by_guarantee = set(kept_by_guarantee)
+    kept: list[str] = []
+    refused: list[tuple[str, str]] = []
+    taken: dict[str, list[float]] = {}
+    for v in victims:
+        if v.uid not in allowed_by_guarantee:
+            refused.append((v.uid, f"tenant {v.tenant} would fall below its guarantee"))
+            continue
+        if v.tenant is None:
+            kept.append(v.uid)  # a pod fairshare cannot place in a tenant: not judged
+            continue
+        if _same_tenant(rule, v.tenant):
+            if rule.within == "Never":
+                refused.append((v.uid, "preemption within a tenant is off (withinTenant: Never)"))
+            else:
+                kept.append(v.uid)
+            continue
+        if rule.others == "Any":
+            kept.append(v.uid)
+            continue
+        if rule.others == "Never":
+            refused.append((v.uid, "preemption across tenants is off (otherTenants: Never)"))
+            continue
+        why = _refuse_other(v, rule, taken)
+        if why:
+            refused.append((v.uid, why))
+            continue
+        for level in rule.levels.get(v.tenant, ()):
+            gone = taken.setdefault(level.name, [0.0] * len(v.row))
+            for k, x in enumerate(v.row):
+                gone[k] += x
+        kept.append(v.uid)
+    return Judged(tuple(kept), tuple(refused))
+
+
+def _refuse_other(v: Victim, rule: FairPreemption, taken: Mapping[str, Sequence[float]]) -> str:
+    """Why ``v`` (of another tenant) may not go, or "" (see ``fair_share_victims``)."""
+    shared = set(rule.preemptor_levels)
+    for level in rule.levels.get(v.tenant or "", ()):
+        if level.name in shared:
+            break  # from here up the pod only moves inside the level
+        if level.share <= level.fair_share * (1 + EPS) + EPS:
+            return (
+                f"tenant {level.name} is not above its fair share "
+                f"({level.share:.2f} <= {level.fair_share:.2f})"
+            )
+        gone = taken.get(level.name, ())
+        after = [
+            u - (gone[k] if k < len(gone) else 0.0) - (v.row[k] if k < len(v.row) else 0.0)
+            for k, u in enumerate(level.usage)
+        ]
+        share_after = rule.share_of(level.name, after)
+        if share_after < level.fair_share * (1 - EPS) - EPS and rule.preemptor_over:
+            return (
+                f"tenant {level.name} would fall below its fair share "
+                f"({share_after:.2f} < {level.fair_share:.2f}) while tenant "
+                f"{rule.preemptor_tenant} rises above its own"
+            )
+    return ""

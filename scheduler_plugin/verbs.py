@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from fairshare import fairness, gating, resources
+from fairshare import fairness, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -329,14 +329,45 @@ def preempt_verb(
     state: ClusterState,
     config: FairShareConfig,
     namespace_labels: NamespaceLabels | None = None,
+    pods: Mapping[str, Mapping[str, Any]] | None = None,
+    pending: Sequence[PodRequest] = (),
+    fair: Mapping[str, fairness.FairShare] | None = None,
+    on_judged: Callable[[PodRequest, str], None] | None = None,
 ) -> dict[str, Any]:
-    """``ExtenderPreemptionResult`` as JSON: the proposed victims minus those whose
-    eviction would take their tenant below ``guaranteed``; nodes left empty are dropped,
-    and so are nodes where the victims left no longer make room for the pod (kube-scheduler
-    chose its victims to free enough; once some are spared, the rest may not, and evicting
-    them would be for nothing).
+    """``ExtenderPreemptionResult`` as JSON (``preempt_result``)."""
+    return preempt_result(
+        args, state=state, config=config, namespace_labels=namespace_labels, pods=pods,
+        pending=pending, fair=fair, on_judged=on_judged,
+    ).encode()  # fmt: skip
+
+
+def preempt_result(
+    args: wire.ExtenderPreemptionArgs,
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels | None = None,
+    pods: Mapping[str, Mapping[str, Any]] | None = None,
+    pending: Sequence[PodRequest] = (),
+    fair: Mapping[str, fairness.FairShare] | None = None,
+    on_judged: Callable[[PodRequest, str], None] | None = None,
+) -> wire.ExtenderPreemptionResult:
+    """The proposed victims fairshare allows, per node.
+
+    Per node: victims whose eviction would take their tenant below ``guaranteed`` are
+    dropped (``preemption.protect_guaranteed``), and so are, under the config's
+    ``preemption`` policy, victims of other tenants at or below their fair share
+    (``preemption.fair_share_victims``). In the place of refused victims come pods of the
+    preemptor's own tenant on that node of lower priority (lowest first, then newest),
+    while the preemptor still lacks room; then victims are spared again (other tenants'
+    first) while the preemptor keeps its room. A node where what is left no longer makes
+    room for the pod is dropped (evicting them would be for nothing), and so is a node
+    left without victims. ``pods`` (the known pods, for priorities and ages) and ``fair``
+    (the fair allocation; computed over the bound pods, ``pending`` and the preemptor
+    when None) come from the tracker. ``on_judged(preemptor, text)`` hears what fairshare changed.
     """
     labels = namespace_labels or {}
+    known = pods or {}
     pre: PodRequest | None
     try:
         pre = request_for(args.pod, state=state, config=config, namespace_labels=labels)
@@ -350,7 +381,12 @@ def preempt_verb(
     }
     guaranteed = _guarantees(state, config)
     usage, ancestors = _levels(state, config, guaranteed)
+    rule = None
+    if pre is not None and pre_tenant is not None:
+        rule = _fair_rule(state, config, pre, pending, fair)
+    pre_priority = _priority(args.pod)
     result: dict[str, wire.MetaVictims] = {}
+    notes: list[str] = []
     for node, meta in sorted(args.meta_victims().items()):
         victims = _victims(meta.pod_uids, full, state=state, config=config, namespace_labels=labels)
         kept = preemption.protect_guaranteed(
@@ -361,12 +397,147 @@ def preempt_verb(
             preemptor_row=pre_row,
             ancestors=ancestors,
         )
+        if rule is not None:
+            judged = preemption.fair_share_victims(victims, rule, kept_by_guarantee=kept)
+            kept = judged.uids
+            notes += [f"{_victim_name(state, u)} on {node}: {why}" for u, why in judged.refused]
+            own_first = rule.within != "Never" and rule.others != "Any"
+            if pre is not None and len(kept) < len(victims) and own_first:
+                kept = _substitute(state, pre, node, kept, known, pre_priority)
         if not kept:
             continue
-        if len(kept) < len(victims) and not _room_left(state, pre, node, kept):
+        if set(kept) != set(meta.pod_uids) and not _room_left(state, pre, node, kept):
             continue
-        result[node] = wire.MetaVictims(kept, min(meta.num_pdb_violations, len(kept)))
-    return wire.ExtenderPreemptionResult(result).encode()
+        pdb = meta.num_pdb_violations if set(kept) <= set(meta.pod_uids) else 0
+        result[node] = wire.MetaVictims(tuple(kept), min(pdb, len(kept)))
+    if on_judged is not None and pre is not None and notes:
+        chosen = "; ".join(notes[:5]) + (f" (and {len(notes) - 5} more)" if len(notes) > 5 else "")
+        on_judged(pre, chosen)
+    return wire.ExtenderPreemptionResult(result)
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    """``spec.priority`` (set by the Priority admission plugin; 0 when absent)."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata")
+    stamp = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+    return stamp if isinstance(stamp, str) else ""
+
+
+def _victim_name(state: ClusterState, uid: str) -> str:
+    held = state.pods.get(uid)
+    return f"pod {held.name or uid} of tenant {held.tenant}" if held else f"pod {uid}"
+
+
+def _fair_rule(
+    state: ClusterState,
+    config: FairShareConfig,
+    pre: PodRequest,
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> preemption.FairPreemption:
+    """The figures ``preemption.fair_share_victims`` judges by: every tenant's levels
+    (usage over its subtree, fair share, share now), and whether the preemptor's tenant
+    (or an ancestor) would be above its fair share with the pod."""
+    assert pre.tenant is not None
+    policy = config.preemption
+    if fair is None:
+        queue = [p for p in pending if p.uid != pre.uid] + [pre]
+        rows = gating.demand_rows(state, queue)
+        fair = gating.fair_shares_for(state, config, rows)
+    weights = tenancy.tenant_weights(config)
+    capacity = state.total_capacity()
+    res_weights = config.resource_weights()
+
+    def share_of(level: str, used: Sequence[float]) -> float:
+        return fairness.dominant_shares(
+            used={level: list(used)},
+            capacity=capacity,
+            res_weights=res_weights,
+            tenant_weights={level: weights.get(level, 1.0)},
+        )[level]
+
+    def chain(tenant: str) -> tuple[str, ...]:
+        return (tenant, *(a.name for a in config.ancestors(tenant)))
+
+    tree = config.is_hierarchical()
+    names = set(state.tenant_usage) | {t.name for t in config.tenants}
+    levels: dict[str, tuple[preemption.Level, ...]] = {}
+    for tenant in sorted(names):
+        out = []
+        for level in chain(tenant):
+            used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+            share = fair[level].share if level in fair else 0.0
+            out.append(preemption.Level(level, tuple(used), share, share_of(level, used)))
+        levels[tenant] = tuple(out)
+    over = False
+    for level in chain(pre.tenant):
+        used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+        after = [u + (pre.row[k] if k < len(pre.row) else 0.0) for k, u in enumerate(used)]
+        floor = fair[level].share if level in fair else 0.0
+        if share_of(level, after) > floor * (1 + fairness.EPS) + fairness.EPS:
+            over = True
+    return preemption.FairPreemption(
+        preemptor_tenant=pre.tenant,
+        preemptor_levels=chain(pre.tenant),
+        preemptor_over=over,
+        levels=levels,
+        share_of=share_of,
+        within=policy.within_tenant,
+        others=policy.other_tenants,
+    )
+
+
+def _substitute(
+    state: ClusterState,
+    pre: PodRequest,
+    node: str,
+    kept: Sequence[str],
+    pods: Mapping[str, Mapping[str, Any]],
+    priority: int,
+) -> tuple[str, ...]:
+    """``kept`` with pods of the preemptor's own tenant on ``node`` of lower priority added
+    (lowest priority first, then newest) until the preemptor fits, then victims spared
+    again while it still fits: other tenants' first, then its own in reverse."""
+    i = state.node_index.get(node)
+    if i is None:
+        return tuple(kept)
+    own = [
+        bp
+        for bp in state.pods.values()
+        if bp.node == node and bp.tenant == pre.tenant and bp.uid not in kept
+        and bp.uid in pods and _priority(pods[bp.uid]) < priority
+    ]  # fmt: skip
+    own.sort(key=lambda bp: (_priority(pods[bp.uid]), _neg(_created(pods[bp.uid])), bp.uid))
+    chosen = list(kept)
+
+    def fits(uids: Sequence[str]) -> bool:
+        released = [p for p in map(state.pods.get, uids) if p is not None]
+        return fits_after_release(state, pre, i, released)
+
+    for bp in own:
+        if fits(chosen):
+            break
+        chosen.append(bp.uid)
+    if not fits(chosen):
+        return tuple(kept)
+    others = [u for u in chosen if u in state.pods and state.pods[u].tenant != pre.tenant]
+    mine = [u for u in reversed(chosen) if u not in others]
+    for uid in [*others, *mine]:
+        rest = [u for u in chosen if u != uid]
+        if rest and fits(rest):
+            chosen = rest
+    return tuple(chosen)
+
+
+def _neg(stamp: str) -> tuple[int, ...]:
+    """An RFC 3339 UTC stamp's sort key reversed (newest first)."""
+    return tuple(-ord(c) for c in stamp)
 
 
 def _room_left(state: ClusterState, pre: PodRequest | None, node: str, kept: Sequence[str]) -> bool:

@@ -125,6 +125,7 @@ _KEPT_SPEC: Final = (
     "nodeName",
     "nodeSelector",
     "overhead",
+    "priority",
     "resourceClaims",
     "schedulerName",
     "schedulingGates",
@@ -144,7 +145,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
     Kept: identity and timestamps, ``fairshare.io/*`` annotations (and a reservation pod's
     reported GPU and its ``app`` and ``runai-gpu-group`` labels), ``spec.nodeName``,
-    ``nodeSelector``, ``overhead``, ``resourceClaims``, ``schedulerName``,
+    ``nodeSelector``, ``overhead``, ``priority``, ``resourceClaims``, ``schedulerName``,
     ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
     (what ``eligibility`` reads), each container's and init
     container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and

@@ -20,6 +20,8 @@ CONFIG = config_from_mapping(
             {"name": "research", "namespaces": ["research"]},
             {"name": "infer", "namespaces": ["infer"], "guaranteed": {"cpu": "4"}},
         ],
+        # The guarantee rule alone (the fair-share rule: test_preempt_fair_share.py).
+        "preemption": {"otherTenants": "Any"},
     }
 )
 
@@ -160,6 +162,7 @@ SHARED = config_from_mapping(
             {"name": "prod", "namespaces": ["prod"], "guaranteed": {"nvidia.com/gpu": "1"}},
             {"name": "research", "namespaces": ["research"]},
         ],
+        "preemption": {"otherTenants": "Any"},
     }
 )
 

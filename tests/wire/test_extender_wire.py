@@ -70,7 +70,9 @@ def answer(verb: str, body: bytes | dict[str, Any]) -> Any:
     if verb == "prioritize":
         return verbs.prioritize_verb(wire.decode_extender_args(body), **common)
     if verb == "preempt":
-        return verbs.preempt_verb(wire.decode_preemption_args(body), **common)
+        # The adapter judges fair shares over the pending queue (the tracker's).
+        args = wire.decode_preemption_args(body)
+        return verbs.preempt_verb(args, pending=loaded.pending, **common)
     if verb == "bind":
         args = wire.decode_binding_args(body)
         plan = verbs.bind_plan(args, state=loaded.state, pending=loaded.pending)

@@ -1,0 +1,71 @@
+"""Events the extender records on pods (``kubectl describe pod`` shows them). An adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from fairshare.placement import PodRequest
+from scheduler_plugin.leader import call_raw
+
+log = logging.getLogger("fairshare.extender.events")
+
+COMPONENT: Final = "fairshare-extender"
+REASON_PREEMPTION: Final = "FairSharePreemption"
+"""On a preemptor: the victims kube-scheduler proposed that the preemption policy refused."""
+
+
+def event_body(
+    namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False
+) -> dict[str, Any]:
+    """A core/v1 Event on pod ``namespace/name``."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }  # fmt: skip
+
+
+def preemption_recorder(api_client: Any) -> Callable[[PodRequest, str], None]:
+    """An ``ExtenderDeps.on_preempt`` that records a ``FairSharePreemption`` Event on the
+    preemptor (in the background: the preempt verb does not wait for the API)."""
+    from kubernetes_asyncio import client
+
+    core: Any = client.CoreV1Api(api_client)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def post(req: PodRequest, text: str) -> None:
+        body = event_body(
+            req.namespace, req.name, req.uid, REASON_PREEMPTION,
+            f"preemption policy spared: {text}",
+        )  # fmt: skip
+        try:
+            status, _ = await call_raw(
+                core.create_namespaced_event(req.namespace, body, _preload_content=False)
+            )
+            if not 200 <= status < 300:
+                log.warning("event on %s/%s: HTTP %s", req.namespace, req.name, status)
+        except Exception as exc:  # an Event is an explanation, never worth a failure
+            log.warning("event on %s/%s: %s", req.namespace, req.name, exc)
+
+    def record(req: PodRequest, text: str) -> None:
+        log.info("preemption for %s/%s: spared %s", req.namespace, req.name, text)
+        task = asyncio.get_running_loop().create_task(post(req, text))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return record
