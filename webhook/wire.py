@@ -181,9 +181,38 @@ def decode_review(body: bytes) -> AdmissionRequest:
             "request.uid is missing" if uid is None else "request.uid must be a non-empty string"
         )
     try:
-        return AdmissionReview.model_validate(document).request
+        parsed = AdmissionReview.model_validate(document).request
     except ValidationError as exc:
         raise WireFormatError(_first_problem(exc)) from exc
+    _check_object(parsed.object, "request.object")
+    _check_object(parsed.old_object, "request.oldObject")
+    return parsed
+
+
+def _check_object(obj: dict[str, Any] | None, where: str) -> None:
+    """The parts of a Kubernetes object the policies read, typed as the API types them
+    (``metadata`` and ``spec`` objects, names strings, labels and annotations maps of
+    strings): a body with other types is refused here (400) instead of failing a policy
+    (an internal-error denial)."""
+    if obj is None:
+        return
+    for key in ("metadata", "spec"):
+        value = obj.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise WireFormatError(f"{where}.{key} must be an object, got {_json_type(value)}")
+    meta = obj.get("metadata") or {}
+    for key in ("name", "generateName", "namespace"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, str):
+            raise WireFormatError(
+                f"{where}.metadata.{key} must be a string, got {_json_type(value)}"
+            )
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and not (
+            isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        ):
+            raise WireFormatError(f"{where}.metadata.{key} must be a map of strings")
 
 
 def encode_response(uid: str, response: AdmissionResponse) -> dict[str, Any]:

@@ -63,6 +63,34 @@ def test_decode_errors(raw: bytes, message: str) -> None:
     assert str(info.value) == message
 
 
+MAP = "must be a map of strings"
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"metadata": [[]]}, "request.object.metadata must be an object, got an array"),
+        ({"spec": 7}, "request.object.spec must be an object, got a number"),
+        ({"metadata": {"labels": [-170]}}, f"request.object.metadata.labels {MAP}"),
+        ({"metadata": {"labels": "0"}}, f"request.object.metadata.labels {MAP}"),
+        ({"metadata": {"labels": {"a": 1}}}, f"request.object.metadata.labels {MAP}"),
+        ({"metadata": {"annotations": [{}]}}, f"request.object.metadata.annotations {MAP}"),
+        ({"metadata": {"annotations": {"a": None}}}, f"request.object.metadata.annotations {MAP}"),
+        ({"metadata": {"namespace": 1}},
+         "request.object.metadata.namespace must be a string, got a number"),
+    ],
+)  # fmt: skip
+def test_objects_of_the_wrong_shape_are_decode_errors(obj: dict[str, Any], message: str) -> None:
+    """Found by the hostile-input fuzz: these reached the policies and came back as 500
+    internal-error denials (review.py read labels with .get, gpu_sharing sorted the
+    annotations, resources read spec with .get)."""
+    for where in ("object", "oldObject"):
+        with pytest.raises(WireFormatError) as info:
+            wire.decode_review(body(uid="u", **{where: {"kind": "Pod", **obj}}))
+        assert str(info.value) == message.replace("object", where, 1)
+    assert wire.decode_review(body(uid="u", object={"metadata": None, "spec": None})).object
+
+
 def test_decode_reads_camel_case_ignores_unknown_and_keeps_raw_objects() -> None:
     pod = {"metadata": {"generateName": "train-", "namespace": "a"}, "spec": {"x": {"y": 1}}}
     request = wire.decode_review(
