@@ -19,6 +19,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -35,8 +36,24 @@ SETTINGS = settings(
 )
 TOL = 1e-6
 
-amount = st.floats(min_value=0.0, max_value=100.0, allow_nan=False).map(lambda v: round(v, 3))
-positive = st.floats(min_value=0.5, max_value=100.0, allow_nan=False).map(lambda v: round(v, 3))
+# Zero and fractions no float holds exactly (a third, a seventh) as well as 3-decimal values.
+INEXACT = [1 / 3, 2 / 3, 10 / 3, 100 / 7]
+amount = st.floats(min_value=0.0, max_value=100.0, allow_nan=False).map(
+    lambda v: round(v, 3)
+) | st.sampled_from([0.0, *INEXACT])
+# Capacities: no zero, which breaks "allocation <= capacity" (pinned by the strict xfail
+# test_a_resource_no_node_has_is_not_allocated below; include 0.0 here once it passes).
+positive = st.floats(min_value=0.5, max_value=100.0, allow_nan=False).map(
+    lambda v: round(v, 3)
+) | st.sampled_from(INEXACT[1:])
+
+
+def part_of(draw: st.DrawFn, whole: float) -> float:
+    """0 .. 1.5 x ``whole``: rounded, zero, or an inexact fraction of it."""
+    return draw(
+        st.floats(0, whole * 1.5, allow_nan=False).map(lambda v: round(v, 3))
+        | st.sampled_from([0.0, whole / 3, whole * 2 / 3, whole * 8 / 7])
+    )
 
 
 @st.composite
@@ -52,10 +69,10 @@ def problems(draw: st.DrawFn) -> tuple[list[TenantDemand], list[float], list[flo
         limit = {}
         if cols and draw(st.booleans()):
             r = draw(st.sampled_from(cols))
-            guaranteed[r] = round(draw(st.floats(0, demand[r] * 1.5, allow_nan=False)), 3)
+            guaranteed[r] = part_of(draw, demand[r])
         if cols and draw(st.booleans()):
             r = draw(st.sampled_from(cols))
-            limit[r] = round(draw(st.floats(0, demand[r] * 1.5, allow_nan=False)), 3)
+            limit[r] = part_of(draw, demand[r])
         tenants.append(
             TenantDemand(
                 name=f"t{k}",
@@ -139,6 +156,18 @@ def test_subnormal_guarantee_does_not_overfill_capacity():
     assert _usage(result, 3)[1] <= 1.0 + TOL
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="fair_allocation skips a zero-capacity resource (weight 0), so a tenant that "
+    "demands it is allocated its whole demand of it: 1.0 of capacity 0.0",
+)
+def test_a_resource_no_node_has_is_not_allocated():
+    """Found by the generator with zero capacities: the minimal example."""
+    t0 = TenantDemand("t0", weight=1.0, demand=(1.0, 1.0), guaranteed={}, limit={})
+    result = fair_allocation([t0], capacity=[1.0, 0.0], res_weights=[1.0, 1.0])
+    assert result["t0"].allocation[1] <= 0.0, result["t0"]
+
+
 # --------------------------------------------------------------------------- the gate
 
 
@@ -153,7 +182,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "weight": draw(st.sampled_from([1, 2, 3])),
         }
         if draw(st.booleans()):
-            spec["guaranteed"] = {"nvidia.com/gpu": str(draw(st.integers(0, 4)))}
+            gpus = draw(st.sampled_from(["0", "1", "2", "4", "333m", "1.5"]))
+            spec["guaranteed"] = {"nvidia.com/gpu": gpus}
         tenants.append(spec)
     nodes = [
         {
@@ -167,8 +197,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         {
             "tenant": draw(st.integers(0, n_tenants - 1)),
             "gpu": draw(st.sampled_from(["0", "1", "2", "4", "8", "0.5", "0.25"])),
-            "cpu": draw(st.sampled_from(["1", "4", "16"])),
-            "memory": draw(st.sampled_from(["1Gi", "16Gi", "64Gi"])),
+            "cpu": draw(st.sampled_from(["0", "333m", "1", "4", "16"])),
+            "memory": draw(st.sampled_from(["0", "1Gi", "16Gi", "64Gi"])),
         }
         for _ in range(draw(st.integers(1, 30)))
     ]

@@ -18,7 +18,21 @@ from tests.reliability.conftest import FUZZ_CASES
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOL = 1e-6
 
-positive = st.floats(min_value=0.5, max_value=100.0, allow_nan=False).map(lambda v: round(v, 3))
+# Fractions no float holds exactly (a third, a seventh) as well as 3-decimal values; zero
+# demands and limits below. No zero capacity: see test_properties_fairness.py's xfail.
+INEXACT = [1 / 3, 2 / 3, 10 / 3, 100 / 7]
+positive = st.floats(min_value=0.5, max_value=100.0, allow_nan=False).map(
+    lambda v: round(v, 3)
+) | st.sampled_from(INEXACT[1:])
+
+
+def upto(top: float) -> st.SearchStrategy[float]:
+    """0 .. ``top``: rounded to 3 decimals, zero, or an inexact fraction."""
+    return st.floats(0, top, allow_nan=False).map(lambda v: round(v, 3)) | st.sampled_from(
+        [0.0, *INEXACT]
+    )
+
+
 weights = st.sampled_from([0.5, 1.0, 2.0, 3.0])
 
 
@@ -43,11 +57,11 @@ def trees(draw: st.DrawFn, *, backlogged: bool) -> tuple[list[TenantDemand], lis
             scale = draw(st.sampled_from([10.0, 50.0]))
             demand = tuple(c * mix[r] * scale for r, c in enumerate(capacity))
         else:
-            demand = tuple(round(draw(st.floats(0, 100, allow_nan=False)), 3) for _ in capacity)
+            demand = tuple(draw(upto(100)) for _ in capacity)
         limit: dict[int, float] = {}
         if not backlogged and draw(st.booleans()):
             r = draw(st.integers(0, n_res - 1))
-            limit[r] = round(draw(st.floats(0, 60, allow_nan=False)), 3)
+            limit[r] = draw(upto(60))
         tenants.append(TenantDemand(name, draw(weights), demand, {}, limit, parents[i]))
     return tenants, capacity
 

@@ -28,7 +28,18 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 TOL = 1e-9
 
 weights = st.sampled_from([0.5, 1.0, 2.0, 3.0])
-amounts = st.floats(min_value=0.0, max_value=64.0, allow_nan=False).map(lambda v: round(v, 3))
+# Zero and fractions no float holds exactly (a third, a seventh) as well as 3-decimal values.
+amounts = st.floats(min_value=0.0, max_value=64.0, allow_nan=False).map(
+    lambda v: round(v, 3)
+) | st.sampled_from([0.0, 1 / 3, 2 / 3, 10 / 3, 100 / 7])
+
+
+def upto(top: float) -> st.SearchStrategy[float]:
+    """0 .. ``top``: rounded to 3 decimals, zero, or an inexact fraction of ``top``."""
+    return st.floats(0.0, top, allow_nan=False).map(lambda v: round(v, 3)) | st.sampled_from(
+        [0.0, top / 3, top * 2 / 3, top / 7]
+    )
+
 
 Problem = tuple[list[TenantDemand], list[float], list[float]]
 
@@ -45,13 +56,16 @@ def trees(draw: st.DrawFn, *, limits: bool, every_resource: bool) -> Problem:
         if not limits or not draw(st.booleans()):
             return {}
         r = draw(st.integers(0, n_res - 1))
-        return {r: round(draw(st.floats(0.0, capacity[r], allow_nan=False)), 3)}
+        return {r: draw(upto(capacity[r]))}
 
     def node(name: str, parent: str | None, depth: int) -> None:
         n_kids = draw(st.integers(0, 3)) if depth < 3 else 0
         if n_kids == 0:
             if every_resource:
-                demand = tuple(draw(st.floats(0.5, 64.0, allow_nan=False)) for _ in capacity)
+                demand = tuple(
+                    draw(st.floats(0.5, 64.0, allow_nan=False) | st.sampled_from([2 / 3, 100 / 7]))
+                    for _ in capacity
+                )
                 if draw(st.integers(0, 5)) == 0:
                     demand = tuple(0.0 for _ in capacity)  # an idle leaf
             else:
@@ -180,12 +194,12 @@ def flat_problems(draw: st.DrawFn) -> Problem:
         limit: dict[int, float] = {}
         if draw(st.booleans()):
             r = draw(st.integers(0, n_res - 1))
-            limit[r] = round(draw(st.floats(0, capacity[r], allow_nan=False)), 3)
+            limit[r] = draw(upto(capacity[r]))
         guaranteed: dict[int, float] = {}
         asked = [r for r, v in enumerate(demand) if v > 0]
         if asked and draw(st.integers(0, 3)) == 0:
             r = draw(st.sampled_from(asked))
-            guaranteed[r] = round(draw(st.floats(0, capacity[r] / 8, allow_nan=False)), 3)
+            guaranteed[r] = draw(upto(capacity[r] / 8))
         tenants.append(TenantDemand(f"t{k}", draw(weights), demand, guaranteed, limit))
     return tenants, capacity, res_weights
 

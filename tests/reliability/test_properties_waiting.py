@@ -60,13 +60,15 @@ specs = st.builds(
 
 def fit_error(n_nodes: int, reasons: list[str]) -> str:
     """``FitError.Error()`` of kube-scheduler v1.36: a sorted ``<count> <reason>``
-    histogram, then preemption's message."""
+    histogram, then the PostFilter messages (DRA's, then preemption's), as the local
+    control plane writes them."""
     counts: dict[str, int] = {}
     for r in reasons:
         counts[r] = counts.get(r, 0) + 1
     hist = ", ".join(sorted(f"{v} {k}" for k, v in counts.items()))
     return (
-        f"0/{n_nodes} nodes are available: {hist}. preemption: 0/{n_nodes} nodes are "
+        f"0/{n_nodes} nodes are available: {hist}. no new claims to deallocate, "
+        f"preemption: 0/{n_nodes} nodes are "
         f"available: {n_nodes} Preemption is not helpful for scheduling."
     )
 
@@ -171,7 +173,7 @@ class Model:
 
 
 @given(
-    gpus=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=3),
+    gpus=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=3),  # 0: no GPU
     weights=st.fixed_dictionaries({t: st.integers(min_value=1, max_value=3) for t in TENANTS}),
     pods=st.lists(specs, min_size=1, max_size=18),
 )

@@ -14,32 +14,32 @@ placement runs again. Asserted for every generated arrival sequence:
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from fairshare import gating, reclaim  # noqa: E402
-from fairshare.config.loading import config_from_mapping  # noqa: E402
-from fairshare.placement import PodRequest, choose_devices, filter_nodes  # noqa: E402
-from fairshare.resources import ResourceIndex  # noqa: E402
-from fairshare.state import objects  # noqa: E402
-from fairshare.state.cluster import ClusterState  # noqa: E402
-from tests.unit.test_state_objects import node, pod  # noqa: E402
+from fairshare import gating, reclaim
+from fairshare.config.loading import config_from_mapping
+from fairshare.placement import PodRequest, choose_devices, filter_nodes
+from fairshare.resources import ResourceIndex
+from fairshare.state import objects
+from fairshare.state.cluster import ClusterState
+from tests.unit.test_state_objects import node, pod
 
 TENANTS = ("a", "b", "c")
 SETTLE_ROUNDS = 12
 
 
-def _config(guarantees: tuple[int, int, int], **options: Any) -> Any:
+def _config(guarantees: tuple[Any, Any, Any], **options: Any) -> Any:
     tenants = []
     for name, g in zip(TENANTS, guarantees, strict=True):
         t: dict[str, Any] = {"name": name, "namespaces": [name]}
         if g:
-            t["guaranteed"] = {"nvidia.com/gpu": str(g)}
+            # A third of a GPU is "333m": no float (nor quantity) holds 1/3 exactly.
+            t["guaranteed"] = {"nvidia.com/gpu": f"{int(g * 1000)}m"}
         tenants.append(t)
     return config_from_mapping(
         {
@@ -52,7 +52,7 @@ def _config(guarantees: tuple[int, int, int], **options: Any) -> Any:
 
 
 class Sim:
-    def __init__(self, guarantees: tuple[int, int, int], n_nodes: int, **options: Any) -> None:
+    def __init__(self, guarantees: tuple[Any, Any, Any], n_nodes: int, **options: Any) -> None:
         self.cfg = _config(guarantees, **options)
         self.g = dict(zip(TENANTS, guarantees, strict=True))
         self.state = ClusterState(ResourceIndex(self.cfg.resource_names()))
@@ -66,7 +66,7 @@ class Sim:
 
     def arrive(self, tenant: str, gpus: int) -> None:
         name = f"{tenant}-{next(self.ids)}"
-        obj = pod(name, ns=tenant, gpu=gpus)
+        obj = pod(name, ns=tenant, gpu=gpus or None)  # 0: a CPU-only pod
         req = objects.pod_request(obj, config=self.cfg, tenant=tenant, index=self.state.index)
         self.queue.append(req)
         self.created[req.uid] = float(len(self.created))
@@ -135,16 +135,23 @@ class Sim:
         return len(plan.evictions)
 
 
-arrivals = st.lists(st.tuples(st.sampled_from(TENANTS), st.sampled_from((1, 1, 2))), max_size=30)
+# Pods of 0 GPUs too (CPU only: never a victim nor a beneficiary of GPU reclaim).
+arrivals = st.lists(st.tuples(st.sampled_from(TENANTS), st.sampled_from((0, 1, 1, 2))), max_size=30)
+
+
+def _guarantee(draw: Any, most: int) -> Any:
+    """0 .. ``most`` GPUs, whole or with a third of one more (333m) when it fits."""
+    g = draw(st.integers(0, most))
+    return g + Fraction(333, 1000) if g < most and draw(st.booleans()) else g
 
 
 @st.composite
-def worlds(draw: Any) -> tuple[tuple[int, int, int], int, list[tuple[str, int]]]:
+def worlds(draw: Any) -> tuple[tuple[Any, Any, Any], int, list[tuple[str, int]]]:
     n_nodes = draw(st.integers(1, 3))
     cap = 4 * n_nodes
-    ga = draw(st.integers(0, cap))
-    gb = draw(st.integers(0, cap - ga))
-    gc = draw(st.integers(0, cap - ga - gb))
+    ga = _guarantee(draw, cap)
+    gb = _guarantee(draw, int(cap - ga))
+    gc = _guarantee(draw, int(cap - ga - gb))
     return (ga, gb, gc), n_nodes, draw(arrivals)
 
 
@@ -187,16 +194,16 @@ def test_e2e_story_restores_the_guarantee():
 
 
 big_arrivals = st.lists(
-    st.tuples(st.sampled_from(TENANTS), st.sampled_from((1, 1, 2, 3, 4))), max_size=30
+    st.tuples(st.sampled_from(TENANTS), st.sampled_from((0, 1, 1, 2, 3, 4))), max_size=30
 )
 
 
 @st.composite
-def hold_worlds(draw: Any) -> tuple[tuple[int, int, int], int, list[tuple[str, int]]]:
+def hold_worlds(draw: Any) -> tuple[tuple[Any, Any, int], int, list[tuple[str, int]]]:
     n_nodes = draw(st.integers(1, 3))
     cap = 4 * n_nodes
-    ga = draw(st.integers(0, cap))
-    gb = draw(st.integers(0, cap - ga))
+    ga = _guarantee(draw, cap)
+    gb = _guarantee(draw, int(cap - ga))
     return (ga, gb, 0), n_nodes, draw(big_arrivals)
 
 
