@@ -7,14 +7,15 @@ tenants), one of four scoring configs and the fairness knobs (``yieldBand``,
 ``holdForBlockedTenants``), and a pod sequence: 1-4 waves of 1-10 arriving pods (CPU-only,
 whole GPUs, ``fairshare.io/gpu-fraction`` shares, ``fairshare.io/gpu-memory`` requests,
 ``fairshare.io/gpu-models`` restrictions, a zone or GPU-product ``nodeSelector``, a
-toleration of the taint; zero and inexact amounts such as ``3333m`` and ``1/3``), each
-wave followed by scheduling until a pass binds nothing and by up to 3 running pods
-finishing, then a last round of scheduling.
+toleration of the taint; zero and inexact amounts such as ``3333m`` and ``1/3``), a node
+sometimes joining before a wave, each wave followed by scheduling until a pass binds
+nothing, by up to 3 running pods finishing and a pending pod sometimes deleted, then a
+last round of scheduling.
 
 Size: 300 examples per run (under ``CI`` the profile is derandomized: the same 300 every
-run). In the CI profile that is about 3,300 pods (11 per example on average, 34 at most)
-on about 1,200 nodes, about 9,000 scheduling attempts compared, 1,800 of them binds and
-570 fair-share gate refusals; 17 s for this file on 2 cores
+run). In the CI profile that is about 3,300 pods (11 per example on average, 28 at most)
+on about 1,150 nodes (and 100 joining), about 7,300 scheduling attempts compared, 1,870
+of them binds and 250 fair-share gate refusals; 16-19 s for this file on 2 cores
 (``CI=1 .venv/bin/python -m pytest tests/reliability/test_differential_extender.py``;
 the counts are printed in the fuzz summary). A failure is shrunk by hypothesis to a
 small cluster and sequence and printed with its reproduction blob; the cases found so far
@@ -75,6 +76,11 @@ Legitimate differences, by design, and what the test does about them:
   (``placement.node_rank`` of each name, the simulator's ``tie_rank``).
 * GPU health: the simulator takes it as ``state.set_health`` (as its runner does for
   ``unhealthy`` nodes), the extender from the node condition; only the names compared.
+* Nodes joining: the simulator's runner adds a trace's nodes before its pods, and
+  ``Simulation.request_for`` counts a pending GPU-memory pod against the largest device
+  it sees then; the extender re-counts pending pods when the largest device changes. So
+  a node that joins mid-sequence brings no larger GPU than the cluster has (a pending
+  pod's demand row is compared before every pass: a larger one fails that check).
 * MIG: the simulator's ``add_node`` takes allocatable, labels and taints, not MIG slices
   (its traces have none), so no MIG nodes are drawn.
 """
@@ -122,35 +128,40 @@ def nodes(draw: st.DrawFn) -> list[dict[str, Any]]:
     count = draw(st.integers(1, 8))
     # Names in no sorted order, so neither side can lean on name order for ties.
     names = draw(st.permutations([f"node-{c}" for c in "qwertyuiop"[:count]]))
-    out = []
-    for name in names:
-        model = draw(st.sampled_from(sorted(MODELS)))
-        gpus = draw(st.sampled_from([0, 1, 2, 4, 4, 8]))
-        labels = {"topology.kubernetes.io/zone": draw(st.sampled_from(ZONES))}
-        if gpus:
-            labels["nvidia.com/gpu.product"] = model
-            labels["nvidia.com/gpu.memory"] = str(MODELS[model])
-            labels["nvidia.com/gpu.count"] = str(gpus)
-        node: dict[str, Any] = {
-            "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {},
-            "status": {
-                "allocatable": {
-                    "cpu": draw(st.sampled_from(["4", "16", "64", "7500m"])),
-                    "memory": draw(st.sampled_from(["16Gi", "64Gi", "256Gi"])),
-                    "nvidia.com/gpu": str(gpus),
-                    "pods": "110",
-                },
-                "conditions": [{"type": "Ready", "status": "True"}],
+    return [draw(node_of(name)) for name in names]
+
+
+@st.composite
+def node_of(draw: st.DrawFn, name: str, largest: int | None = None) -> dict[str, Any]:
+    """A node; ``largest``: of a GPU model with at most this much device memory (MiB),
+    and without GPUs when that is 0."""
+    fits = sorted(m for m, mib in MODELS.items() if largest is None or mib <= largest)
+    model = draw(st.sampled_from(fits or sorted(MODELS)))
+    gpus = draw(st.sampled_from([0, 1, 2, 4, 4, 8])) if fits else 0
+    labels = {"topology.kubernetes.io/zone": draw(st.sampled_from(ZONES))}
+    if gpus:
+        labels["nvidia.com/gpu.product"] = model
+        labels["nvidia.com/gpu.memory"] = str(MODELS[model])
+        labels["nvidia.com/gpu.count"] = str(gpus)
+    node: dict[str, Any] = {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "allocatable": {
+                "cpu": draw(st.sampled_from(["4", "16", "64", "7500m"])),
+                "memory": draw(st.sampled_from(["16Gi", "64Gi", "256Gi"])),
+                "nvidia.com/gpu": str(gpus),
+                "pods": "110",
             },
-        }
-        if draw(st.integers(0, 5)) == 0:
-            node["spec"]["taints"] = [dict(TAINT)]
-        if gpus and draw(st.integers(0, 7)) == 0:
-            node["status"]["conditions"].append(dict(UNHEALTHY))
-        out.append(node)
-    return out
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    if draw(st.integers(0, 5)) == 0:
+        node["spec"]["taints"] = [dict(TAINT)]
+    if gpus and draw(st.integers(0, 7)) == 0:
+        node["status"]["conditions"].append(dict(UNHEALTHY))
+    return node
 
 
 @st.composite
@@ -250,19 +261,30 @@ def pod_spec(draw: st.DrawFn, tenants: Sequence[str]) -> dict[str, Any]:
 
 
 @dataclass
+class Wave:
+    """Nodes that join, pods that arrive; scheduling; then pods that finish (indexes into
+    the running pods in creation order, modulo their number) and pending pods deleted
+    (the same, into the pending pods)."""
+
+    arrivals: list[dict[str, Any]]
+    finish: list[int] = field(default_factory=list)
+    delete: list[int] = field(default_factory=list)
+    joins: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class Case:
     config: dict[str, Any]
     nodes: list[dict[str, Any]]
-    waves: list[tuple[list[dict[str, Any]], list[int]]]
-    """Per wave: the pods that arrive, then which running pods finish after scheduling
-    (indexes into the running pods in creation order, modulo their number)."""
+    waves: list[Wave]
 
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
     config = draw(configs())
+    cluster = draw(nodes())
     leaves = [t["name"] for t in config["tenants"] if t.get("namespaces")]
-    waves = []
+    waves: list[Wave] = []
     serial = 0
     for _ in range(draw(st.integers(1, 4))):
         pods = draw(st.lists(pod_spec(leaves), min_size=1, max_size=10))
@@ -272,8 +294,17 @@ def cases(draw: st.DrawFn) -> Case:
             p["metadata"]["resourceVersion"] = str(100 + serial)
             serial += 1
         finish = draw(st.lists(st.integers(0, 50), max_size=3))
-        waves.append((pods, finish))
-    return Case(config, draw(nodes()), waves)
+        delete = draw(st.lists(st.integers(0, 50), max_size=1))
+        joins = []
+        if waves and draw(st.integers(0, 4)) == 0:
+            name = f"node-{'asdfghjkl'[len(waves)]}"
+            joins.append(draw(node_of(name, largest=max(map(_device_mib, cluster)))))
+        waves.append(Wave(pods, finish, delete, joins))
+    return Case(config, cluster, waves)
+
+
+def _device_mib(node: Mapping[str, Any]) -> int:
+    return int(node["metadata"]["labels"].get("nvidia.com/gpu.memory", 0))
 
 
 # -- kube-scheduler's own filters (this test's reading, for the subset drawn) -------------
@@ -355,6 +386,25 @@ class Run:
             self.log.append(f"{uid} finished")
             self.seen["finished"] += 1
         self.compare_states("after pods finished")
+
+    def delete_pending(self, picks: Sequence[int]) -> None:
+        for k in picks:
+            pending = list(self.sim.pending)
+            if not pending:
+                return
+            uid = pending[k % len(pending)]
+            self.sim.fail(uid)  # the simulator's way to drop a pending pod
+            self.deps.tracker.on_event("Pod", "DELETED", copy.deepcopy(self.pods.pop(uid)))
+            self.log.append(f"{uid} deleted while pending")
+            self.seen["deleted while pending"] += 1
+
+    def join(self, node: dict[str, Any]) -> None:
+        add_sim_node(self.sim, node)
+        self.nodes.append(node)
+        self.deps.tracker.on_event("Node", "ADDED", copy.deepcopy(node))
+        self.log.append(f"{node['metadata']['name']} joined")
+        self.seen["node joined"] += 1
+        self.compare_states("after a node joined")
 
     # -- one scheduling attempt ----------------------------------------------------------
 
@@ -471,6 +521,10 @@ class Run:
                 f"pending queues differ: extender {list(tracker.pending)}, "
                 f"simulator {list(sim.pending)}"
             )
+            for uid, req in tracker.pending.items():  # the demand the fair shares count
+                assert req.row == sim.pods[uid].row, (
+                    f"pending {uid}: extender counts {req.row}, simulator {sim.pods[uid].row}"
+                )
             mix = tracker.mix()
             if sim.mix is not mix:
                 sim.mix = mix
@@ -512,18 +566,23 @@ def _shape(pod: Mapping[str, Any]) -> str:
 def simulation(config: FairShareConfig, node_objs: Sequence[Mapping[str, Any]]) -> Simulation:
     sim = Simulation(config)
     for n in node_objs:
-        alloc = {
-            k: quantities.parse_quantity(v)
-            for k, v in n["status"]["allocatable"].items()
-            if k != "pods"
-        }
-        name = n["metadata"]["name"]
-        taints = [(t["key"], t["value"], t["effect"]) for t in n["spec"].get("taints", ())]
-        sim.add_node(name, alloc, dict(n["metadata"]["labels"]), taints=taints)
-        if any(c["type"] == UNHEALTHY["type"] for c in n["status"]["conditions"]):
-            sim.state.set_health(name, False, "Xid79")
-    sim.tie_rank = [node_rank(info.name) for info in sim.state.nodes]
+        add_sim_node(sim, n)
     return sim
+
+
+def add_sim_node(sim: Simulation, node: Mapping[str, Any]) -> None:
+    """A Node object into the simulation, as its runner adds a scenario's nodes."""
+    alloc = {
+        k: quantities.parse_quantity(v)
+        for k, v in node["status"]["allocatable"].items()
+        if k != "pods"
+    }
+    name = node["metadata"]["name"]
+    taints = [(t["key"], t["value"], t["effect"]) for t in node["spec"].get("taints", ())]
+    sim.add_node(name, alloc, dict(node["metadata"]["labels"]), taints=taints)
+    if any(c["type"] == UNHEALTHY["type"] for c in node["status"]["conditions"]):
+        sim.state.set_health(name, False, "Xid79")
+    sim.tie_rank = [node_rank(info.name) for info in sim.state.nodes]
 
 
 async def drive(case: Case) -> Run:
@@ -539,13 +598,17 @@ async def drive(case: Case) -> Run:
     deps.tracker.on_resync("Node", copy.deepcopy(case.nodes))
     deps.tracker.on_resync("Pod", [])
     async with TestClient(TestServer(ext_app.make_app(deps))) as client:
-        run = Run(config, case.nodes, client, deps, simulation(config, case.nodes), plans)
+        nodes = list(case.nodes)
+        run = Run(config, nodes, client, deps, simulation(config, nodes), plans)
         run.compare_states("at start")
-        for arrivals, finish in case.waves:
-            for pod in arrivals:
+        for wave in case.waves:
+            for node in wave.joins:
+                run.join(node)
+            for pod in wave.arrivals:
                 run.arrive(pod)
             await run.settle()
-            run.finish(finish)
+            run.finish(wave.finish)
+            run.delete_pending(wave.delete)
         await run.settle()
     return run
 
@@ -600,21 +663,21 @@ def _config(**scoring: float) -> dict[str, Any]:
 FOUND = {
     # The simulator ignored taints and node selectors: it bound a pod without a
     # toleration to the only (tainted) node, where kube-scheduler sends no node at all.
-    "taint": Case(_config(), [_node("node-q", 0, tainted=True)], [([_pod(0, "t0", {})], [])]),
+    "taint": Case(_config(), [_node("node-q", 0, tainted=True)], [Wave([_pod(0, "t0", {})])]),
     # The simulator accounted a GPU-memory pod at its share of the largest device in the
     # cluster (4Gi of 80Gi: 0.05 GPU) on an L4 where its device holds 4Gi of 22.5Gi
     # (0.178 GPU): the tenant's usage and the node's GPU column fell behind the device.
     "gpu-memory": Case(
         _config(),
         [_node("node-w", 1, "NVIDIA-L4"), _node("node-r", 1)],
-        [([_pod(0, "t0", {ANN_MEMORY: "4Gi", ANN_MODELS: "NVIDIA-L4"})], [])],
+        [Wave([_pod(0, "t0", {ANN_MEMORY: "4Gi", ANN_MODELS: "NVIDIA-L4"})])],
     ),
     # With the fragmentation term weighted 0 the simulator gave a shared-GPU pod the
     # fullest device that holds it, the extender's bind FGD's device.
     "device-hint": Case(
         _config(fragmentation=0, packing=1, fit=1),
         [_node("node-q", 2)],
-        [([_pod(0, "t0", {ANN_FRACTION: "0.5"}), _pod(1, "t1", {ANN_FRACTION: "0.25"})], [])],
+        [Wave([_pod(0, "t0", {ANN_FRACTION: "0.5"}), _pod(1, "t1", {ANN_FRACTION: "0.25"})])],
     ),
 }
 
@@ -676,6 +739,8 @@ def test_the_generator_reaches_every_kind_of_decision() -> None:
         "held: no fit",
         "refused at admission",
         "finished",
+        "deleted while pending",
+        "node joined",
         "choice: prioritize, exact levels",
         "choice: prioritize, rounded levels",
         "choice: kube-scheduler tie",
