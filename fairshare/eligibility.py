@@ -400,10 +400,10 @@ def verdict_reasons(message: str) -> tuple[str, ...] | None:
     if head is None:
         return None
     body = message[head.end() :]
-    # PostFilter's part follows the filter part's closing ".": preemption's begins with
-    # "preemption: ", a custom PostFilter's with anything, so cut at the first ". " that
-    # ends the histogram's last "<count> <reason>".
-    cut = body.find(". preemption: ")
+    # PostFilter's part follows the filter part's closing "." and a space: DRA's ("no new
+    # claims to deallocate"), then preemption's ("preemption: ..."), or any other plugin's.
+    # No reason of kube-scheduler's or fairshare's holds ". ", so the first one ends it.
+    cut = body.find(". ")
     if cut >= 0:
         body = body[:cut]
     body = body.rstrip()

@@ -234,8 +234,32 @@ def _decode(decoder: Callable[[bytes], _D], body: bytes) -> _D:
         raise WireFormatError(f"unexpected shape ({type(exc).__name__})") from exc
 
 
+VICTIM_WAIT = 2.0
+"""Seconds filter waits for a preemptor's victims to leave the extender's view."""
+
+
+async def _await_victims(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
+    """A preemptor retried on its nominated node: wait (at most ``VICTIM_WAIT``) until the
+    victims the preempt verb answered for that node are gone from the state too.
+
+    kube-scheduler deletes the victims and retries the preemptor as soon as its own cache
+    drops them; the extender's watch may lag by a few milliseconds. A filter that still
+    counts a victim answers "Insufficient", and kube-scheduler, finding no terminating pod
+    on the nominated node any more, preempts again on another node (seen on the local
+    control plane: two victims for one pod)."""
+    status = pod.get("status")
+    node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+    uid = objects.pod_uid(pod)
+    if not isinstance(node, str) or not node or uid not in deps.tracker.preempted:
+        return
+    deadline = time.monotonic() + VICTIM_WAIT
+    while deps.tracker.victims_pending(uid, node) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
 async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
+    await _await_victims(deps, args.pod)
     deps.tracker.remember(dict(args.pod))
     config = deps.config()
     result = verbs.filter_result(
@@ -279,7 +303,7 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
 async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_preemption_args, body)
     config = deps.config()
-    return verbs.preempt_verb(
+    result = verbs.preempt_result(
         args,
         state=deps.tracker.state,
         config=config,
@@ -288,6 +312,9 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
         fair=deps.tracker.fair_shares(config),
         on_judged=deps.on_preempt,
     )
+    victims = {n: v.pod_uids for n, v in result.node_name_to_meta_victims.items()}
+    deps.tracker.note_preempted(objects.pod_uid(args.pod), victims)
+    return result.encode()
 
 
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:

@@ -146,6 +146,9 @@ class ExtenderTracker:
     pending: dict[str, PodRequest] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)
     """Pending pods whose last filter the fair-share gate refused (``note_filter``)."""
+    preempted: OrderedDict[str, dict[str, tuple[str, ...]]] = field(default_factory=OrderedDict)
+    """Per preemptor uid, the victims the preempt verb last answered, by node (the filter
+    waits for those of the preemptor's nominated node to be gone: ``victims_pending``)."""
     requeued: set[str] = field(default_factory=set)
     """Gated pods the requeuer nudged since their last filter (``scheduler_plugin.requeue``)."""
     verdicts: dict[str, str] = field(default_factory=dict)
@@ -511,6 +514,7 @@ class ExtenderTracker:
         self._read.pop(uid, None)
         self.gated.discard(uid)
         self.requeued.discard(uid)
+        self.preempted.pop(uid, None)
         self.verdicts.pop(uid, None)
         self._asked.pop(uid, None)
         self._answers.pop(uid, None)
@@ -714,6 +718,23 @@ class ExtenderTracker:
 
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
+
+    def note_preempted(self, uid: str, victims: Mapping[str, Sequence[str]]) -> None:
+        """Remember the victims the preempt verb answered for preemptor ``uid``."""
+        self.preempted[uid] = {node: tuple(v) for node, v in victims.items()}
+        self.preempted.move_to_end(uid)
+        while len(self.preempted) > VERB_READS:
+            self.preempted.popitem(last=False)
+
+    def victims_pending(self, uid: str, node: str) -> tuple[str, ...]:
+        """The victims answered for preemptor ``uid`` on ``node`` that the state still
+        holds there (their DELETED event has not arrived yet)."""
+        held = self.state.pods
+        return tuple(
+            v
+            for v in self.preempted.get(uid, {}).get(node, ())
+            if v in held and held[v].node == node
+        )
 
     # -- kube-scheduler's verdicts ---------------------------------------------------------
 

@@ -37,6 +37,20 @@ VERDICTS = [
     (AFFINITY, True),
     (GATED, False),  # fairshare's gate: not a verdict against the pod
     ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", False),  # checked by fairshare
+    # As kube-scheduler v1.36 wrote it on the local control plane: DRA's PostFilter
+    # message comes before preemption's.
+    (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. no new claims to "
+        "deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found "
+        "for incoming pod.",
+        False,
+    ),
+    (
+        "0/1 nodes are available: 1 node(s) didn't match pod affinity rules. no new claims "
+        "to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful "
+        "for scheduling.",
+        True,
+    ),
     (
         "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match "
         "Pod's node affinity/selector. preemption: 0/3 nodes are available: 1 No "

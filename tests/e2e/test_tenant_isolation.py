@@ -1,0 +1,208 @@
+"""One tenant must not freeze the others, on the real control plane (issue 31, items 1-3).
+
+* A tenant's pods that kube-scheduler can never place (a required pod affinity on a label
+  no pod carries) hold nobody back: kube-scheduler's own verdict in their ``PodScheduled``
+  condition says so, and the other tenant takes every GPU.
+* Pods the gate held move as soon as the gate lifts (the requeue annotation), not at
+  kube-scheduler's 5-minute flush of unschedulable pods.
+* Preemption respects fair shares: with both tenants at their fair share, a high-priority
+  pod displaces its own tenant's low-priority pod, not the other tenant's; with the other
+  tenant above its fair share, one of that tenant's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from .conftest import (
+    CONFIG_HEAD,
+    FairshareDev,
+    MakeNode,
+    TenantNamespace,
+    unique,
+    wait_event,
+    wait_for,
+)
+from .test_fairshare_scheduling import POOL, bound, create_pods, pod_manifest, pods_of
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+async def fresh_extender(fairshare: FairshareDev) -> FairshareDev:
+    """A freshly started extender: no pending pods of earlier tests in its queue."""
+    await asyncio.to_thread(fairshare.restart_extender)
+    return fairshare
+
+
+def config(*tenants: str, extra: str = "") -> str:
+    return CONFIG_HEAD + extra + "tenants:\n" + "".join(f"- name: {t}\n" for t in tenants)
+
+
+def affinity_pod(name: str, pool: str, gpus: int) -> dict[str, Any]:
+    """A pod that must run beside a pod labelled ``fairshare-e2e/partner`` (none exists)."""
+    pod = pod_manifest(name, pool, gpus=gpus)
+    pod["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"fairshare-e2e/partner": "nobody"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    return pod
+
+
+async def test_unplaceable_pods_of_one_tenant_leave_the_gpus_to_the_other(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+) -> None:
+    a, b = unique("ti-a"), unique("ti-b")
+    await fairshare.set_config(api, config(a, b))
+    pool = unique("ti")
+    for k in range(2):
+        await make_gpu_node(f"{pool}-{k}", gpus=4, labels={POOL: pool})
+    ns_a, ns_b = await tenant_namespace(a), await tenant_namespace(b)
+
+    await create_pods(api, ns_b, [affinity_pod(f"b-{i}", pool, 1) for i in range(4)])
+    started = time.monotonic()
+    await create_pods(api, ns_a, [pod_manifest(f"a-{i}", pool, gpus=1) for i in range(8)])
+
+    async def a_has_all() -> bool:
+        return len(await bound(api, ns_a)) == 8
+
+    await wait_for(a_has_all, timeout=30, what=f"tenant {a}'s 8 pods bound on 8 GPUs")
+    took = time.monotonic() - started
+    assert not await bound(api, ns_b), "b's pods cannot run anywhere, yet one was bound"
+    # kube-scheduler's own verdict stands on b's pods, and fairshare shows it.
+    for p in await pods_of(api, ns_b):
+        cond = next(c for c in p.status.conditions or [] if c.type == "PodScheduled")
+        assert cond.reason == "Unschedulable" and "pod affinity" in cond.message
+    status = fairshare.extender_status()
+    pending = {e["pod"]: e for e in status.get("pendingPods", [])}
+    entry = pending[f"{ns_b}/b-0"]
+    assert entry["reason"].startswith("unschedulable by kube-scheduler"), entry
+    print(f"\n{a}: 8/8 GPUs {took:.1f}s after its pods were created; b pending")
+
+
+async def test_held_pods_bind_within_seconds_once_the_waiting_pod_goes(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+) -> None:
+    """holdForBlockedTenants: a's 2 pods above its fair share wait for b's blocked 4-GPU
+    pod; b gives up (deletes it). Nothing else happens in the cluster, so only fairshare's
+    requeue can bring a's pods back before kube-scheduler's 5-minute flush."""
+    a, b = unique("tr-a"), unique("tr-b")
+    await fairshare.set_config(api, config(a, b, extra="holdForBlockedTenants: true\n"))
+    node = unique("tr")
+    await make_gpu_node(node, gpus=8, labels={POOL: node})
+    ns_a, ns_b = await tenant_namespace(a), await tenant_namespace(b)
+    await create_pods(api, ns_a, [pod_manifest(f"a-{i}", node, gpus=1) for i in range(6)])
+
+    async def a_has(n: int) -> bool:
+        return len(await bound(api, ns_a)) == n
+
+    await wait_for(lambda: a_has(6), timeout=60, what=f"tenant {a}'s first 6 pods bound")
+    await create_pods(api, ns_b, [pod_manifest("b-big", node, gpus=4)])
+
+    async def extender_sees_b() -> bool:
+        status = await asyncio.to_thread(fairshare.extender_status)
+        return any(e["pod"] == f"{ns_b}/b-big" for e in status.get("pendingPods", []))
+
+    await wait_for(extender_sees_b, timeout=20, what="the extender's view of b's pending pod")
+    await create_pods(api, ns_a, [pod_manifest(f"a-{i}", node, gpus=1) for i in (6, 7)])
+    for name in ("a-6", "a-7"):
+        await wait_event(
+            api, ns_a, involved_name=name, reason="FailedScheduling", contains=f"while {b} waits"
+        )
+    await asyncio.sleep(2)  # both held pods back in kube-scheduler's unschedulable pool
+    assert len(await bound(api, ns_a)) == 6
+    await client.CoreV1Api(api).delete_namespaced_pod("b-big", ns_b, grace_period_seconds=0)
+    gone = time.monotonic()
+    await wait_for(lambda: a_has(8), timeout=10, what=f"{a}'s held pods bound within 10 s")
+    took = time.monotonic() - gone
+    pods = {p.metadata.name: p for p in await pods_of(api, ns_a)}
+    assert "fairshare.io/requeued-at" in (pods["a-6"].metadata.annotations or {})
+    print(f"\nheld pods bound {took:.1f}s after the waiting pod was deleted")
+
+
+@pytest.fixture
+async def priorities(api: client.ApiClient) -> AsyncIterator[tuple[str, str]]:
+    low, high = unique("ti-low"), unique("ti-high")
+    sched = client.SchedulingV1Api(api)
+    for name, value in ((low, 10), (high, 1000)):
+        await sched.create_priority_class(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+        )
+    yield low, high
+    for name in (low, high):
+        await sched.delete_priority_class(name)
+
+
+def with_priority(pod: dict[str, Any], priority_class: str) -> dict[str, Any]:
+    pod["spec"]["priorityClassName"] = priority_class
+    return pod
+
+
+@pytest.mark.parametrize("b_above", [False, True], ids=["both-at-fair-share", "b-above"])
+async def test_preemption_takes_from_the_own_tenant_or_a_tenant_above_its_fair_share(
+    b_above: bool,
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+    priorities: tuple[str, str],
+) -> None:
+    low, high = priorities
+    a, b = unique("tp-a"), unique("tp-b")
+    await fairshare.set_config(api, config(a, b))
+    pool = unique("tp")
+    for k in range(2):
+        await make_gpu_node(f"{pool}-{k}", gpus=4, labels={POOL: pool})
+    ns_a, ns_b = await tenant_namespace(a), await tenant_namespace(b)
+    n_a, n_b = (0, 8) if b_above else (4, 4)
+    # Interleaved, so that both nodes hold pods of both tenants when both run 4.
+    for i in range(max(n_a, n_b)):
+        if i < n_a:
+            await create_pods(api, ns_a, [with_priority(pod_manifest(f"a-{i}", pool, gpus=1), low)])
+        if i < n_b:
+            await create_pods(api, ns_b, [with_priority(pod_manifest(f"b-{i}", pool, gpus=1), low)])
+
+    async def settled() -> bool:
+        return len(await bound(api, ns_a)) == n_a and len(await bound(api, ns_b)) == n_b
+
+    await wait_for(settled, timeout=60, what=f"{n_a} + {n_b} low-priority pods bound")
+    await create_pods(api, ns_a, [with_priority(pod_manifest("a-high", pool, gpus=1), high)])
+
+    async def high_bound() -> bool:
+        pods = {p.metadata.name: p for p in await pods_of(api, ns_a)}
+        return "a-high" in pods and bool(pods["a-high"].spec.node_name)
+
+    await wait_for(high_bound, timeout=60, what="a's high-priority pod bound by preemption")
+    await asyncio.sleep(1)
+    live_a = [p for p in await pods_of(api, ns_a) if not p.metadata.deletion_timestamp]
+    live_b = [p for p in await pods_of(api, ns_b) if not p.metadata.deletion_timestamp]
+    if b_above:
+        # b held all 8 of 8 GPUs, above its fair share of 4: one of b's pods made room.
+        assert len(live_b) == 7 and [p.metadata.name for p in live_a] == ["a-high"]
+    else:
+        # Both at their fair share: a's own low-priority pod made room; b kept its 4.
+        assert len(live_b) == 4, [p.metadata.name for p in live_b]
+        assert len(live_a) == 4 and "a-high" in {p.metadata.name for p in live_a}
