@@ -75,14 +75,18 @@ async def test_pod_lands_on_prioritize_s_best_node_without_a_prioritize_call(
     probe = {"Pod": pod | {"metadata": {"name": "p", "namespace": namespace}}}
     scores = await post_extender(picking, "/prioritize", probe | {"NodeNames": nodes})
     by_node = {s["Host"]: s["Score"] for s in scores}
+    # The expected best, independent of what the extender says: the 2-GPU node, which the
+    # 2-GPU pod fills (no GPU left over; the CPU and memory left are the same everywhere).
+    expected = f"{pool}-2"
     best = max(by_node, key=by_node.__getitem__)
     assert sorted(by_node.values()).count(by_node[best]) == 1, by_node  # a unique best
+    assert best == expected, by_node
     filters_before = await verb_calls(picking, "filter")
     prioritizes_before = await verb_calls(picking, "prioritize")
 
     await client.CoreV1Api(api).create_namespaced_pod(namespace, pod)
     bound = await wait_pod(api, namespace, "p", lambda p: bool(p.spec.node_name), what="bound")
 
-    assert bound.spec.node_name == best, by_node
+    assert bound.spec.node_name == expected, by_node
     assert await verb_calls(picking, "filter") > filters_before
     assert await verb_calls(picking, "prioritize") == prioritizes_before
