@@ -45,6 +45,7 @@ from .conftest import (
     GPU,
     PAUSE_IMAGE,
     STATE_DIR,
+    Cluster,
     FairshareDev,
     TenantNamespace,
     dev_module,
@@ -306,3 +307,41 @@ async def test_a_starting_webhook_never_allows_from_an_incomplete_view(
     assert len(answers) == 20, f"the starting webhook answered {len(answers)} of 20"
     assert codes["allowed"] == 0, f"allowed before its first list: {dict(codes)}"
     assert set(codes) <= {"403", "503"}, dict(codes)
+
+
+async def test_a_limit_below_usage_is_applied_with_a_warning(
+    api: client.ApiClient,
+    cluster: Cluster,
+    fairshare: FairshareDev,
+    tenant_namespace: TenantNamespace,
+):
+    """Not a restart, but the same drive (issue 31): the config guard admits a limit below
+    the tenant's usage and kubectl shows kube-apiserver's Warning header for it."""
+    dev = dev_module()
+    namespace, _first = await tenant_at_limit(api, fairshare, tenant_namespace)
+    text = await fairshare.current_config_text(api)
+    lower = text.replace(f'{GPU}: "{LIMIT}"', f'{GPU}: "1"')
+    assert lower != text
+    tenant = await tenant_of(api, namespace)
+    patch = json.dumps({"data": {dev.CONFIG_KEY: lower}})
+    out = await asyncio.to_thread(
+        cluster.kubectl,
+        "-n",
+        dev.SYSTEM_NAMESPACE,
+        "patch",
+        "configmap",
+        dev.CONFIGMAP,
+        "--type=merge",
+        "-p",
+        patch,
+    )
+    assert (
+        f"Warning: tenant {tenant}: {GPU} limit 1 is below current usage 2; new pods are "
+        "refused until usage is under it"
+    ) in out.stderr, out.stderr
+    assert await fairshare.current_config_text(api) == lower, "the edit was applied"
+
+
+async def tenant_of(api: client.ApiClient, namespace: str) -> str:
+    ns = await client.CoreV1Api(api).read_namespace(namespace)
+    return str(ns.metadata.labels["fairshare.io/tenant"])
