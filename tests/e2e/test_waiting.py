@@ -5,6 +5,11 @@ nodeSelector no node matches) or is not in a queue at all (a scheduling gate). T
 fair-share gate must not count it as waiting: tenant a's pods keep being placed past a's
 fair share (1/2, b's demand counts) until the node is full, instead of stopping at
 "tenant a above its fair share (0.62 > 0.50) while b waits" with half the node idle.
+
+a's pods are created only once the extender's own view (its /status.json) lists b's pod
+as pending: the gate has b's pod (and its demand, which sets a's fair share to 1/2) in
+front of it when a's pods arrive, so an extender that counted it as waiting would hold a
+at 4 pods here, however slow its watch.
 """
 
 from __future__ import annotations
@@ -59,7 +64,17 @@ async def test_a_pod_that_cannot_run_now_leaves_no_capacity_idle(
     if why == "node-selector":
         blocked["spec"]["nodeSelector"][POOL] = node
     await create_pods(api, ns_b, [blocked])
-    await asyncio.sleep(2)  # the extender's pod watch has b's pod (and its demand)
+    seen = f"{ns_b}/b-blocked"
+
+    async def extender_sees_blocked() -> dict[str, Any] | None:
+        status = await asyncio.to_thread(fairshare.extender_status)
+        mine = [p for p in status["pendingPods"] + status["heldPods"] if p["pod"] == seen]
+        return mine[0] if mine else None
+
+    entry = await wait_for(
+        extender_sees_blocked, timeout=60, what=f"the extender to list {seen} as pending"
+    )
+    assert entry["tenant"] == b, entry
 
     await create_pods(api, ns_a, [pod_manifest(f"a-{i}", node, gpus=1) for i in range(8)])
 
