@@ -5,6 +5,13 @@ The node offers what the NVIDIA device plugin offers with the `mixed` strategy:
 `nvidia.com/mig-1g.10gb: 1` go through the extender's filter and bind (every pod does,
 see tools/e2e/dev.py) and must be bound, seven of them; the eighth is refused with the
 profile named.
+
+kube-scheduler refuses the eighth itself (its NodeResourcesFit counts the slices) and then
+does not call the extender (no node left to filter), so its FailedScheduling event says
+nothing about fairshare. fairshare's own refusal is read where it is given: the
+extender's filter answer for that pod on the node, and its /status.json view of the
+pending pod, both ``Insufficient nvidia.com/mig-1g.10gb (free 0, requested 1)`` from
+fairshare's ledger of the slices the seven hold.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from .conftest import (
     wait_pod,
 )
 from .test_fairshare_scheduling import ANN_DEVICES, POOL, bound, create_pods
+from .test_pick_in_filter import post_extender
 
 pytestmark = pytest.mark.e2e
 
@@ -98,10 +106,27 @@ async def test_mixed_strategy_mig_pods_are_placed_and_the_eighth_is_refused(
     event = await wait_event(
         api, ns, involved_name="slice-7", reason="FailedScheduling", contains=MIG
     )
-    assert f"Insufficient {MIG}" in event.message
-    await asyncio.sleep(2)
+    assert f"Insufficient {MIG}" in event.message  # kube-scheduler's own words
+    full = f"Insufficient {MIG} (free 0, requested 1)"  # fairshare's
+    assert full not in event.message, event.message
+
+    # fairshare's view of the pending eighth pod: no slice left on the node.
+    pending = f"{ns}/slice-7"
+
+    async def listed() -> dict[str, Any] | None:
+        status = await asyncio.to_thread(fairshare.extender_status)
+        return next((p for p in status["pendingPods"] if p["pod"] == pending), None)
+
+    entry = await wait_for(listed, timeout=30, what=f"the extender to list {pending}")
+    assert (entry["fitsNodes"], entry["reason"]) == (0, f"{node}: {full}"), entry
+    # What the extender answers kube-scheduler's filter for that pod on that node.
     eighth = await client.CoreV1Api(api).read_namespaced_pod("slice-7", ns)
     assert eighth.spec.node_name is None
+    answer = await post_extender(
+        fairshare, "/filter", {"Pod": api.sanitize_for_serialization(eighth), "NodeNames": [node]}
+    )
+    refused = (answer.get("FailedNodes") or {}) | (answer.get("FailedAndUnresolvableNodes") or {})
+    assert not answer.get("NodeNames") and refused == {node: full}, answer
     assert len(await bound(api, ns)) == 7
 
 
