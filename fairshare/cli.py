@@ -546,7 +546,7 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     from fairshare import report
 
     snap, tracker, usage = _live_state(args)
-    return report.build_status(
+    out = report.build_status(
         config=snap.config,
         state=tracker.state,
         pending=tracker.pending_queue(),
@@ -555,6 +555,9 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
         unreadable=tracker.unreadable,
         scheduling_gated=scheduling_gated(snap),
     )
+    if snap.warnings:
+        out["warnings"] = list(snap.warnings)
+    return out
 
 
 def scheduling_gated(snap: Any) -> set[str]:

@@ -651,6 +651,18 @@ async def serve(
         from scheduler_plugin import events
 
         deps.on_preempt = events.preemption_recorder(api_client)
+        if configmap is not None:
+            from fairshare.runtime import parse_ref
+            from scheduler_plugin import lastgood
+
+            recorder = lastgood.LastGoodRecorder(
+                api_client=api_client,
+                ref=parse_ref(configmap),
+                config=rt.holder.get,
+                synced=rt.source.ready,
+                is_leader=lambda: deps.leading(),
+            )
+            deps.background.append(recorder.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -129,6 +129,7 @@ class Simulation:
         """A node; ``taints`` (key, value, effect) keep pods without a toleration off it."""
         self.state.add_node(name, allocatable, labels=labels, taints=taints)
         self._ctx = None
+        self._fair = None  # the fair allocation divides the capacity, which just grew
 
     def request_for(self, pod: Mapping[str, Any], *, uid: str) -> PodRequest:
         """Turn a pod object into a PodRequest (tenant resolved, demand computed)."""
