@@ -41,9 +41,9 @@ kube-scheduler is modelled as this test's own reading of NodeAffinity (the zone
 every node those admit. Its NodeResourcesFit is left out (the extender's filter judges
 resources itself; sending it more nodes tests more).
 
-What is compared, per scheduling attempt (pods tried in creation order, one pass after
-another, as the simulator does; the extender's pending queue must equal the simulator's
-before every pass):
+What is compared. Before every pass: the pending queue (pods and order), each pending
+pod's demand row and every tenant's fair share (float for float). Per scheduling attempt
+(pods tried in creation order, one pass after another, as the simulator does):
 
 1. **filter**: the set of ``NodeNames`` the extender passes equals the nodes the
    simulator's filter (``placement.filter_nodes`` on its state) fits among those
@@ -525,6 +525,11 @@ class Run:
                 assert req.row == sim.pods[uid].row, (
                     f"pending {uid}: extender counts {req.row}, simulator {sim.pods[uid].row}"
                 )
+            ext_fair = {t: f.share for t, f in tracker.fair_shares(self.config).items()}
+            sim_fair = {t: f.share for t, f in sim.fair_shares().items()}
+            assert ext_fair == sim_fair, (
+                f"fair shares differ: extender {ext_fair}, simulator {sim_fair}"
+            )
             mix = tracker.mix()
             if sim.mix is not mix:
                 sim.mix = mix
@@ -651,11 +656,14 @@ def _pod(serial: int, ns: str, annotations: dict[str, str], gpu: str = "") -> di
     }
 
 
-def _config(**scoring: float) -> dict[str, Any]:
+def _config(limit_t1: dict[str, str] | None = None, **scoring: float) -> dict[str, Any]:
+    t1: dict[str, Any] = {"name": "t1", "namespaces": ["t1"]}
+    if limit_t1 is not None:
+        t1["limit"] = limit_t1
     return {
         "apiVersion": "fairshare.io/v1alpha1",
         "kind": "FairShareConfig",
-        "tenants": [{"name": "t0", "namespaces": ["t0"]}, {"name": "t1", "namespaces": ["t1"]}],
+        "tenants": [{"name": "t0", "namespaces": ["t0"]}, t1],
         "scoring": scoring,
     }
 
@@ -679,6 +687,14 @@ FOUND = {
         [_node("node-q", 2)],
         [Wave([_pod(0, "t0", {ANN_FRACTION: "0.5"}), _pod(1, "t1", {ANN_FRACTION: "0.25"})])],
     ),
+    # The simulator kept its cached fair allocation when a node joined (add_node reset
+    # the score context only), until the next pod it admitted: with the wave's only pod
+    # refused at admission, t0's fair share stayed that of the smaller cluster.
+    "node-joins": Case(
+        _config(limit_t1={"cpu": "0"}),
+        [_node("node-q", 0)],
+        [Wave([_pod(0, "t0", {})]), Wave([_pod(1, "t1", {})], joins=[_node("node-s", 0)])],
+    ),
 }
 
 
@@ -686,6 +702,7 @@ OUTCOMES = {  # what each pinned case must get to (so it compares what it was fo
     "taint": {"no node admitted by kube-scheduler": 2},  # two passes: the wave's, the last
     "gpu-memory": {"bound": 1, "bound: memory": 1, "choice: one feasible node": 1},
     "device-hint": {"bound": 2, "bound: fraction": 2, "bound: shared GPU": 2},
+    "node-joins": {"bound": 1, "node joined": 1, "refused at admission": 1},
 }
 
 
