@@ -524,7 +524,9 @@ def feed_trackers(snap: Any) -> Any:
 
     config = snap.config
     tracker = ExtenderTracker(lambda: config)
-    snap.feed(tracker, ("Namespace", "Node", "Pod", "ResourceClaim"))
+    snap.feed(
+        tracker, ("Namespace", "DeviceClass", "ResourceSlice", "Node", "Pod", "ResourceClaim")
+    )
     usage = UsageTracker(lambda: config)
     snap.feed(usage)
     return tracker, usage

@@ -578,7 +578,7 @@ def _weight_text(t: Mapping[str, Any]) -> str:
 
 def render_status_text(report: Mapping[str, Any]) -> str:
     """The status report as terminal text: one table per tenant, then the cluster."""
-    lines: list[str] = []
+    lines: list[str] = [f"WARNING: {w}" for w in report.get("warnings", ())]
     for t in report["tenants"]:
         pods = t["pods"]
         parent = f"  in {t['parent']}" if t.get("parent") else ""
@@ -624,7 +624,8 @@ def render_status_text(report: Mapping[str, Any]) -> str:
 
 def render_explain_text(report: Mapping[str, Any]) -> str:
     """The explain report as terminal text."""
-    lines = [f"POD {report['pod']}"]
+    lines = [f"WARNING: {w}" for w in report.get("warnings", ())]
+    lines.append(f"POD {report['pod']}")
     lines.append(f"tenant: {report['tenant'] or '(none)'} (from {report['tenantSource']})")
     wh = report["webhook"]
     lines.append("")

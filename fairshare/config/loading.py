@@ -39,8 +39,10 @@ from fairshare.config.schema import (
 from fairshare.errors import ConfigError, FieldError
 
 __all__ = [
+    "LAST_GOOD_SUFFIX",
     "ROOT_PATH",
     "config_from_mapping",
+    "dump_config",
     "dump_default_config",
     "field_errors",
     "format_path",
@@ -227,6 +229,21 @@ _EXAMPLE_TENANTS: Final = (
     },
     {"name": "research", "namespaceSelector": {"example.com/team": "research"}},
 )
+
+
+def dump_config(config: FairShareConfig) -> str:
+    """``config`` as plain YAML (what differs from the defaults, plus ``apiVersion`` and
+    ``kind``); ``parse_config(dump_config(c)) == c``. The servers record the config in
+    force this way (``LAST_GOOD_SUFFIX``)."""
+    body = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    head = {"apiVersion": config.api_version, "kind": config.kind}
+    return yaml.safe_dump({**head, **body}, sort_keys=False)
+
+
+LAST_GOOD_SUFFIX: Final = "-last-good"
+"""The ConfigMap ``<config name>-last-good`` (same namespace) holds the config the servers
+run with, written by the extender's leader (key ``config.yaml``): ``fairshare status`` and
+``explain`` fall back to it when the config ConfigMap holds an invalid config."""
 
 
 def dump_default_config(*, example_tenants: bool = False) -> str:

@@ -37,6 +37,9 @@ class Snapshot:
     config: FairShareConfig
     objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     server: str = ""
+    warnings: list[str] = field(default_factory=list)
+    """What the reader should know about the view (e.g. the config shown is the last good
+    one because the ConfigMap holds an invalid config)."""
 
     def feed(self, sink: sources.Sink, kinds: Sequence[str] = KINDS) -> None:
         """Hand each kind's list to ``sink.on_resync`` (namespaces and nodes first)."""
@@ -56,39 +59,74 @@ def _status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-async def _read_config(api_client: Any, namespace: str, name: str) -> FairShareConfig:
+async def _read_configmap(api_client: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """The ConfigMap as JSON, None when it does not exist."""
     from kubernetes_asyncio import client
 
     v1: Any = client.CoreV1Api(api_client)
     resp = await v1.read_namespaced_config_map(name, namespace, _preload_content=False)
     body = await resp.read()
     if resp.status == 404:
+        return None
+    if resp.status >= 300:
+        raise FairshareError(f"cannot read ConfigMap {namespace}/{name}: HTTP {resp.status}")
+    obj = json.loads(body)
+    return obj if isinstance(obj, dict) else {}
+
+
+async def _read_config(
+    api_client: Any, namespace: str, name: str
+) -> tuple[FairShareConfig, list[str]]:
+    """The config of ConfigMap ``namespace/name``, and warnings. When it holds an invalid
+    config, the last good one the servers recorded (``loading.LAST_GOOD_SUFFIX``), with a
+    warning naming the problem; an error when there is none either."""
+    obj = await _read_configmap(api_client, namespace, name)
+    if obj is None:
         raise FairshareError(
             f"fairshare is not installed in this cluster: ConfigMap {namespace}/{name} "
             "not found (--config-namespace/--config-name pick another)"
         )
-    if resp.status >= 300:
-        raise FairshareError(f"cannot read ConfigMap {namespace}/{name}: HTTP {resp.status}")
-    obj = json.loads(body)
     text = (obj.get("data") or {}).get("config.yaml")
     if text is None:
         raise FairshareError(f"ConfigMap {namespace}/{name} has no key config.yaml")
     try:
-        return loading.parse_config(text)
+        return loading.parse_config(text), []
     except ConfigError as exc:
         first = exc.errors[0] if exc.errors else None
         where = f": {first.path}: {first.message}" if first else ""
-        raise FairshareError(
+        problem = (
             f"ConfigMap {namespace}/{name} holds an invalid config ({len(exc.errors)} "
             f"problem(s)){where}"
-        ) from exc
+        )
+        error = exc
+    last_name = name + loading.LAST_GOOD_SUFFIX
+    last = await _read_configmap(api_client, namespace, last_name)
+    last_text = ((last or {}).get("data") or {}).get("config.yaml")
+    if not isinstance(last_text, str):
+        raise FairshareError(
+            f"{problem}; no last good config recorded (ConfigMap {namespace}/{last_name}, "
+            "written by the extender's leader)"
+        ) from error
+    try:
+        config = loading.parse_config(last_text)
+    except ConfigError as exc:
+        raise FairshareError(f"{problem}; the last good config cannot be read either") from exc
+    stamp = (
+        ((last or {}).get("metadata") or {})
+        .get("annotations", {})
+        .get("fairshare.io/recorded-at", "an unknown time")
+    )
+    return config, [
+        f"{problem}. The servers keep running with the last good config: shown here is "
+        f"the one recorded in ConfigMap {namespace}/{last_name} at {stamp}."
+    ]
 
 
 async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
     from fairshare.state import informers
 
-    config = await _read_config(api_client, *config_ref)
-    snap = Snapshot(config, server=str(api_client.configuration.host))
+    config, warnings = await _read_config(api_client, *config_ref)
+    snap = Snapshot(config, server=str(api_client.configuration.host), warnings=warnings)
     for kind in KINDS:
         list_fn, _watch = informers.api_calls(api_client, kind)
         try:

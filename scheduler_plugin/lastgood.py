@@ -1,0 +1,119 @@
+"""The extender's leader records the config in force: ConfigMap ``<name>-last-good``.
+
+An adapter. The servers keep the last good config when the ConfigMap gets an invalid one
+(the validating webhook refuses such an edit, but it can be bypassed or not registered);
+``fairshare status`` and ``explain`` then have nothing to show but the error. So, once the
+first list is in and while this replica leads, the config in force is written (plain
+YAML, ``config.loading.dump_config``) to the ConfigMap ``<name>-last-good`` beside the
+config ConfigMap, key ``config.yaml``, with the annotation ``fairshare.io/recorded-at``;
+again after each reload that changed it. The CLI reads it when the config is invalid and
+says so. RBAC: the extender may create ConfigMaps and update only this one (by name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import serving
+from fairshare.config.loading import LAST_GOOD_SUFFIX, dump_config
+from fairshare.config.reloading import CONFIG_KEY
+from fairshare.config.schema import FairShareConfig
+from fairshare.errors import FairshareError
+from scheduler_plugin.leader import call_raw
+
+log = logging.getLogger("fairshare.extender.lastgood")
+
+PERIOD: Final = 5.0
+"""Seconds between two looks at the config in force."""
+ANN_RECORDED: Final = "fairshare.io/recorded-at"
+
+
+def last_good_body(namespace: str, name: str, config: FairShareConfig) -> dict[str, Any]:
+    """The ConfigMap that records ``config`` as the last good one of ``namespace/name``."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name + LAST_GOOD_SUFFIX,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "fairshare"},
+            "annotations": {ANN_RECORDED: stamp},
+        },
+        "data": {CONFIG_KEY: dump_config(config)},
+    }
+
+
+class LastGoodRecorder:
+    """Writes the config in force while leading (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        ref: tuple[str, str],
+        config: Callable[[], FairShareConfig],
+        synced: asyncio.Event,
+        is_leader: Callable[[], bool],
+    ) -> None:
+        from kubernetes_asyncio import client
+
+        self.core: Any = client.CoreV1Api(api_client)
+        self.namespace, self.name = ref
+        self.config, self.synced, self.is_leader = config, synced, is_leader
+        self._written: FairShareConfig | None = None
+
+    def background(self) -> Callable[[Any], AsyncIterator[None]]:
+        return serving.background_task(self.run, "record-last-good-config")
+
+    async def run(self) -> None:
+        await self.synced.wait()
+        while True:
+            if self.is_leader():
+                with contextlib.suppress(Exception):
+                    await self.record()
+            else:
+                self._written = None  # a new term writes again
+            await asyncio.sleep(PERIOD)
+
+    async def record(self) -> bool:
+        """Write the config in force if it is not the one last written; True if written."""
+        config = self.config()
+        if config is self._written:
+            return False
+        name = self.name + LAST_GOOD_SUFFIX
+        body = last_good_body(self.namespace, self.name, config)
+        status, current = await call_raw(
+            self.core.read_namespaced_config_map(name, self.namespace, _preload_content=False)
+        )
+        if status == 404:
+            call = self.core.create_namespaced_config_map(
+                self.namespace, body, _preload_content=False
+            )
+        elif 200 <= status < 300:
+            if (current.get("data") or {}).get(CONFIG_KEY) == body["data"][CONFIG_KEY]:
+                self._written = config
+                return False
+            body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get(
+                "resourceVersion"
+            )
+            call = self.core.replace_namespaced_config_map(
+                name, self.namespace, body, _preload_content=False
+            )
+        else:
+            raise FairshareError(f"reading ConfigMap {self.namespace}/{name}: HTTP {status}")
+        status, data = await call_raw(call)
+        if not 200 <= status < 300:
+            log.warning(
+                "recording the config in force in ConfigMap %s/%s: HTTP %s: %s",
+                self.namespace, name, status, data.get("message", ""),
+            )  # fmt: skip
+            return False
+        self._written = config
+        log.info("recorded the config in force in ConfigMap %s/%s", self.namespace, name)
+        return True
