@@ -23,13 +23,22 @@ Accounting choices: admission counts a ResourceClaim from creation to deletion, 
 or not a pod uses it yet (as Kubernetes ResourceQuota counts ``devices`` per claim);
 claims generated from a template are ResourceClaims and count the same way, so a pod is
 never counted twice for one claim. The scheduler side counts the claims that bound pods
-reference (``pod_claim_names``), once per claim.
+reference (``pod_claim_names``), once per claim. The claim kube-scheduler generates for a
+pod's DRA-backed ``nvidia.com/gpu`` (KEP-5004, annotated
+``resource.kubernetes.io/extended-resource-claim``) counts 0: the pod's own request is
+its usage, on both sides.
+
+Capacity (``slice_capacity``): a node's DRA GPUs are the devices that a configured GPU
+DeviceClass selects in the node-local pools of ``resource.k8s.io/v1`` ResourceSlices.
+fairshare evaluates no CEL; ``device_match`` reads the driver/attribute equalities GPU
+classes are written with and refuses anything else by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
@@ -104,6 +113,8 @@ def claim_gpus(
     """
     if claim.get("kind") == KIND_TEMPLATE:
         return template_gpus(claim, device_classes=device_classes, all_devices=all_devices)
+    if is_extended_resource_claim(claim):
+        return 0  # the pod's own nvidia.com/gpu request counts these devices
     wanted, names = claim_spec_gpus(
         _map(claim.get("spec")), device_classes=device_classes, all_devices=all_devices
     )
@@ -185,3 +196,185 @@ def check_claim(
     if used + requested <= limit:
         return None
     return Insufficient(tenant, GPU, used, requested, limit, tuple(sorted(set(namespaces))))
+
+
+# -- KEP-5004: extended resources backed by DRA -------------------------------------------
+
+EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+"""kube-scheduler marks the claim it generates for a pod's DRA-backed extended resources
+(``resource/v1`` ``ExtendedResourceClaimAnnotation``, value ``"true"``)."""
+KIND_SLICE: Final = "ResourceSlice"
+KIND_DEVICE_CLASS: Final = "DeviceClass"
+
+
+def is_extended_resource_claim(claim: Mapping[str, Any]) -> bool:
+    """Is this the claim kube-scheduler generated for a pod's extended resources (KEP-5004)?
+
+    Its devices are the pod's own ``nvidia.com/gpu`` request, which the pod's request
+    vector already counts: such a claim counts 0 GPUs (``claim_gpus``), so a pod is never
+    counted twice."""
+    ann = _map(_map(claim.get("metadata")).get("annotations"))
+    return ann.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
+
+
+def extended_resource_claim_name(pod: Mapping[str, Any]) -> str | None:
+    """The generated claim a pod's ``status.extendedResourceClaimStatus`` names, if any."""
+    held = _map(_map(pod.get("status")).get("extendedResourceClaimStatus"))
+    name = held.get("resourceClaimName")
+    return name if isinstance(name, str) and name else None
+
+
+def extended_resource_classes(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Extended resource name -> DeviceClass name, from ``spec.extendedResourceName``
+    (KEP-5004). Two classes naming one resource: the one created first, then by name,
+    as kube-scheduler's DeviceClassResolver picks."""
+    found: dict[str, tuple[str, str]] = {}
+    for dc in classes:
+        meta = _map(dc.get("metadata"))
+        name = str(meta.get("name") or "")
+        resource = _map(dc.get("spec")).get("extendedResourceName")
+        if not name or not isinstance(resource, str) or not resource:
+            continue
+        key = (str(meta.get("creationTimestamp") or ""), name)
+        if resource not in found or key < found[resource]:
+            found[resource] = key
+    return {r: k[1] for r, k in found.items()}
+
+
+# -- capacity: GPUs published in ResourceSlices --------------------------------------------
+
+_DRIVER_TERM = re.compile(r"""^device\.driver\s*==\s*(['"])([^'"]+)\1$""")
+_ATTR_TERM = re.compile(
+    r"""^device\.attributes\[(['"])([^'"]+)\1\]\.([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(['"])([^'"]*)\4$"""
+)
+
+
+@dataclass(frozen=True)
+class DeviceMatch:
+    """What a DeviceClass's selectors require of a device, when fairshare can read them:
+    the driver (None: any) and string attributes ``(domain, name, value)``."""
+
+    driver: str | None = None
+    attributes: tuple[tuple[str, str, str], ...] = ()
+
+    def matches(self, driver: str, device: Mapping[str, Any]) -> bool:
+        if self.driver is not None and driver != self.driver:
+            return False
+        attrs = _map(device.get("attributes"))
+        for domain, name, value in self.attributes:
+            raw = attrs.get(f"{domain}/{name}")
+            if raw is None and domain == driver:
+                raw = attrs.get(name)  # unqualified names are in the driver's domain
+            attr = _map(raw)
+            if attr.get("string", attr.get("version")) != value:
+                return False
+        return True
+
+
+def device_match(device_class: Mapping[str, Any]) -> DeviceMatch | str:
+    """The ``DeviceMatch`` of a DeviceClass, or the reason fairshare cannot read it.
+
+    fairshare evaluates no CEL. It reads the one form device classes for GPUs use (NVIDIA's
+    chart: ``device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type
+    == 'gpu'``): each selector a conjunction (``&&``) of ``device.driver == '<name>'`` and
+    ``device.attributes['<domain>'].<name> == '<string>'``; all selectors must hold (as in
+    the API). Any other expression is refused with its text: that class then counts no
+    capacity (the reason shows in status), rather than a guess kube-scheduler could
+    contradict. A class without selectors selects every device.
+    """
+    driver: str | None = None
+    attributes: list[tuple[str, str, str]] = []
+    for sel in map(_map, _list(_map(device_class.get("spec")).get("selectors"))):
+        expr = _map(sel.get("cel")).get("expression")
+        if not isinstance(expr, str):
+            return "a selector that is not CEL"
+        text = expr.strip()
+        while text.startswith("(") and text.endswith(")"):
+            text = text[1:-1].strip()
+        for term in text.split("&&"):
+            term = term.strip()
+            while term.startswith("(") and term.endswith(")"):
+                term = term[1:-1].strip()
+            if m := _DRIVER_TERM.match(term):
+                if driver is not None and driver != m.group(2):
+                    return f"two drivers in {expr!r}"
+                driver = m.group(2)
+            elif m := _ATTR_TERM.match(term):
+                attributes.append((m.group(2), m.group(3), m.group(5)))
+            else:
+                return f"CEL fairshare does not evaluate: {expr!r}"
+    return DeviceMatch(driver, tuple(attributes))
+
+
+TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True)
+class SliceCapacity:
+    """GPUs the ResourceSlices publish, per node."""
+
+    node_gpus: Mapping[str, int]
+    """Node name -> GPU devices of the GPU classes in its node-local pools."""
+    tainted: Mapping[str, int] = field(default_factory=dict)
+    """Node name -> GPU devices left out because a slice taint keeps new claims off."""
+    unattributed: int = 0
+    """GPU devices not bound to one node (a pool or device with a ``nodeSelector`` or
+    ``allNodes``: network-attached): counted nowhere, since which nodes may use them is
+    a node-selector kube-scheduler evaluates per pod."""
+    problems: tuple[str, ...] = ()
+    """Why a configured GPU class counts nothing (missing, unreadable selector)."""
+
+
+def slice_capacity(
+    slices: Iterable[Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]],
+    gpu_classes: Collection[str] = GPU_DEVICE_CLASSES,
+) -> SliceCapacity:
+    """Whole GPUs per node: devices of node-local pools (``spec.nodeName``, or a device's
+    own ``nodeName`` under ``perDeviceNodeSelection``) that one of
+    the ``gpu_classes`` (DeviceClass objects by name in ``classes``) selects, from each
+    pool's newest generation only (kube-scheduler ignores older ones). A device carrying
+    a ``NoSchedule``/``NoExecute`` taint is not capacity (no new claim gets it). MIG
+    partitions (``type: mig``) are not selected by the full-GPU class and count nothing;
+    a device shared by several claims (``allowMultipleAllocations``) counts 1."""
+    matches: list[DeviceMatch] = []
+    problems: list[str] = []
+    for name in sorted(gpu_classes):
+        dc = classes.get(name)
+        if dc is None:
+            problems.append(f"DeviceClass {name} not found")
+            continue
+        got = device_match(dc)
+        if isinstance(got, str):
+            problems.append(f"DeviceClass {name}: {got}")
+        else:
+            matches.append(got)
+    newest: dict[tuple[str, str], int] = {}
+    specs = [_map(s.get("spec")) for s in slices]
+    for spec in specs:
+        pool = _map(spec.get("pool"))
+        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
+        gen = pool.get("generation", 0)
+        gen = gen if isinstance(gen, int) else 0
+        newest[key] = max(newest.get(key, gen), gen)
+    gpus: dict[str, int] = {}
+    tainted: dict[str, int] = {}
+    unattributed = 0
+    for spec in specs:
+        driver = str(spec.get("driver", ""))
+        pool = _map(spec.get("pool"))
+        gen = pool.get("generation", 0)
+        if (gen if isinstance(gen, int) else 0) != newest[(driver, str(pool.get("name", "")))]:
+            continue
+        for device in map(_map, _list(spec.get("devices"))):
+            if not any(m.matches(driver, device) for m in matches):
+                continue
+            # A node-local pool names its node; under perDeviceNodeSelection a device may.
+            node = spec.get("nodeName") or device.get("nodeName")
+            if not isinstance(node, str) or not node:
+                unattributed += 1
+            elif any(_map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))):
+                tainted[node] = tainted.get(node, 0) + 1
+            else:
+                gpus[node] = gpus.get(node, 0) + 1
+    return SliceCapacity(gpus, tainted, unattributed, tuple(problems))

@@ -63,7 +63,15 @@ REASON_BLOCKED: Final = "ReclaimBlocked"
 REPLANS: Final = 10
 """Plans per round at most: each PodDisruptionBudget refusal replans at once."""
 WINDOW: Final = 60.0
-KINDS: Final = ("Namespace", "Node", "Pod", "PersistentVolumeClaim", "ResourceClaim")
+KINDS: Final = (
+    "Namespace",
+    "Node",
+    "Pod",
+    "PersistentVolumeClaim",
+    "ResourceClaim",
+    "ResourceSlice",
+    "DeviceClass",
+)
 
 
 # -- the API surface the controller needs ---------------------------------------------------

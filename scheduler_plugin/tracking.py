@@ -23,6 +23,13 @@ device class (``fairshare.dra``) count in their tenant's usage (``state.tenant_u
 once per claim, so shares, the gate and reclaim see them. They are not taken from the
 node's free vector: kube-scheduler's DynamicResources plugin allocates those devices from
 ResourceSlices, which are not the device-plugin ``nvidia.com/gpu`` the arrays model.
+A node's capacity does include its DRA GPUs: the devices that the configured GPU
+DeviceClasses select in its ResourceSlices (``dra.slice_capacity``, followed live: a
+slice or class event re-applies the nodes whose count changed) are its GPU devices when
+it has no ``nvidia.com/gpu`` allocatable, as kube-scheduler delegates such a node's
+``nvidia.com/gpu`` requests to DRA (``objects.apply_node``). So shares, the gate and
+fragmentation see one fleet, and a pod asking ``nvidia.com/gpu`` (KEP-5004) fits a
+DRA-only node; the claim kube-scheduler generates for it counts 0 (``dra.claim_gpus``).
 
 Design choices: a pod whose node is not known yet is remembered and applied when the
 node arrives; a pod whose resources cannot be read is kept out of the state and listed
@@ -174,6 +181,12 @@ class ExtenderTracker:
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
     """Milli-GPU added to each tenant's usage for its bound pods' claims."""
+    resource_slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Known ResourceSlices by name (``resource.k8s.io/v1``)."""
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Known DeviceClasses by name."""
+    slice_gpus: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
+    """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
     volume_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Bound PersistentVolumeClaims by uid: (namespace, storage bytes requested)."""
     storage_usage: dict[str, float] = field(default_factory=dict)
@@ -241,8 +254,11 @@ class ExtenderTracker:
 
     def _follow_config(self, config: FairShareConfig) -> None:
         if config.resource_names() == self._state.index.names:
+            before = self._columns_of
             self._columns_of = config
             self._declare_capacity(config)
+            if before is not None and before.dra != config.dra and self.resource_slices:
+                self._recount_slices()  # other GPU classes: other DRA capacity
             return
         fresh = self._rebuilt(config)
         for f in dataclasses.fields(self):
@@ -259,6 +275,8 @@ class ExtenderTracker:
         fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
         fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
         fresh.resource_claims = dict(self.resource_claims)
+        fresh.resource_slices, fresh.device_classes = self.resource_slices, self.device_classes
+        fresh._recount_slices()  # no node known yet: only the counts
         fresh._asked, fresh._answers = dict(self._asked), dict(self._answers)
         fresh.on_resync("Node", list(self.nodes.values()))
         old, new = self._state, fresh._state
@@ -352,6 +370,11 @@ class ExtenderTracker:
             for pvc in objects_:
                 self._volume_claim(pvc, deleted=False)
             self._recount_storage()
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
+            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+            held.clear()
+            held.update((str(_meta(o).get("name", "")), o) for o in objects_)
+            self._recount_slices()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         """Apply one watch event (ADDED / MODIFIED / DELETED)."""
@@ -387,6 +410,14 @@ class ExtenderTracker:
         elif kind == KIND_PVC:
             self._volume_claim(obj, deleted=deleted)
             self._recount_storage()
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
+            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+            name = str(_meta(obj).get("name", ""))
+            if deleted:
+                held.pop(name, None)
+            else:
+                held[name] = obj
+            self._recount_slices()
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -401,9 +432,11 @@ class ExtenderTracker:
                 self._recount_storage()
 
     def _node(self, node: dict[str, Any]) -> None:
-        self.nodes[str(_meta(node).get("name", ""))] = slim_node(node)
+        name = str(_meta(node).get("name", ""))
+        self.nodes[name] = slim_node(node)
         try:
-            objects.apply_node(self.state, node, self.config())
+            dra_gpus = self.slice_gpus.node_gpus.get(name, 0)
+            objects.apply_node(self.state, node, self.config(), dra_gpus=dra_gpus)
         except (StateError, resources.DemandError) as exc:
             self.unreadable[f"Node/{_meta(node).get('name')}"] = str(exc)
 
@@ -429,6 +462,19 @@ class ExtenderTracker:
             spec = pod.get("spec") or {}
             if spec.get("nodeName") and (node is None or spec.get("nodeName") == node):
                 self._pod(pod)
+
+    def _recount_slices(self) -> None:
+        """Derive the DRA GPUs per node again; re-apply the known nodes whose count
+        changed (their GPU capacity; pods bound there stay counted)."""
+        policy = self.config().dra
+        before = self.slice_gpus.node_gpus
+        self.slice_gpus = dra.slice_capacity(
+            self.resource_slices.values(), self.device_classes, policy.gpu_device_classes
+        )
+        after = self.slice_gpus.node_gpus
+        for name in sorted(set(before) | set(after)):
+            if before.get(name, 0) != after.get(name, 0) and name in self.nodes:
+                self._node(self.nodes[name])
 
     def _claim(self, claim: dict[str, Any]) -> None:
         policy = self.config().dra

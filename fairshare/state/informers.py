@@ -410,6 +410,8 @@ _RESOURCE_V1_METHODS: Final = {
         "list_resource_claim_for_all_namespaces",
         "list_namespaced_resource_claim",
     ),
+    "ResourceSlice": ("list_resource_slice", None),
+    "DeviceClass": ("list_device_class", None),
 }
 
 

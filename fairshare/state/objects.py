@@ -288,7 +288,9 @@ def node_gpu_health(node: Mapping[str, Any], health: HealthPolicy) -> tuple[bool
     return (not reasons, "; ".join(reasons))
 
 
-def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareConfig) -> int:
+def apply_node(
+    state: ClusterState, node: Mapping[str, Any], config: FairShareConfig, *, dra_gpus: int = 0
+) -> int:
     """Add or update a Node object; returns its row. Pods already bound stay counted.
 
     Capacity is ``status.allocatable`` (``capacity`` if absent): the device plugin's
@@ -297,6 +299,13 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     MIG slices (``nvidia.com/mig-<profile>``, or ``nvidia.com/gpu`` under a
     ``-MIG-<profile>`` product: ``fairshare.mig``) count as their configured GPU
     fraction in the GPU column and are kept per profile, not as devices.
+
+    ``dra_gpus``: whole GPUs the node publishes through DRA (``dra.slice_capacity``).
+    They are its GPUs when it has no ``nvidia.com/gpu`` allocatable (nor MIG slices):
+    the rule by which kube-scheduler's NodeResourcesFit hands a pod's ``nvidia.com/gpu``
+    to DRA (``shouldDelegateResourceToDRA``: allocatable > 0 keeps the device plugin), so
+    a pod asking ``nvidia.com/gpu`` is judged against the devices kube-scheduler will
+    allocate it from. A node with device-plugin GPUs keeps those alone.
     """
     name = _meta(node).get("name")
     if not isinstance(name, str) or not name:
@@ -313,6 +322,9 @@ def apply_node(state: ClusterState, node: Mapping[str, Any], config: FairShareCo
     if slices.has_slices:
         allocatable = dict(allocatable)
         allocatable[resources.GPU] = Fraction(slices.devices)
+    elif dra_gpus > 0 and allocatable.get(resources.GPU, 0) <= 0:
+        allocatable = dict(allocatable)
+        allocatable[resources.GPU] = Fraction(dra_gpus)
     return state.add_node(
         name,
         allocatable,

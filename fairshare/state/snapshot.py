@@ -24,7 +24,17 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.errors import ConfigError, FairshareError
 from fairshare.state import sources
 
-KINDS: Final = ("Namespace", "Node", "Pod", "PersistentVolumeClaim", sources.RESOURCE_CLAIM)
+KINDS: Final = (
+    "Namespace",
+    # DRA classes and slices before nodes: a node's DRA GPUs are its capacity when fed.
+    sources.DEVICE_CLASS,
+    sources.RESOURCE_SLICE,
+    "Node",
+    "Pod",
+    "PersistentVolumeClaim",
+    sources.RESOURCE_CLAIM,
+)
+DRA_KINDS: Final = (sources.RESOURCE_CLAIM, sources.RESOURCE_SLICE, sources.DEVICE_CLASS)
 DEFAULT_CONFIG_NAMESPACE: Final = "fairshare-system"
 DEFAULT_CONFIG_NAME: Final = "fairshare-config"
 DEFAULT_TIMEOUT: Final = 20.0
@@ -132,7 +142,7 @@ async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
         try:
             listed = await list_fn()
         except informers.WatchError as exc:
-            if kind == sources.RESOURCE_CLAIM and exc.status == 404:
+            if kind in DRA_KINDS and exc.status == 404:
                 listed = {"items": []}  # no DRA API in this cluster: no claims
             else:
                 raise FairshareError(f"cannot list {kind} objects: {exc}") from exc

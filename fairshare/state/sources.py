@@ -49,9 +49,11 @@ __all__ = [
     "CONFIGMAP",
     "DEFAULT_BACKOFF",
     "DEFAULT_KINDS",
+    "DEVICE_CLASS",
     "EVENT_TYPES",
     "OPTIONAL_KINDS",
     "RESOURCE_CLAIM",
+    "RESOURCE_SLICE",
     "ApiSource",
     "BackoffPolicy",
     "FileSource",
@@ -70,9 +72,12 @@ ALL_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim", CONFIGM
 DEFAULT_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim")
 """The cluster-state kinds; the config ConfigMap is asked for separately."""
 RESOURCE_CLAIM: Final = "ResourceClaim"
-OPTIONAL_KINDS: Final = (RESOURCE_CLAIM,)
+RESOURCE_SLICE: Final = "ResourceSlice"
+DEVICE_CLASS: Final = "DeviceClass"
+OPTIONAL_KINDS: Final = (RESOURCE_CLAIM, RESOURCE_SLICE, DEVICE_CLASS)
 """Kinds a consumer may ask an ``ApiSource`` for besides ``ALL_KINDS``: DRA
-ResourceClaims (``resource.k8s.io/v1``), for GPUs requested through claims."""
+(``resource.k8s.io/v1``) ResourceClaims, for GPUs requested through claims, and
+ResourceSlices and DeviceClasses, for the GPUs nodes publish through DRA drivers."""
 EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
 
 

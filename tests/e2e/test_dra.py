@@ -5,7 +5,9 @@
 * the usage tracker the webhook uses, fed by real list + watch of Pods, Namespaces and
   ResourceClaims, counts a pod's 2-GPU claim against its tenant, and `check_claim` refuses
   a claim that would take the tenant over its limit;
-* through the webhook itself (once it validates resourceclaims: see the skip reason).
+* through the webhook itself: the dev webhook validates resource.k8s.io/v1 resourceclaims
+  (webhook/review.py, the DRA rule of tools/e2e/dev.py), and a claim that takes the tenant
+  over its GPU limit is refused by the API with 403 Forbidden and fairshare's message.
 """
 
 from __future__ import annotations
@@ -156,27 +158,72 @@ async def test_pod_claim_counts_two_gpus_against_the_tenant_limit(
         await source.stop()
 
 
-async def test_webhook_refuses_a_claim_over_the_limit(
+async def _limited_tenant(
     api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
-):
+) -> tuple[str, str]:
+    """A tenant limited to 4 GPUs and its namespace, once the dev webhook is known to
+    validate claims (tools/e2e/dev.py's DRA rule: no skip, it is always registered)."""
     dev = dev_module()
     hooks = await client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
         dev.WEBHOOK_NAME
     )
     resources = {r for w in hooks.webhooks for rule in (w.rules or []) for r in rule.resources}
-    if "resourceclaims" not in resources:
-        pytest.skip(
-            "the dev webhook does not validate resource.k8s.io/v1 resourceclaims yet: needs "
-            "the review.py hook calling fairshare.dra.check_claim, 'ResourceClaim' in the "
-            "webhook's watched kinds and a resourceclaims rule in tools/e2e/dev.py (issue 9)"
-        )
+    assert {"resourceclaims", "resourceclaimtemplates"} <= resources, resources
     tenant = unique("drw")
     await fairshare.set_config(
         api, CONFIG_HEAD + f'tenants:\n- name: {tenant}\n  limit:\n    {GPU}: "4"\n'
     )
-    ns = await tenant_namespace(tenant)
+    return tenant, await tenant_namespace(tenant)
+
+
+def _refusal(exc: client.ApiException) -> str:
+    """The message of the API's refusal, which must be fairshare's policy refusal: 403
+    (a webhook crash or a malformed answer comes back 500 or 400, names and all)."""
+    status = json.loads(exc.body)
+    assert (exc.status, status.get("code")) == (403, 403), status
+    message = str(status.get("message", ""))
+    assert message.startswith('admission webhook "pods.fairshare.io" denied the request: '), message
+    return message
+
+
+async def _claim_names(api: client.ApiClient, ns: str) -> list[str]:
+    claims = await client.ResourceV1Api(api).list_namespaced_resource_claim(ns)
+    return sorted(c.metadata.name for c in claims.items)
+
+
+async def test_webhook_refuses_a_claim_over_the_limit(
+    api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
+):
+    tenant, ns = await _limited_tenant(api, fairshare, tenant_namespace)
+    v1 = client.ResourceV1Api(api)
+    with pytest.raises(client.ApiException) as refused:
+        await v1.create_namespaced_resource_claim(ns, claim_manifest("c5", 5))
+    denial = f"tenant {tenant} would exceed its {GPU} limit: 0 used + 5 requested > 4"
+    message = _refusal(refused.value)
+    assert f"{denial} (namespaces: {ns})" in message, message
+    # A claim within the limit is admitted; the refused one was never created.
+    await v1.create_namespaced_resource_claim(ns, claim_manifest("c2", 2))
+    assert await _claim_names(api, ns) == ["c2"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=client.ApiException,
+    reason="the webhook counts a new ResourceClaim twice until its reservation's TTL (30 s) "
+    "ends: its reservation (key claim:NS/NAME) is released only for pods the usage "
+    "tracker sees, not for claims (fairshare/state/usage.py _resource_claim calls no "
+    "listener), so 2 + 2 of a limit of 4 is refused as '4 used + 2 requested > 4'",
+)
+async def test_webhook_counts_an_admitted_claim_once(
+    api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
+):
+    tenant, ns = await _limited_tenant(api, fairshare, tenant_namespace)
     v1 = client.ResourceV1Api(api)
     await v1.create_namespaced_resource_claim(ns, claim_manifest("c2", 2))
+    await v1.create_namespaced_resource_claim(ns, claim_manifest("c2b", 2))  # 2 + 2 <= 4
+    assert await _claim_names(api, ns) == ["c2", "c2b"]
     with pytest.raises(client.ApiException) as refused:
-        await v1.create_namespaced_resource_claim(ns, claim_manifest("c3", 3))
-    assert tenant in str(refused.value.body) and GPU in str(refused.value.body)
+        await v1.create_namespaced_resource_claim(ns, claim_manifest("c1", 1))
+    denial = f"tenant {tenant} would exceed its {GPU} limit: 4 used + 1 requested > 4"
+    message = _refusal(refused.value)
+    assert f"{denial} (namespaces: {ns})" in message, message
