@@ -9,6 +9,7 @@ histogram sorted as strings, then PostFilter's (preemption's) message.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
@@ -268,3 +269,40 @@ async def test_a_verdict_that_lifts_the_gate_requeues_the_held_pods() -> None:
         "Pod", "MODIFIED", unschedulable(pod("p0", ns="prod", gpu=1, phase="Pending"), AFFINITY)
     )
     assert await rq.round() == 1 and patches.calls[0][1] == "new"
+
+
+async def test_filter_waits_for_a_preemptors_victims_to_leave_its_view() -> None:
+    """kube-scheduler retries a preemptor on its nominated node as soon as its own cache
+    dropped the victim; the extender's watch may be a little behind. Filter waits for the
+    victims the preempt verb answered there (not longer than ``VICTIM_WAIT``)."""
+    import asyncio
+    import time
+
+    deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
+    tr = deps.tracker
+    tr.on_resync("Node", [node("a", gpus=1)])
+    victim = pod("v", ns="research", gpu=1, node_name="a")
+    tr.on_resync("Pod", [victim])
+    hi = pod("hi", ns="prod", gpu=1, phase="Pending")
+    tr.note_preempted("uid-hi", {"a": ("uid-v",)})
+    body = {"Pod": hi, "NodeNames": ["a"]}
+
+    async def filter_once(pod_obj: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        started = time.monotonic()
+        raw = json.dumps({**body, "Pod": pod_obj}).encode()
+        answer = await ext_app._filter(deps, raw)
+        return time.monotonic() - started, answer.encode()
+
+    # Not nominated yet: judged at once on what the extender sees (the victim holds the GPU).
+    took, out = await filter_once(hi)
+    assert out["NodeNames"] == [] and took < 0.1
+    nominated = {**hi, "status": {"phase": "Pending", "nominatedNodeName": "a"}}
+
+    async def delete_later() -> None:
+        await asyncio.sleep(0.3)
+        tr.on_event("Pod", "DELETED", victim)
+
+    deleting = asyncio.create_task(delete_later())
+    took, out = await filter_once(nominated)
+    await deleting
+    assert out["NodeNames"] == ["a"] and 0.25 < took < ext_app.VICTIM_WAIT
