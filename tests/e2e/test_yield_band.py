@@ -1,13 +1,17 @@
 """``yieldBand`` on the real control plane.
 
 Two nodes of 8 GPUs. Tenant a holds 9 GPUs, b 7 (the cluster is full); then a asks for 3
-more and, a moment later, b for 5: nothing fits, both wait. A third 8-GPU node joins, so
-both are owed 12 of 24 and both are below that. Without the band (0, the default) the gate
-has nothing to say below the fair share: kube-scheduler's queue order decides.
-With ``yieldBand: 1`` a's pods wait while b, further behind its share (7 of 12 against
-a's 9 of 12), has pods that fit: kube-scheduler's FailedScheduling events on a's pods say
-so. kube-scheduler's backoff can also retry b's pods first (seen with the band off too);
-then b reaches 12 before a grows. Either way both end at 12.
+more (of a higher priority, so kube-scheduler tries them first; they never preempt) and,
+a moment later, b for 5: nothing fits, both wait. A third 8-GPU node joins, so both are
+owed 12 of 24 and both are below that.
+
+Without the band (0, the default) the gate has nothing to say below the fair share: a's
+pods, first in kube-scheduler's queue, are placed as they come, and no FailedScheduling
+event of a's mentions the band. With ``yieldBand: 1`` a's pods wait while b, further
+behind its share (7 of 12 against a's 9 of 12), has pods that fit: kube-scheduler tries
+a's pods first and its FailedScheduling event on one of them carries the band's own
+reason ("tenant a near its fair share (... yieldBand 1) while b waits"), which nothing
+but the band writes. Either way both end at 12.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from .conftest import (
     MakeNode,
     TenantNamespace,
     unique,
+    wait_event,
     wait_for,
 )
 from .test_fairshare_scheduling import POOL, bound, create_pods, pod_manifest
@@ -67,30 +72,69 @@ async def test_below_the_fair_share_the_band_lets_the_tenant_further_behind_go_f
     await wait_for(lambda: held(ns_a, 9), timeout=60, what=f"{a}'s 9 pods bound")
     await wait_for(lambda: held(ns_b, 7), timeout=60, what=f"{b}'s 7 pods bound")
 
-    await create_pods(api, ns_a, [pod_manifest(f"a-{i}", pool, gpus=1) for i in range(9, 12)])
+    # a's next pods go first in kube-scheduler's queue (priority), without preempting.
+    first = unique("yb-first")
+    await client.SchedulingV1Api(api).create_priority_class(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": first},
+            "value": 1000,
+            "preemptionPolicy": "Never",
+        }
+    )
+    try:
+        await _contend(api, fairshare, pool, ns_a, ns_b, first)
+        await make_gpu_node(f"{pool}-3", gpus=8, labels={POOL: pool})
+
+        async def both_at_12() -> bool:
+            na, nb = len(await bound(api, ns_a)), len(await bound(api, ns_b))
+            return na == 12 and nb == 12
+
+        await wait_for(both_at_12, timeout=90, what=f"{a} and {b} at 12 GPUs each")
+    finally:
+        await client.SchedulingV1Api(api).delete_priority_class(first)
+    if band:
+        # Only the band writes this reason: below the fair share the gate is silent
+        # without it. kube-scheduler tried a's pods first, while b had pods that fit.
+        async def band_reason() -> str | None:
+            return next((m for m in await _events(api, ns_a) if "yieldBand" in m), None)
+
+        what = f"a FailedScheduling event of {a}'s with the band's reason"
+        m = await wait_for(band_reason, timeout=15, what=what)
+        assert f"tenant {a} near its fair share (" in m and "yieldBand 1)" in m, m
+        assert f"while {b} waits" in m, m
+    else:
+        assert not [m for m in await _events(api, ns_a) if "yieldBand" in m]
+
+
+async def _contend(
+    api: client.ApiClient,
+    fairshare: FairshareDev,
+    pool: str,
+    ns_a: str,
+    ns_b: str,
+    priority_class: str,
+) -> None:
+    """a's 3 more pods (of ``priority_class``), then b's 5, all tried and refused by
+    kube-scheduler (the cluster is full) and seen by the extender; returns past
+    kube-scheduler's backoff, so the next node moves them all to its active queue
+    together, where a's come first."""
+    more_a = [pod_manifest(f"a-{i}", pool, gpus=1) for i in range(9, 12)]
+    for pod in more_a:
+        pod["spec"]["priorityClassName"] = priority_class
+    await create_pods(api, ns_a, more_a)
     await asyncio.sleep(1)  # a's pods are the older ones
     await create_pods(api, ns_b, [pod_manifest(f"b-{i}", pool, gpus=1) for i in range(7, 12)])
-    await asyncio.sleep(2)  # the extender's watch has every pod (and its demand)
-    await make_gpu_node(f"{pool}-3", gpus=8, labels={POOL: pool})
+    waiting = [(ns_a, f"a-{i}") for i in range(9, 12)] + [(ns_b, f"b-{i}") for i in range(7, 12)]
+    for ns, name in waiting:
+        await wait_event(api, ns, involved_name=name, reason="FailedScheduling")
+    names = {f"{ns}/{name}" for ns, name in waiting}
 
-    # b's count when a got its 10th GPU (polled, so a coarse reading).
-    b_when_a_grew: list[int] = []
+    async def extender_sees_all() -> bool:
+        status = await asyncio.to_thread(fairshare.extender_status)
+        return names <= {p["pod"] for p in status["pendingPods"] + status["heldPods"]}
 
-    async def both_at_12() -> bool:
-        na, nb = len(await bound(api, ns_a)), len(await bound(api, ns_b))
-        if na > 9 and not b_when_a_grew:
-            b_when_a_grew.append(nb)
-        return na == 12 and nb == 12
-
-    await wait_for(both_at_12, timeout=90, what=f"{a} and {b} at 12 GPUs each")
-    band_msgs = [m for m in await _events(api, ns_a) if "yieldBand" in m]
-    if band:
-        # kube-scheduler's backoff decides whose pods it retries first when the node
-        # joins (b's, often, band or not). When it retries a's while b has pods that fit,
-        # the band holds them and the event says so; otherwise b reached 12 before a grew.
-        assert band_msgs or b_when_a_grew == [12], (b_when_a_grew, band_msgs)
-        for m in band_msgs:
-            assert f"tenant {a} near its fair share" in m and "yieldBand 1" in m, m
-            assert f"while {b} waits" in m, m
-    else:
-        assert not band_msgs
+    # The extender's pod watch has every waiting pod (and its demand: b's fitting pods).
+    await wait_for(extender_sees_all, timeout=60, what=f"the extender to see {sorted(names)}")
+    await asyncio.sleep(2.5)  # past kube-scheduler's backoff (podMaxBackoffSeconds 2)
