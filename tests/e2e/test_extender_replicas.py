@@ -15,7 +15,10 @@ created at once during the failover. Then:
 * no device above 100 % (the shares per device index from `fairshare.io/gpu-devices`);
 * every pod bound or explained (a FailedScheduling event that is a decision, not a
   follower's refusal);
-* the other replica took over and bound pods after the kill;
+* the other replica took over and bound pods itself: counted on its own
+  ``fairshare_extender_requests_total{verb="bind",outcome="ok"}`` (a follower answers
+  ``not_leader``, so it is 0 before the kill), less the binds its log says it refused or
+  failed; the old leader's in-flight binds that land after the kill are not counted;
 * the failover time (kill -> the other replica holds the Lease and leads) is printed and
   put in the end-of-run summary. Without the election (`ELECT = False`) the two replicas
   decide independently.
@@ -26,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,7 +71,33 @@ LEADER_LABEL = "fairshare.io/extender-leader"
 REFUSALS = ("not the leader", "with extender at URL", "connection", "EOF")
 
 
-def extender_metric(port: int, name: str) -> float:
+# What a replica logs for a bind call it answered (outcome "ok") without binding the pod.
+UNBOUND_LOG = re.compile(r"bind refused: |binding \S+ to \S+ failed: ")
+
+
+def replica_log(i: int) -> Path:
+    return Path(dev_module().Layout(STATE_DIR).logs) / f"fairshare-extender-replica-{i}.log"
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def unbound_in_log(path: Path, start: int) -> int:
+    """Bind calls the replica answered without a bind, in its log from byte ``start``."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    return sum(1 for line in text.splitlines() if UNBOUND_LOG.search(line))
+
+
+def binds_answered(port: int) -> float:
+    """The replica's own count of bind calls it answered as the leader (outcome ``ok``:
+    not a follower's ``not_leader`` refusal, not an error)."""
+    return extender_metric(port, "fairshare_extender_requests_total", verb="bind", outcome="ok")
+
+
+def extender_metric(port: int, name: str, **labels: str) -> float:
     import ssl
 
     dev = dev_module()
@@ -75,7 +106,11 @@ def extender_metric(port: int, name: str) -> float:
     _, body = cluster_module().http_get(f"https://127.0.0.1:{port}/metrics", ctx)
     total = 0.0
     for line in body.splitlines():
-        if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
+        if (
+            line.startswith(name)
+            and line[len(name) : len(name) + 1] in (" ", "{")
+            and all(f'{k}="{v}"' in line for k, v in labels.items())
+        ):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -196,6 +231,8 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
     for name in stand_ins:
         await core.create_namespaced_pod(system, stand_in_pod(name))
     label_pods = [f"{system}/{name}" for name in stand_ins]
+    # Where this run's lines start in each replica's log (the files are appended to).
+    log_start = [log_size(replica_log(i)) for i in range(2)]
     try:
         async with extender_replicas(lease, label_pods) as (ports, pids, _url):
             identity_pid = {f"replica-{i}": (pid, port) for i, (pid, port) in
@@ -243,6 +280,8 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
                 return n if n >= 6 else 0
 
             at_kill = await wait_for(some_bound, timeout=90, what="the first binds")
+            # The follower has bound nothing: it refused every bind (not_leader).
+            follower_before = await asyncio.to_thread(binds_answered, other_port)
             os.kill(leader_pid, sig)  # SIGTERM: it stops deciding and releases the Lease
             killed = time.monotonic()
             await create(FIRST_WAVE, PODS)  # the rest of the burst, during the failover
@@ -276,9 +315,11 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
             pods = (await core.list_namespaced_pod(ns)).items
             done = [p for p in pods if p.spec.node_name]
             after_kill = len(done) - at_kill
-            leader_binds = await asyncio.to_thread(
-                extender_metric, other_port, "fairshare_extender_requests_total"
-            )
+            # Binds made by the new leader itself: its own count of bind calls answered
+            # as the leader, less those its log says it refused or whose POST failed.
+            answered = await asyncio.to_thread(binds_answered, other_port)
+            unbound = unbound_in_log(replica_log(other_i), log_start[other_i])
+            new_leader_binds = int(answered) - unbound
     finally:
         with contextlib.suppress(ApiException):
             await client.CoordinationV1Api(api).delete_namespaced_lease(lease, system)
@@ -290,6 +331,15 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
     over = {k: v for k, v in loads.items() if v > 1.0 + 1e-9}
     assert not over, f"devices above 100 %: {over}"
     assert len(loads) <= NODES * GPUS
+    assert follower_before == 0, f"{other} bound {follower_before:.0f} pods as a follower"
+    # The old leader's in-flight binds that land after the kill are in `after_kill`, not
+    # here: only what the replica that took over bound itself.
+    assert new_leader_binds > 0, (
+        f"{other} bound nothing after it took over ({answered:.0f} bind calls answered, "
+        f"{unbound} of them refused or failed); {after_kill} pods bound after the first "
+        f"{at_kill}, by the old leader"
+    )
+    assert new_leader_binds <= after_kill, (new_leader_binds, after_kill)
 
     # Every pod that is not bound is explained by a decision (not a follower's refusal).
     events = (await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")).items
@@ -307,7 +357,6 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
         if not decided:
             unexplained.append((p.metadata.name, reasons.get(p.metadata.name)))
     assert not unexplained, unexplained
-    assert after_kill > 0, "nothing was bound after the leader was killed"
     asked = sum(float(f) for f in fractions)
     got = sum(loads.values())
     print(
@@ -315,7 +364,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
         f"{NODES * GPUS} GPUs): {len(done)} bound ({got:g} GPUs, {at_kill} before the "
         f"leader was killed, {after_kill} after), {len(pods) - len(done)} pending with a "
         f"FailedScheduling reason; failover {failover:.1f}s with {' '.join(TIMINGS)} "
-        f"(new leader's requests {leader_binds:.0f}); max device load "
+        f"({new_leader_binds} bound by the new leader); max device load "
         f"{max(loads.values()):.2f}"
     )
     FAULT_SUMMARY.append(
