@@ -19,9 +19,16 @@ REASON_PREEMPTION: Final = "FairSharePreemption"
 
 
 def event_body(
-    namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False
+    namespace: str,
+    name: str,
+    uid: str,
+    reason: str,
+    message: str,
+    *,
+    warning: bool = False,
+    component: str = COMPONENT,
 ) -> dict[str, Any]:
-    """A core/v1 Event on pod ``namespace/name``."""
+    """A core/v1 Event on pod ``namespace/name`` (the message cut at 1024 characters)."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
@@ -33,7 +40,7 @@ def event_body(
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",
-        "source": {"component": COMPONENT},
+        "source": {"component": component},
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,

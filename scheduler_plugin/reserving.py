@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -37,7 +36,7 @@ import serving
 from fairshare.config.schema import FairShareConfig
 from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
-from scheduler_plugin import handoff, verbs
+from scheduler_plugin import events, handoff, verbs
 from scheduler_plugin.leader import call_raw
 from scheduler_plugin.tracking import ExtenderTracker
 
@@ -314,26 +313,9 @@ class HandoffController:
     async def _event(
         self, m: handoff.Member, reason: str, message: str, *, warning: bool = True
     ) -> None:
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{m.name}.", "namespace": m.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": m.name,
-                "namespace": m.namespace,
-                "uid": m.uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        body = events.event_body(
+            m.namespace, m.name, m.uid, reason, message, warning=warning, component=COMPONENT
+        )
         status, _ = await call_raw(
             self.core.create_namespaced_event(m.namespace, body, _preload_content=False)
         )

@@ -743,6 +743,14 @@ async def fairshare(
     await fairshare_dev.set_config(api, BASE_CONFIG)
 
 
+@pytest.fixture
+async def fresh_extender(fairshare: FairshareDev) -> FairshareDev:
+    """`fairshare` with a freshly started extender: no pending pods of earlier tests in its
+    queue (use it with ``pytest.mark.usefixtures("fresh_extender")``)."""
+    await asyncio.to_thread(fairshare.restart_extender)
+    return fairshare
+
+
 async def webhook_knows_tenant(api: client.ApiClient, namespace: str, tenant: str) -> bool:
     """Has the webhook seen `namespace`'s tenant label? A server-side dry run of a pod
     comes back with the tenant label the mutating webhook adds."""

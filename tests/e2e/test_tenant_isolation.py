@@ -31,14 +31,7 @@ from .conftest import (
 )
 from .test_fairshare_scheduling import POOL, bound, create_pods, pod_manifest, pods_of
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-async def fresh_extender(fairshare: FairshareDev) -> FairshareDev:
-    """A freshly started extender: no pending pods of earlier tests in its queue."""
-    await asyncio.to_thread(fairshare.restart_extender)
-    return fairshare
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("fresh_extender")]
 
 
 def config(*tenants: str, extra: str = "") -> str:
