@@ -302,6 +302,10 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
 
 async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_preemption_args, body)
+    # kube-scheduler asks before its filter passed any node, maybe before the extender's
+    # watch brought the pod: its demand must count in the fair shares the victims are
+    # judged by (the pod is why the cluster is short).
+    deps.tracker.remember(dict(args.pod))
     config = deps.config()
     result = verbs.preempt_result(
         args,

@@ -172,3 +172,32 @@ def test_in_a_tree_a_sibling_under_the_same_parent_is_judged_below_the_parent() 
     got, notes = preempt(st, pods, cfg, {"n1": ["x3"], "n2": ["b3"]}, tenant="a1")
     assert got == {"n1": ["x3"]}
     assert any("tenant b is not above its fair share" in n for n in notes)
+
+
+async def test_the_adapter_counts_a_preemptor_its_watch_has_not_brought_yet() -> None:
+    """kube-scheduler calls preempt as soon as its own filter plugins find no room: the
+    extender may not have the pod yet. Its demand must still make the other tenant's
+    full cluster an above-fair-share holding (seen on the local control plane)."""
+    import json
+
+    from scheduler_plugin import app as ext_app
+
+    cfg = config()
+    deps = ext_app.build_deps(config=lambda: cfg, ready=lambda: True)
+    tr = deps.tracker
+    tr.on_resync("Node", [node("n1", gpus=4), node("n2", gpus=4)])
+    held = [
+        prio_pod(f"b{k}", "b", "n1" if k < 4 else "n2", 10, f"2026-12-06T10:00:0{k}Z")
+        for k in range(8)
+    ]
+    tr.on_resync("Pod", held)
+    preemptor = prio_pod("hi", "a", None, 1000, "2026-12-06T11:00:00Z")
+    body = {
+        "Pod": preemptor,
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "uid-b7"}], "NumPDBViolations": 0}},
+    }
+    out = await ext_app._preempt(deps, json.dumps(body).encode())
+    assert {n: [p["UID"] for p in v["Pods"]] for n, v in out["NodeNameToMetaVictims"].items()} == {
+        "n2": ["uid-b7"]
+    }
