@@ -54,6 +54,7 @@ from fairshare.placement import PodRequest
 from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
 from scheduler_plugin import statuspage, verbs, wire
+from scheduler_plugin.ganging import GangCoordinator
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender")
@@ -153,6 +154,8 @@ class ExtenderDeps:
     """``--pick-in-filter``: filter answers only the node prioritize would score highest."""
     on_preempt: Callable[[PodRequest, str], None] | None = None
     """Told what the preemption policy refused for a preemptor (an Event on the pod)."""
+    gangs: GangCoordinator | None = None
+    """Pod groups placed all or nothing (``scheduler_plugin.ganging``); None: per pod."""
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -170,13 +173,15 @@ def build_deps(
 ) -> ExtenderDeps:
     """Deps with a fresh tracker and metrics registry."""
     registry = CollectorRegistry()
+    tracker = ExtenderTracker(config)
     return ExtenderDeps(
         config=config,
-        tracker=ExtenderTracker(config),
+        tracker=tracker,
         registry=registry,
         metrics=metrics_mod.Metrics(registry),
         ready=ready,
         binder=binder,
+        gangs=GangCoordinator(tracker),
     )
 
 
@@ -262,7 +267,9 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     await _await_victims(deps, args.pod)
     deps.tracker.remember(dict(args.pod))
     config = deps.config()
-    result = verbs.filter_result(
+    # A pod group's member is answered for its whole group (``ganging``); others as ever.
+    gang = await deps.gangs.filter(args, config) if deps.gangs is not None else None
+    result = gang or verbs.filter_result(
         args,
         state=deps.tracker.state,
         config=config,
@@ -329,6 +336,22 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     if held is not None and held.node == args.node:
         # A retry of a bind that already went through (kube-scheduler timed out first).
         return wire.ExtenderBindingResult("").encode()
+    if deps.gangs is not None:  # a planned member of a pod group: bound with its group
+        out = await deps.gangs.bind(args, lambda a, before: _bind_now(deps, a, started, before))
+        if out is not None:
+            return out
+    return await _bind_now(deps, args, started)
+
+
+async def _bind_now(
+    deps: ExtenderDeps,
+    args: wire.ExtenderBindingArgs,
+    started: float,
+    before: Callable[[], None] | None = None,
+) -> Any:
+    """Bind one pod. ``before`` (a gang member's: release its reservation) runs under the
+    bind lock first, and the fair-share gate is then not judged again (it was judged for
+    the whole group)."""
     # Decide under one lock: the fair-share gate reads cluster-wide state, and the pod is
     # assumed (accounted) before its POST, so the next filter and bind already see it.
     # The POST itself runs outside the lock, so binds do not queue behind API latency.
@@ -336,6 +359,8 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
         if not deps.leading():  # the term ended while this bind waited for the lock
             return wire.ExtenderBindingResult(NOT_LEADER).encode()
         config = deps.config()
+        if before is not None:
+            before()
         state = deps.tracker.state  # again: a config swap may have rebuilt the arrays
         # The pod by its UID (what ``bind_plan`` looks for first) without listing the
         # whole queue; by namespace/name in the queue otherwise.
@@ -346,7 +371,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
             log.warning("bind refused: %s", plan.error)
             return plan.result()
         req = deps.tracker.pending.get(plan.uid)
-        if req is not None:
+        if req is not None and before is None:
             # kube-scheduler filters the next pod while earlier binds run: judge the
             # gate again now that they are accounted. ``req`` is in the queue, so the
             # fair allocation over bound + pending is the tracker's (cached) one.
@@ -613,6 +638,10 @@ async def serve(
         binder = api_binder = binding.api_binder(api_client, timeout=timeout)
     deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
     deps.pick_in_filter = pick_in_filter
+    if api_client is not None and deps.gangs is not None:
+        from scheduler_plugin import ganging
+
+        deps.gangs.fetch = ganging.api_fetcher(api_client)
     box["m"] = deps.metrics
     deps.metrics.set_extender_leader(election is None)
     if election is not None and api_client is not None:

@@ -136,6 +136,8 @@ _ANN_PREFIX: Final = "fairshare.io/"
 _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 _KEPT_ANNOTATIONS: Final = frozenset({"run.ai/reserve_for_gpu_index"})
 """Other annotations kept: the GPU UUID a reservation pod reports."""
+_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
+"""``fairshare.gangs.POD_GROUP_LABEL``: kept, as the extender groups pods by it."""
 LABEL_GPU_GROUP: Final = "runai-gpu-group"
 """The shared GPU a reservation pod holds; its pods keep it and their ``app`` label."""
 
@@ -144,7 +146,8 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The parts of a Pod the extender reads again later, as a smaller dict.
 
     Kept: identity and timestamps, ``fairshare.io/*`` annotations (and a reservation pod's
-    reported GPU and its ``app`` and ``runai-gpu-group`` labels), ``spec.nodeName``,
+    reported GPU and its ``app`` and ``runai-gpu-group`` labels, and a gang member's
+    ``scheduling.x-k8s.io/pod-group`` label), ``spec.nodeName``,
     ``nodeSelector``, ``overhead``, ``priority``, ``resourceClaims``, ``schedulerName``,
     ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
     (what ``eligibility`` reads), each container's and init
@@ -196,6 +199,8 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     labels = meta.get("labels")
     if isinstance(labels, dict) and LABEL_GPU_GROUP in labels:
         out_meta["labels"] = {k: labels[k] for k in (LABEL_GPU_GROUP, "app") if k in labels}
+    if isinstance(labels, dict) and _POD_GROUP in labels:  # a gang member (``fairshare.gangs``)
+        out_meta.setdefault("labels", {})[_POD_GROUP] = labels[_POD_GROUP]
     out: dict[str, Any] = {k: pod[k] for k in ("apiVersion", "kind") if k in pod}
     out["metadata"] = out_meta
     out["spec"] = out_spec

@@ -1,0 +1,352 @@
+"""Gangs in the extender: all or nothing at filter and at bind (``fairshare.gangs``).
+
+kube-scheduler (without the v1.36 alpha gang gates) schedules a group's pods one by one
+and binds them concurrently. This keeps a group whole around it:
+
+* **Filter.** At the first filter of a member of a group without a live plan, the whole
+  group is judged at once: its ``min_count`` (the coscheduling PodGroup's
+  ``spec.minMember``, read from the API; else the members' ``fairshare.io/gang-min-members``
+  annotation), the fair-share gate for the whole group's demand (``gangs.gang_gate``), and
+  a node for every member not bound yet against capacity and GPU devices
+  (``gangs.plan_gang``, over the nodes kube-scheduler passed for that member). A group
+  that cannot be placed whole is refused for every member, with a reason naming it, and
+  holds nothing. A placed group becomes a plan: its room is reserved in the tracker's
+  ``ClusterState`` (``gangs.reserve``) so no other pod's filter (another group's included)
+  takes it, and each member's filter answers its planned node only.
+* **Bind.** A member's bind is held until ``needed`` members (``min_count`` less those
+  already bound) have reached bind, then every arrived member is bound; members that
+  reached bind earlier and were refused (below) are bound by the call that completes the
+  group (their Binding is POSTed here; kube-scheduler drops a pod bound meanwhile from
+  its queue). A held bind answers within ``BIND_WAIT`` seconds, under the extender
+  ``httpTimeout`` of 5 s of the shipped scheduler configurations: if the group is not
+  complete by then, it is refused (``Error``; kube-scheduler retries the pod), and the
+  plan keeps its room for it.
+* **Expiry.** A plan that no member's filter or bind has touched for ``PLAN_IDLE``
+  seconds, an incomplete plan older than ``PLAN_MAX`` seconds, and a plan a member of
+  which was deleted, are dropped and their reservations released. A dropped plan binds
+  nothing more: held binds are refused, and the group is planned again at its next
+  member's filter.
+
+Pods without the ``scheduling.x-k8s.io/pod-group`` label, and members of a group that
+already has ``min_count`` members bound, go the ordinary way (``filter``/``bind`` answer
+None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairshare import gangs
+from fairshare.config.schema import FairShareConfig
+from fairshare.state import objects
+from scheduler_plugin import verbs, wire
+from scheduler_plugin.tracking import ExtenderTracker
+
+log = logging.getLogger("fairshare.extender.gangs")
+
+PLAN_IDLE = 15.0
+"""Seconds a plan lives with no member's filter or bind (kube-scheduler's longest pod
+backoff is 10 s, so a member in backoff comes back before its plan goes)."""
+PLAN_MAX = 60.0
+"""Seconds an incomplete plan lives at most, however often it is touched."""
+BIND_WAIT = 4.0
+"""Seconds a member's bind is held for the rest of its group (``httpTimeout`` is 5 s)."""
+PODGROUP_TTL = 5.0
+"""Seconds a read PodGroup (or its absence) is reused."""
+
+FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
+"""Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
+BindNow = Callable[[wire.ExtenderBindingArgs, Callable[[], None]], Awaitable[dict[str, Any]]]
+"""The extender's own bind of one pod (``ExtenderBindingResult`` JSON), with a callable
+run under the bind lock just before the bind is decided (it releases the reservation)."""
+
+
+@dataclass
+class LivePlan:
+    plan: gangs.GangPlan
+    gang: gangs.Gang
+    created: float
+    touched: float
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: dict[str, wire.ExtenderBindingArgs] = field(default_factory=dict)
+    in_call: set[str] = field(default_factory=set)
+    binds: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    complete: bool = False
+    dropped: str = ""
+
+
+def api_fetcher(api_client: Any) -> FetchPodGroup:
+    """Read PodGroups ``scheduling.x-k8s.io/v1alpha1`` through the API (404: None; a
+    cluster without the CRD answers 404 as well)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+
+    async def fetch(key: gangs.GroupKey) -> Mapping[str, Any] | None:
+        try:
+            obj = await api.get_namespaced_custom_object(
+                gangs.PODGROUP_GROUP,
+                gangs.PODGROUP_VERSION,
+                key.namespace,
+                gangs.PODGROUP_PLURAL,
+                key.name,
+                _request_timeout=2,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, Mapping) else None
+
+    return fetch
+
+
+@dataclass
+class GangCoordinator:
+    """The live plans of the extender (one decision-maker: the leader)."""
+
+    tracker: ExtenderTracker
+    fetch: FetchPodGroup | None = None
+    clock: Callable[[], float] = time.monotonic
+    plans: dict[gangs.GroupKey, LivePlan] = field(default_factory=dict)
+    member_of: dict[str, gangs.GroupKey] = field(default_factory=dict)
+    _podgroups: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
+        default_factory=dict
+    )
+
+    # -- group facts -------------------------------------------------------------------
+
+    async def min_count(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> int | str:
+        """The group's ``min_count``, or why it cannot be known."""
+        if self.fetch is not None:
+            now = self.clock()
+            held = self._podgroups.get(key)
+            if held is not None and now - held[0] < PODGROUP_TTL:
+                obj = held[1]
+            else:
+                try:
+                    obj = await self.fetch(key)
+                except Exception as exc:
+                    return f"gang {key}: its PodGroup cannot be read: {exc}"
+                self._podgroups[key] = (now, obj)
+            if obj is not None:
+                n = gangs.podgroup_min_count(obj)
+                if n is None:
+                    return f"gang {key}: its PodGroup has no positive spec.minMember"
+                return n
+        n = gangs.annotated_min_count(pod)
+        if n is None:
+            return (
+                f"gang {key}: no PodGroup {gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION} "
+                f"{key} and no {gangs.ANN_MIN_MEMBERS} annotation on the pod"
+            )
+        return n
+
+    # -- plans -------------------------------------------------------------------------
+
+    def _drop(self, key: gangs.GroupKey, why: str) -> None:
+        live = self.plans.pop(key, None)
+        if live is None:
+            return
+        gangs.release(self.tracker.state, live.plan)
+        for p in live.plan.placements:
+            if self.member_of.get(p.uid) == key:
+                del self.member_of[p.uid]
+        live.dropped = why
+        live.done.set()
+        if not live.complete:
+            log.info("gang %s: plan dropped: %s", key, why)
+
+    def expire(self) -> None:
+        """Drop the plans that are over (see the module's text)."""
+        now = self.clock()
+        for key, live in list(self.plans.items()):
+            uids = [p.uid for p in live.plan.placements]
+            if live.complete:
+                if all(u in live.binds and live.binds[u].done() for u in uids):
+                    self._drop(key, "bound")
+                elif now - live.touched > PLAN_IDLE:
+                    self._drop(key, f"members not bound within {PLAN_IDLE:g}s of the group")
+                continue
+            gone = [u for u in uids if u not in self.tracker.pods]
+            if gone:
+                self._drop(key, f"member {gone[0]} was deleted")
+            elif now - live.touched > PLAN_IDLE:
+                self._drop(key, f"no member used it for {PLAN_IDLE:g}s")
+            elif now - live.created > PLAN_MAX:
+                self._drop(key, f"not complete after {PLAN_MAX:g}s")
+
+    # -- filter ------------------------------------------------------------------------
+
+    async def filter(
+        self, args: wire.ExtenderArgs, config: FairShareConfig
+    ) -> wire.ExtenderFilterResult | None:
+        """The filter answer for a member of a group (None: not a gang's business)."""
+        key = gangs.group_of(args.pod)
+        if key is None:
+            return None
+        self.expire()
+        uid = objects.pod_uid(args.pod)
+        names = args.candidate_names()
+        live = self.plans.get(key)
+        if live is None:
+            n = await self.min_count(key, args.pod)
+            if isinstance(n, str):
+                return _refuse(args, names, n, unresolvable=True)
+            live_or_answer = self._plan(args, key, n, config, names)
+            if not isinstance(live_or_answer, LivePlan):
+                return live_or_answer
+            live = live_or_answer
+        live.touched = self.clock()
+        node = live.plan.node_of(uid)
+        if node is None:
+            if live.complete:
+                return None
+            return _refuse(
+                args,
+                names,
+                f"gang {key} is being placed without this pod (planned before it was seen); "
+                "it is placed once the group is",
+            )
+        if node not in names:
+            self._drop(key, f"kube-scheduler passed no planned node {node} for {uid}")
+            return _refuse(
+                args,
+                names,
+                f"gang {key}: this member's planned node {node} is not among the nodes "
+                "kube-scheduler passed; the group is planned again",
+            )
+        why = f"gang {key} placed this member on {node}"
+        failed = {n: why for n in names if n != node}
+        return verbs._filter_result(args, (node,), failed, {})
+
+    def _plan(
+        self,
+        args: wire.ExtenderArgs,
+        key: gangs.GroupKey,
+        min_count: int,
+        config: FairShareConfig,
+        names: tuple[str, ...],
+    ) -> LivePlan | wire.ExtenderFilterResult | None:
+        tracker = self.tracker
+        state = tracker.state
+        gang = gangs.gang_of(
+            key, min_count, pods=tracker.pods, pending=tracker.pending, bound=state.pods
+        )
+        uid = objects.pod_uid(args.pod)
+        if gang.running or all(p.uid != uid for p in gang.waiting):
+            return None  # a running group's later members, or an unreadable pod
+        if gang.members >= gang.min_count:
+            gate = gangs.gang_gate(
+                state,
+                config,
+                gang,
+                pending=tracker.pending_queue(),
+                fair=tracker.fair_shares(config),
+            )
+            req = tracker.pending.get(uid)
+            if req is not None:
+                tracker.note_filter(req, gate)
+            if gate is not None and not gate.allowed:
+                return _refuse(args, names, f"gang {gang.describe()}: {gate.reason}")
+        rows = [i for i in state.rows_of(names) if i >= 0]
+        planned = gangs.plan_gang(state, gang, rows=rows)
+        if isinstance(planned, gangs.Refusal):
+            missing = gang.members < gang.min_count
+            return _refuse(args, names, planned.reason, unresolvable=missing)
+        gangs.reserve(state, planned)
+        now = self.clock()
+        live = LivePlan(planned, gang, created=now, touched=now)
+        self.plans[key] = live
+        for p in planned.placements:
+            self.member_of[p.uid] = key
+        log.info(
+            "gang %s: planned %s",
+            key,
+            ", ".join(f"{p.name} on {p.node}" for p in planned.placements),
+        )
+        return live
+
+    # -- bind --------------------------------------------------------------------------
+
+    async def bind(
+        self, args: wire.ExtenderBindingArgs, bind_now: BindNow
+    ) -> dict[str, Any] | None:
+        """The bind answer for a planned member (None: not a planned member)."""
+        self.expire()
+        key = self.member_of.get(args.pod_uid)
+        live = self.plans.get(key) if key is not None else None
+        if key is None or live is None:
+            return None
+        uid = args.pod_uid
+        planned = live.plan.node_of(uid)
+        if planned != args.node:
+            self._drop(key, f"kube-scheduler bound {args.pod_name} to {args.node}, not {planned}")
+            return _bind_error(f"gang {key}: {args.pod_name} was planned on {planned}")
+        live.touched = self.clock()
+        live.arrived[uid] = args
+        if not live.complete and len(live.arrived) >= live.gang.needed:
+            live.complete = True
+            live.done.set()
+            for other, held in list(live.arrived.items()):
+                if other != uid and other not in live.in_call:
+                    self._start_bind(live, held, bind_now)  # reached bind before, refused
+        if not live.complete:
+            live.in_call.add(uid)
+            try:
+                await asyncio.wait_for(live.done.wait(), BIND_WAIT)
+            except TimeoutError:
+                pass
+            finally:
+                live.in_call.discard(uid)
+            if live.dropped and not live.complete:
+                return _bind_error(f"gang {key}: {live.dropped}")
+            if not live.complete:
+                return _bind_error(
+                    f"gang {key}: {len(live.arrived)} of {live.gang.needed} members have "
+                    f"reached bind; held {BIND_WAIT:g}s, the group binds whole once all have"
+                )
+        return await asyncio.shield(self._start_bind(live, args, bind_now))
+
+    def _start_bind(
+        self, live: LivePlan, args: wire.ExtenderBindingArgs, bind_now: BindNow
+    ) -> asyncio.Future[dict[str, Any]]:
+        """The bind of one member, started once (a second caller awaits the same)."""
+        held = live.binds.get(args.pod_uid)
+        if held is not None:
+            return held
+        placement = next(p for p in live.plan.placements if p.uid == args.pod_uid)
+
+        def release() -> None:
+            gangs.release(self.tracker.state, live.plan, (placement.uid,))
+
+        async def run() -> dict[str, Any]:
+            out = await bind_now(args, release)
+            if out.get("Error"):
+                log.warning(
+                    "gang %s: member %s not bound: %s", live.plan.key, args.pod_name, out["Error"]
+                )
+            return out
+
+        task = asyncio.ensure_future(run())
+        live.binds[args.pod_uid] = task
+        return task
+
+
+def _refuse(
+    args: wire.ExtenderArgs, names: tuple[str, ...], reason: str, *, unresolvable: bool = False
+) -> wire.ExtenderFilterResult:
+    every = dict.fromkeys(names, reason)
+    if unresolvable:
+        return verbs._filter_result(args, (), {}, every)
+    return verbs._filter_result(args, (), every, {})
+
+
+def _bind_error(reason: str) -> dict[str, Any]:
+    return wire.ExtenderBindingResult(reason).encode()
