@@ -378,3 +378,17 @@ def slice_capacity(
             else:
                 gpus[node] = gpus.get(node, 0) + 1
     return SliceCapacity(gpus, tainted, unattributed, tuple(problems))
+
+
+def asks_gpus_without_claims(pod: Mapping[str, Any], resource: str = GPU) -> bool:
+    """Does the pod ask ``resource`` (``nvidia.com/gpu``) in a container and use no
+    ResourceClaim of its own? On a node without that allocatable, its GPUs come from DRA
+    only through KEP-5004's generated claim, whose devices fairshare models."""
+    spec = _map(pod.get("spec"))
+    if _list(spec.get("resourceClaims")):
+        return False
+    for c in map(_map, [*_list(spec.get("containers")), *_list(spec.get("initContainers"))]):
+        res = _map(c.get("resources"))
+        if resource in _map(res.get("requests")) or resource in _map(res.get("limits")):
+            return True
+    return False

@@ -391,6 +391,16 @@ CHECKED_REASONS: Final = (
 (resources, node selector and required node affinity, taints): fairshare's own check is
 newer than the verdict, so these do not stop a pod from waiting."""
 
+DRA_GPU_REASONS: Final = (
+    re.compile(r"cannot allocate all claims"),  # DynamicResources' allocator
+    re.compile(r"cannot fit resource"),  # its extended-resource (KEP-5004) filter
+)
+"""DynamicResources reasons that, for a pod whose only DRA use is ``nvidia.com/gpu``
+served from DRA devices (KEP-5004: no claims of its own), say "not enough free GPUs": the
+DRA twin of ``Insufficient nvidia.com/gpu``, which fairshare checks itself against the
+node's DRA GPUs (``dra.slice_capacity``). kube-scheduler writes them for a pod it tried
+while its in-flight pods held the devices, before their binds reached the extender."""
+
 
 def verdict_reasons(message: str) -> tuple[str, ...] | None:
     """The per-node reasons of a ``FitError`` message (the PreFilter message as one
@@ -417,13 +427,16 @@ def verdict_reasons(message: str) -> tuple[str, ...] | None:
     return tuple(r for r in reasons if r)
 
 
-def rejected_by_kube_scheduler(message: str, own: Collection[str] = ()) -> bool:
+def rejected_by_kube_scheduler(
+    message: str, own: Collection[str] = (), *, dra_gpus_checked: bool = False
+) -> bool:
     """Did kube-scheduler find the pod unschedulable for a reason fairshare does not check
     (pod affinity, topology spread, volumes, ports, DRA claims, ...) before fairshare had
     a say? True when ``message`` (the ``PodScheduled`` condition's) names at least one
     such reason and none of fairshare's own (``FAIRSHARE_REASONS``, or one of ``own``: the
     texts fairshare's filter last answered for this pod). A message of another form is
-    not a verdict (False): fairshare's own checks decide.
+    not a verdict (False): fairshare's own checks decide. ``dra_gpus_checked``: the pod
+    asks ``nvidia.com/gpu`` and has no claims, so ``DRA_GPU_REASONS`` count as checked.
     """
     reasons = verdict_reasons(message)
     if not reasons:
@@ -433,6 +446,8 @@ def rejected_by_kube_scheduler(message: str, own: Collection[str] = ()) -> bool:
     for reason in reasons:
         if reason in own_texts or any(p.match(reason) for p in FAIRSHARE_REASONS):
             return False
-        if not any(p.fullmatch(reason) for p in CHECKED_REASONS):
+        if not any(p.fullmatch(reason) for p in CHECKED_REASONS) and not (
+            dra_gpus_checked and any(p.fullmatch(reason) for p in DRA_GPU_REASONS)
+        ):
             unchecked = True
     return unchecked

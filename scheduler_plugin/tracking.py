@@ -792,7 +792,9 @@ class ExtenderTracker:
             self._set_verdict(uid, None)
         elif uid in self._asked and self._asked[uid] == message:
             return  # kube-scheduler asked the extender since it wrote this verdict
-        elif eligibility.rejected_by_kube_scheduler(message, self._answers.get(uid, ())):
+        elif eligibility.rejected_by_kube_scheduler(
+            message, self._answers.get(uid, ()), dra_gpus_checked=dra.asks_gpus_without_claims(slim)
+        ):
             self._asked.pop(uid, None)
             self._set_verdict(uid, message)
         else:

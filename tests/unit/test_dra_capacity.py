@@ -260,3 +260,38 @@ def test_a_mixed_fleet_gives_one_set_of_shares(dra_first: bool):
     assert tr.state.total_capacity()[tr.state.gpu_col] == 16000
     shares = gating.current_shares(tr.state, CONFIG)
     assert shares["a"] == shares["b"] == 4 / 16
+
+
+# -- kube-scheduler's DRA verdicts on KEP-5004 pods ---------------------------------------------
+
+DRA_VERDICT = (
+    "0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+    "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+)
+
+
+def test_dra_capacity_verdicts_of_kep5004_pods_are_checked_by_fairshare():
+    """kube-scheduler writes 'cannot allocate all claims' for a KEP-5004 pod it tried while
+    in-flight pods held the DRA GPUs: for such a pod it means "not enough free GPUs", which
+    fairshare checks itself, so the pod keeps waiting (and the gate at bind holds the
+    tenant that took them); a pod with claims of its own stays judged by kube-scheduler."""
+    from fairshare import eligibility
+
+    assert eligibility.rejected_by_kube_scheduler(DRA_VERDICT)
+    assert not eligibility.rejected_by_kube_scheduler(DRA_VERDICT, dra_gpus_checked=True)
+    kep = pod("k", ns="b", gpu=1, phase="Pending")
+    with_claim = pod("c", ns="b", phase="Pending")
+    with_claim["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]
+    assert dra.asks_gpus_without_claims(kep) and not dra.asks_gpus_without_claims(with_claim)
+    tr = ExtenderTracker(lambda: CONFIG)
+    tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
+    tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 4)])
+    tr.on_resync("Node", [dra_node("n1")])
+    for p in (kep, with_claim):
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            | {"message": DRA_VERDICT}
+        ]
+    tr.on_resync("Pod", [kep, with_claim])
+    assert tr.pending["uid-k"].waiting and not tr.pending["uid-k"].unschedulable
+    assert not tr.pending["uid-c"].waiting and tr.pending["uid-c"].unschedulable == DRA_VERDICT
