@@ -201,7 +201,10 @@ async def wait_bound(api: client.ApiClient, ns: str, names: list[str], timeout: 
         pods = {p.metadata.name: p for p in (await core.list_namespaced_pod(ns)).items}
         return all(n in pods and pods[n].spec.node_name for n in names)
 
-    await wait_for(all_bound, timeout=timeout, what=f"pods {names} of {ns} to bind")
+    try:
+        await wait_for(all_bound, timeout=timeout, what=f"pods {names} of {ns} to bind")
+    except AssertionError as exc:  # with kube-scheduler's verdicts on them
+        raise AssertionError(f"{exc}; {await verdicts(api, ns)}") from None
 
 
 def status_json(cluster: Cluster) -> dict[str, Any]:
