@@ -321,8 +321,8 @@ class SliceCapacity:
     """GPU devices not bound to one node (a pool or device with a ``nodeSelector`` or
     ``allNodes``: network-attached): counted nowhere, since which nodes may use them is
     a node-selector kube-scheduler evaluates per pod."""
-    problems: tuple[str, ...] = ()
-    """Why a configured GPU class counts nothing (missing, unreadable selector)."""
+    problems: Mapping[str, str] = field(default_factory=dict)
+    """Configured GPU class -> why it counts nothing (missing, unreadable selector)."""
 
 
 def slice_capacity(
@@ -338,15 +338,15 @@ def slice_capacity(
     partitions (``type: mig``) are not selected by the full-GPU class and count nothing;
     a device shared by several claims (``allowMultipleAllocations``) counts 1."""
     matches: list[DeviceMatch] = []
-    problems: list[str] = []
+    problems: dict[str, str] = {}
     for name in sorted(gpu_classes):
         dc = classes.get(name)
         if dc is None:
-            problems.append(f"DeviceClass {name} not found")
+            problems[name] = f"DeviceClass {name} not found"
             continue
         got = device_match(dc)
         if isinstance(got, str):
-            problems.append(f"DeviceClass {name}: {got}")
+            problems[name] = f"DeviceClass {name}: {got}"
         else:
             matches.append(got)
     newest: dict[tuple[str, str], int] = {}
@@ -377,7 +377,7 @@ def slice_capacity(
                 tainted[node] = tainted.get(node, 0) + 1
             else:
                 gpus[node] = gpus.get(node, 0) + 1
-    return SliceCapacity(gpus, tainted, unattributed, tuple(problems))
+    return SliceCapacity(gpus, tainted, unattributed, problems)
 
 
 def asks_gpus_without_claims(pod: Mapping[str, Any], resource: str = GPU) -> bool:

@@ -475,6 +475,12 @@ class ExtenderTracker:
         for name in sorted(set(before) | set(after)):
             if before.get(name, 0) != after.get(name, 0) and name in self.nodes:
                 self._node(self.nodes[name])
+        # A GPU class that counts nothing is worth saying once a driver publishes slices.
+        for key in [k for k in self.unreadable if k.startswith("DeviceClass/")]:
+            del self.unreadable[key]
+        if self.resource_slices:
+            for name, why in self.slice_gpus.problems.items():
+                self.unreadable[f"DeviceClass/{name}"] = why
 
     def _claim(self, claim: dict[str, Any]) -> None:
         policy = self.config().dra

@@ -84,12 +84,11 @@ def test_slice_capacity_counts_full_gpus_of_node_local_pools():
     assert dict(got.node_gpus) == {"n1": 8, "n2": 2, "n3": 3}
     assert dict(got.tainted) == {"n3": 1}
     assert got.unattributed == 2
-    assert got.problems == ()
+    assert dict(got.problems) == {}
     # A configured class that does not exist (or cannot be read) counts nothing, and says so.
     missing = dra.slice_capacity(slices, {}, ("gpu.nvidia.com",))
-    assert dict(missing.node_gpus) == {} and missing.problems == (
-        "DeviceClass gpu.nvidia.com not found",
-    )
+    assert dict(missing.node_gpus) == {}
+    assert dict(missing.problems) == {nv.GPU_CLASS: "DeviceClass gpu.nvidia.com not found"}
 
 
 def test_apply_node_takes_dra_gpus_only_without_device_plugin_gpus():
@@ -126,6 +125,7 @@ def test_tracker_follows_slices_and_classes_live():
     assert tr.state.total_capacity()[tr.state.gpu_col] == 12000
     tr.on_event(dra.KIND_DEVICE_CLASS, "DELETED", CLASSES[nv.GPU_CLASS])
     assert tr.state.total_capacity()[tr.state.gpu_col] == 0
+    assert tr.unreadable == {"DeviceClass/gpu.nvidia.com": "DeviceClass gpu.nvidia.com not found"}
     # A pod bound meanwhile stays counted across the re-applied node.
     tr.on_event(dra.KIND_DEVICE_CLASS, "ADDED", CLASSES[nv.GPU_CLASS])
     tr.on_event("Pod", "ADDED", pod("p", ns="a", gpu=2, node_name="n1"))
