@@ -187,11 +187,14 @@ class GangCoordinator:
     async def filter(
         self, args: wire.ExtenderArgs, config: FairShareConfig
     ) -> wire.ExtenderFilterResult | None:
-        """The filter answer for a member of a group (None: not a gang's business)."""
+        """The filter answer for a member of a group (None: not a gang's business).
+        Plans that are over are dropped first, whatever the pod (their room is then free
+        for it)."""
+        if self.plans:
+            self.expire()
         key = gangs.group_of(args.pod)
         if key is None:
             return None
-        self.expire()
         uid = objects.pod_uid(args.pod)
         names = args.candidate_names()
         live = self.plans.get(key)
@@ -279,7 +282,8 @@ class GangCoordinator:
         self, args: wire.ExtenderBindingArgs, bind_now: BindNow
     ) -> dict[str, Any] | None:
         """The bind answer for a planned member (None: not a planned member)."""
-        self.expire()
+        if self.plans:
+            self.expire()
         key = self.member_of.get(args.pod_uid)
         live = self.plans.get(key) if key is not None else None
         if key is None or live is None:

@@ -208,6 +208,18 @@ async def test_an_unused_plan_expires_and_frees_its_room(client):
     assert free_gpus(client) == 2  # now b's
 
 
+async def test_an_expired_plan_frees_its_room_for_a_pod_without_a_group(client):
+    a, _ = two_gangs()
+    plain = member("b", "x", 0, gpus=4)
+    del plain["metadata"]["labels"]
+    await add(client, [*a, plain])
+    await filter_(client, a[0])  # a/ja reserves 6 of 8 GPUs: no node has 4 free
+    assert (await filter_(client, plain))["NodeNames"] == []
+    client.clock.now += ganging.PLAN_IDLE + 1
+    assert (await filter_(client, plain))["NodeNames"] == NODES
+    assert client.deps.gangs.plans == {}
+
+
 async def test_deleting_a_member_drops_the_plan(client):
     a, _ = two_gangs()
     await add(client, a)
