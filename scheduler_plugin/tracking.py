@@ -20,9 +20,11 @@ keeps:
 
 DRA: GPUs that bound pods get through ``resource.k8s.io/v1`` ResourceClaims of a GPU
 device class (``fairshare.dra``) count in their tenant's usage (``state.tenant_usage``),
-once per claim, so shares, the gate and reclaim see them. They are not taken from the
-node's free vector: kube-scheduler's DynamicResources plugin allocates those devices from
-ResourceSlices, which are not the device-plugin ``nvidia.com/gpu`` the arrays model.
+once per claim, so shares, the gate and reclaim see them. On a DRA GPU node (below) the
+bound pod carrying a claim (the smallest uid among its bound users) holds the claim's
+GPUs as devices of its own row (``_claim_devices``), so they are taken from that node's
+free GPUs as kube-scheduler's DynamicResources took them; elsewhere (a node whose GPUs
+are the device plugin's) a claim counts in its tenant's usage only.
 A node's capacity does include its DRA GPUs: the devices that the configured GPU
 DeviceClasses select in its ResourceSlices (``dra.slice_capacity``, followed live: a
 slice or class event re-applies the nodes whose count changed) are its GPU devices when
@@ -48,6 +50,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from fairshare import dra, eligibility, fairness, gating, resources, tenancy
@@ -63,7 +66,7 @@ from fairshare.placement import (
 )
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects, usage
-from fairshare.state.cluster import BoundPod, ClusterState, StateError
+from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 from scheduler_plugin import handoff
 
 KIND_PVC = "PersistentVolumeClaim"
@@ -187,6 +190,11 @@ class ExtenderTracker:
     """Known DeviceClasses by name."""
     slice_gpus: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
     """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
+    claim_users: dict[str, set[str]] = field(default_factory=dict)
+    """Per claim (``namespace/name``), the pods that reference it (``claim_pods`` inverted)."""
+    carried: dict[str, str] = field(default_factory=dict)
+    """Claims whose GPUs a bound pod on a DRA GPU node holds as devices of its own row
+    (``_claim_devices``), by claim: that pod's uid. Not counted again by ``_recount_dra``."""
     volume_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Bound PersistentVolumeClaims by uid: (namespace, storage bytes requested)."""
     storage_usage: dict[str, float] = field(default_factory=dict)
@@ -318,6 +326,8 @@ class ExtenderTracker:
         fresh.class_keys = dict(self.class_keys)  # (CPU amount, GPU shape): no column in it
         fresh.unreadable = {**self.unreadable, **fresh.unreadable}
         fresh.claim_pods = dict(self.claim_pods)
+        fresh.claim_users = {k: set(v) for k, v in self.claim_users.items()}
+        fresh.carried = dict(self.carried)
         fresh._memory_uids = set(self._memory_uids)
 
     def _replay(self, fresh: ExtenderTracker) -> None:
@@ -364,6 +374,7 @@ class ExtenderTracker:
             self.resource_claims.clear()
             for claim in objects_:
                 self._claim(claim)
+            self._reread_carriers(list(self.carried))
             self._recount_dra()
         elif kind == KIND_PVC:
             self.volume_claims.clear()
@@ -402,10 +413,13 @@ class ExtenderTracker:
             else:
                 self._pod(obj, skip_unchanged=True)
         elif kind == dra.KIND_CLAIM:
+            before = self.resource_claims.get(_claim_key(obj))
             if deleted:
                 self.resource_claims.pop(_claim_key(obj), None)
             else:
                 self._claim(obj)
+            if self.resource_claims.get(_claim_key(obj)) != before:
+                self._reread_carriers([_claim_key(obj)])
             self._recount_dra()
         elif kind == KIND_PVC:
             self._volume_claim(obj, deleted=deleted)
@@ -472,15 +486,113 @@ class ExtenderTracker:
             self.resource_slices.values(), self.device_classes, policy.gpu_device_classes
         )
         after = self.slice_gpus.node_gpus
+        changed = False
         for name in sorted(set(before) | set(after)):
             if before.get(name, 0) != after.get(name, 0) and name in self.nodes:
                 self._node(self.nodes[name])
+                changed = True
+        if changed and self.claim_users:
+            self._sync_carried(list(self.claim_users))
+            self._recount_dra()
         # A GPU class that counts nothing is worth saying once a driver publishes slices.
         for key in [k for k in self.unreadable if k.startswith("DeviceClass/")]:
             del self.unreadable[key]
         if self.resource_slices:
             for name, why in self.slice_gpus.problems.items():
                 self.unreadable[f"DeviceClass/{name}"] = why
+
+    # -- claims held as devices on DRA GPU nodes ---------------------------------------
+
+    def _set_claim_pod(self, uid: str, entry: tuple[str, tuple[str, ...]] | None) -> set[str]:
+        """Set (None: drop) the claims pod ``uid`` references; returns the claim keys
+        whose users changed."""
+        keys: set[str] = set()
+        old = self.claim_pods.pop(uid, None)
+        if old is not None:
+            keys |= {f"{old[0]}/{n}" for n in old[1]}
+        if entry is not None:
+            self.claim_pods[uid] = entry
+            keys |= {f"{entry[0]}/{n}" for n in entry[1]}
+        for key in keys:
+            users = self.claim_users.setdefault(key, set())
+            if entry is not None and key in {f"{entry[0]}/{n}" for n in entry[1]}:
+                users.add(uid)
+            else:
+                users.discard(uid)
+            if not users:
+                del self.claim_users[key]
+        return keys
+
+    def _is_dra_gpu_node(self, name: str) -> bool:
+        """Are ``name``'s GPUs its DRA devices (``objects.apply_node``'s rule)?"""
+        node = self.nodes.get(name)
+        if node is None or self.slice_gpus.node_gpus.get(name, 0) <= 0:
+            return False
+        return allocatable_from_node(node).get(resources.GPU, 0) <= 0
+
+    def _carrier(self, key: str) -> str | None:
+        """The pod that holds claim ``key``'s GPUs as devices: the smallest uid among the
+        bound pods on a DRA GPU node that reference it (None: counted by ``_recount_dra``)."""
+        best = None
+        for uid in self.claim_users.get(key, ()):
+            spec = (self.pods.get(uid) or {}).get("spec") or {}
+            node = spec.get("nodeName")
+            if node and (best is None or uid < best) and self._is_dra_gpu_node(str(node)):
+                best = uid
+        return best
+
+    def _sync_carried(self, keys: Iterable[str], reading: str = "") -> None:
+        """Re-derive the carriers of ``keys``; a pod that starts or stops carrying a claim
+        is read again (its row changes), except ``reading``, the pod being read now."""
+        for key in sorted(keys):
+            new, old = self._carrier(key), self.carried.get(key)
+            if new == old:
+                continue
+            if new is None:
+                del self.carried[key]
+            else:
+                self.carried[key] = new
+            for uid in (old, new):
+                if uid is not None and uid != reading and uid in self.pods:
+                    self._pod(self.pods[uid])
+
+    def _reread_carriers(self, keys: Iterable[str]) -> None:
+        """Read again the pods carrying ``keys`` (their claims' GPUs changed)."""
+        for uid in sorted({self.carried[k] for k in keys if k in self.carried}):
+            if uid in self.pods:
+                self._pod(self.pods[uid])
+
+    def _claim_devices(self, uid: str, req: PodRequest) -> PodRequest:
+        """``req`` of a bound pod, plus the GPUs of the claims it carries as whole devices,
+        so that on a DRA GPU node the devices kube-scheduler allocated to its claims are
+        taken from the node's free GPUs (and count in the tenant's usage through the row).
+        A pod that asks a fraction of a GPU besides claims keeps its own request only."""
+        ns_names = self.claim_pods.get(uid)
+        if ns_names is None:
+            return req
+        ns = ns_names[0]
+        n = sum(
+            self.resource_claims.get(f"{ns}/{name}", 0)
+            for name in ns_names[1]
+            if self.carried.get(f"{ns}/{name}") == uid
+        )
+        gpu = req.demand.gpu
+        if n <= 0 or gpu.source not in ("none", "device") or gpu.memory is not None:
+            return req
+        if gpu.count and gpu.per_device != 1:
+            return req
+        row = list(req.row)
+        row[self.state.gpu_col] += n * MILLI_GPU
+        amounts = dict(req.demand.amounts)
+        amounts[resources.GPU] = amounts.get(resources.GPU, Fraction(0)) + n
+        demand = dataclasses.replace(
+            req.demand,
+            amounts=amounts,
+            gpu=dataclasses.replace(
+                gpu, count=gpu.count + n, per_device=Fraction(1), source="device"
+            ),
+        )
+        return dataclasses.replace(req, demand=demand, row=tuple(row))
 
     def _claim(self, claim: dict[str, Any]) -> None:
         policy = self.config().dra
@@ -504,6 +616,8 @@ class ExtenderTracker:
                 if key in seen:
                     continue
                 seen.add(key)
+                if self.carried.get(key, "") in self.state.pods:
+                    continue  # held as devices by the pod carrying it (its row)
                 milli = self.resource_claims.get(key, 0) * MILLI_GPU
                 want[bound.tenant] = want.get(bound.tenant, 0.0) + milli
         col = self.state.gpu_col
@@ -561,7 +675,8 @@ class ExtenderTracker:
         if self.reservations.pop(uid, None) is not None:
             self._changed()
             return
-        had_claims = self.claim_pods.pop(uid, None) is not None
+        had_claims = uid in self.claim_pods
+        keys = self._set_claim_pod(uid, None) if had_claims else set()
         self.pods.pop(uid, None)
         self._read.pop(uid, None)
         self.gated.discard(uid)
@@ -579,6 +694,7 @@ class ExtenderTracker:
             self._changed()
         self._mix_changes += 1
         if had_claims:
+            self._sync_carried(keys)  # another pod of its claims may carry them now
             self._recount_dra()
 
     def _changed(self) -> None:
@@ -626,6 +742,11 @@ class ExtenderTracker:
             return
         self.pods[uid] = slim
         self.unreadable.pop(uid, None)
+        names = dra.pod_claim_names(pod)
+        had_claims = uid in self.claim_pods
+        if names or had_claims:
+            ns = str(_meta(pod).get("namespace") or "default")
+            self._sync_carried(self._set_claim_pod(uid, (ns, names) if names else None), uid)
         share = False
         try:
             req = objects.pod_request(
@@ -647,7 +768,8 @@ class ExtenderTracker:
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
-                objects.apply_pod(self.state, pod, config, tenant, request=req)
+                held_req = self._claim_devices(uid, req)
+                objects.apply_pod(self.state, pod, config, tenant, request=held_req)
                 if self.on_change is not None and share:
                     self.on_change()
             else:
@@ -657,12 +779,7 @@ class ExtenderTracker:
             self.unreadable[uid] = str(exc)
             self.pending.pop(uid, None)
         self._read[uid] = (config, inputs, share)
-        names = dra.pod_claim_names(pod)
-        if names or uid in self.claim_pods:
-            if names:
-                self.claim_pods[uid] = (str(_meta(pod).get("namespace") or "default"), names)
-            else:
-                self.claim_pods.pop(uid, None)
+        if names or had_claims:
             self._recount_dra()
 
     # -- derived ---------------------------------------------------------------

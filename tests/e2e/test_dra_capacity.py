@@ -282,6 +282,9 @@ async def test_kep5004_and_claim_pods_bind_on_a_dra_only_node_and_count(
     assert used(row, GPU, "quotaUsed") == "6"  # the webhook's count agrees
     gpus = node_gpus(report)
     assert gpus[node] == 8
+    # The claim's 2 devices are taken on the node too: 8 - 6 free.
+    devices = next(n["devices"] for n in report["nodes"] if n["name"] == node)
+    assert sum(d["free"] for d in devices) == 2, devices
     assert report["cluster"]["gpus"] == sum(gpus.values()) >= 8
     # GPUs dominate (100m CPU per pod on 64-CPU nodes): the share is 6 of the cluster's GPUs.
     assert row["dominantShare"] == pytest.approx(6 / report["cluster"]["gpus"], abs=1e-4)

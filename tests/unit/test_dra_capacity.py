@@ -295,3 +295,55 @@ def test_dra_capacity_verdicts_of_kep5004_pods_are_checked_by_fairshare():
     tr.on_resync("Pod", [kep, with_claim])
     assert tr.pending["uid-k"].waiting and not tr.pending["uid-k"].unschedulable
     assert not tr.pending["uid-c"].waiting and tr.pending["uid-c"].unschedulable == DRA_VERDICT
+
+
+# -- claims hold devices of a DRA GPU node -----------------------------------------------------
+
+
+def gpu_claim(name: str, ns: str, gpus: int) -> dict[str, Any]:
+    """An allocated claim of ``gpus`` devices of the GPU class (not a generated one)."""
+    obj = generated_claim(name, ns, gpus)
+    obj["metadata"] = {"name": name, "namespace": ns}
+    return obj
+
+
+def claim_user(name: str, ns: str, claims: list[str], node_name: str = "n1") -> dict[str, Any]:
+    p = pod(name, ns=ns, node_name=node_name)
+    p["spec"]["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+    return p
+
+
+def _free_and_usage(tr: ExtenderTracker, tenant: str = "a") -> tuple[float, float]:
+    st = tr.state
+    free = st.free[st.node_index["n1"] * st.n_res + st.gpu_col] / 1000
+    return free, st.usage_of(tenant)[st.gpu_col] / 1000
+
+
+def test_claims_on_a_dra_node_take_its_free_gpus_once():
+    """The devices kube-scheduler allocated to a pod's claim on a DRA-only node are not
+    free in fairshare's view either (status' gpusAllocated, the gate's 'fits now', scores),
+    and count once in the tenant's usage, however many pods share the claim."""
+    tr = ExtenderTracker(lambda: CONFIG)
+    tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
+    tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 8)])
+    tr.on_resync("Node", [dra_node("n1")])
+    tr.on_resync(dra.KIND_CLAIM, [gpu_claim("c2", "a", 2)])
+    tr.on_resync("Pod", [claim_user("p0", "a", ["c2"])])
+    assert _free_and_usage(tr) == (6, 2)
+    tr.on_event("Pod", "ADDED", claim_user("p1", "a", ["c2"]))  # shared: still 2
+    assert _free_and_usage(tr) == (6, 2)
+    tr.on_event("Pod", "DELETED", claim_user("p0", "a", ["c2"]))  # p1 carries it now
+    assert _free_and_usage(tr) == (6, 2)
+    assert tr.carried == {"a/c2": "uid-p1"}
+    tr.on_event(dra.KIND_CLAIM, "MODIFIED", gpu_claim("c2", "a", 3))
+    assert _free_and_usage(tr) == (5, 3)
+    # A KEP-5004 pod fits the 5 GPUs left, not 6.
+    assert _filter(tr, pod("k5", ns="b", gpu=5), ["n1"])["NodeNames"] == ["n1"]
+    assert _filter(tr, pod("k6", ns="b", gpu=6), ["n1"])["NodeNames"] == []
+    # The slice gone, n1 has no GPUs: the claim still counts in usage, on no device.
+    tr.on_event(dra.KIND_SLICE, "DELETED", nv.resource_slice("n1", 8))
+    assert _free_and_usage(tr)[1] == 3 and tr.carried == {}
+    tr.on_event(dra.KIND_SLICE, "ADDED", nv.resource_slice("n1", 8))
+    assert _free_and_usage(tr) == (5, 3)
+    tr.on_event("Pod", "DELETED", claim_user("p1", "a", ["c2"]))
+    assert _free_and_usage(tr) == (8, 0) and tr.carried == {}
