@@ -325,18 +325,11 @@ class SliceCapacity:
     """Configured GPU class -> why it counts nothing (missing, unreadable selector)."""
 
 
-def slice_capacity(
-    slices: Iterable[Mapping[str, Any]],
-    classes: Mapping[str, Mapping[str, Any]],
-    gpu_classes: Collection[str] = GPU_DEVICE_CLASSES,
-) -> SliceCapacity:
-    """Whole GPUs per node: devices of node-local pools (``spec.nodeName``, or a device's
-    own ``nodeName`` under ``perDeviceNodeSelection``) that one of
-    the ``gpu_classes`` (DeviceClass objects by name in ``classes``) selects, from each
-    pool's newest generation only (kube-scheduler ignores older ones). A device carrying
-    a ``NoSchedule``/``NoExecute`` taint is not capacity (no new claim gets it). MIG
-    partitions (``type: mig``) are not selected by the full-GPU class and count nothing;
-    a device shared by several claims (``allowMultipleAllocations``) counts 1."""
+def gpu_matches(
+    classes: Mapping[str, Mapping[str, Any]], gpu_classes: Collection[str] = GPU_DEVICE_CLASSES
+) -> tuple[tuple[DeviceMatch, ...], dict[str, str]]:
+    """The ``DeviceMatch`` of each of ``gpu_classes`` (DeviceClass objects by name in
+    ``classes``), and why each of the others counts nothing (missing, unreadable)."""
     matches: list[DeviceMatch] = []
     problems: dict[str, str] = {}
     for name in sorted(gpu_classes):
@@ -349,35 +342,87 @@ def slice_capacity(
             problems[name] = f"DeviceClass {name}: {got}"
         else:
             matches.append(got)
-    newest: dict[tuple[str, str], int] = {}
-    specs = [_map(s.get("spec")) for s in slices]
-    for spec in specs:
-        pool = _map(spec.get("pool"))
-        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
-        gen = pool.get("generation", 0)
-        gen = gen if isinstance(gen, int) else 0
-        newest[key] = max(newest.get(key, gen), gen)
+    return tuple(matches), problems
+
+
+@dataclass(frozen=True)
+class SliceCount:
+    """The GPUs of one ResourceSlice (``count_slice``)."""
+
+    pool: tuple[str, str]
+    """(driver, pool name)."""
+    generation: int
+    gpus: Mapping[str, int]
+    tainted: Mapping[str, int]
+    unattributed: int
+
+
+def count_slice(rs: Mapping[str, Any], matches: Sequence[DeviceMatch]) -> SliceCount:
+    """The GPU devices one of ``matches`` selects in one slice, by node (a node-local pool
+    names its node in ``spec.nodeName``; under ``perDeviceNodeSelection`` a device may in
+    its own ``nodeName``). A device carrying a ``NoSchedule``/``NoExecute`` taint is not
+    capacity (no new claim gets it). MIG partitions (``type: mig``) are not selected by
+    the full-GPU class and count nothing; a device shared by several claims
+    (``allowMultipleAllocations``) counts 1."""
+    spec = _map(rs.get("spec"))
+    driver = str(spec.get("driver", ""))
+    pool = _map(spec.get("pool"))
+    gen = pool.get("generation", 0)
     gpus: dict[str, int] = {}
     tainted: dict[str, int] = {}
     unattributed = 0
-    for spec in specs:
-        driver = str(spec.get("driver", ""))
-        pool = _map(spec.get("pool"))
-        gen = pool.get("generation", 0)
-        if (gen if isinstance(gen, int) else 0) != newest[(driver, str(pool.get("name", "")))]:
+    for device in map(_map, _list(spec.get("devices"))):
+        if not any(m.matches(driver, device) for m in matches):
             continue
-        for device in map(_map, _list(spec.get("devices"))):
-            if not any(m.matches(driver, device) for m in matches):
-                continue
-            # A node-local pool names its node; under perDeviceNodeSelection a device may.
-            node = spec.get("nodeName") or device.get("nodeName")
-            if not isinstance(node, str) or not node:
-                unattributed += 1
-            elif any(_map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))):
-                tainted[node] = tainted.get(node, 0) + 1
-            else:
-                gpus[node] = gpus.get(node, 0) + 1
-    return SliceCapacity(gpus, tainted, unattributed, problems)
+        node = spec.get("nodeName") or device.get("nodeName")
+        if not isinstance(node, str) or not node:
+            unattributed += 1
+        elif any(_map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))):
+            tainted[node] = tainted.get(node, 0) + 1
+        else:
+            gpus[node] = gpus.get(node, 0) + 1
+    return SliceCount(
+        (driver, str(pool.get("name", ""))),
+        gen if isinstance(gen, int) else 0,
+        gpus,
+        tainted,
+        unattributed,
+    )
+
+
+def combine_slices(
+    counts: Iterable[SliceCount], problems: Mapping[str, str] | None = None
+) -> SliceCapacity:
+    """Per-node GPUs of all slices' counts, each pool from its newest generation only
+    (kube-scheduler ignores older ones)."""
+    counts = list(counts)
+    newest: dict[tuple[str, str], int] = {}
+    for c in counts:
+        newest[c.pool] = max(newest.get(c.pool, c.generation), c.generation)
+    gpus: dict[str, int] = {}
+    tainted: dict[str, int] = {}
+    unattributed = 0
+    for c in counts:
+        if c.generation != newest[c.pool]:
+            continue
+        for node, n in c.gpus.items():
+            gpus[node] = gpus.get(node, 0) + n
+        for node, n in c.tainted.items():
+            tainted[node] = tainted.get(node, 0) + n
+        unattributed += c.unattributed
+    return SliceCapacity(gpus, tainted, unattributed, dict(problems or {}))
+
+
+def slice_capacity(
+    slices: Iterable[Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]],
+    gpu_classes: Collection[str] = GPU_DEVICE_CLASSES,
+) -> SliceCapacity:
+    """Whole GPUs per node: the devices that one of the ``gpu_classes`` (DeviceClass
+    objects by name in ``classes``) selects in the node-local pools of ``slices``, from
+    each pool's newest generation (``count_slice``, ``combine_slices``)."""
+    matches, problems = gpu_matches(classes, gpu_classes)
+    return combine_slices((count_slice(rs, matches) for rs in slices), problems)
 
 
 def asks_gpus_without_claims(pod: Mapping[str, Any], resource: str = GPU) -> bool:

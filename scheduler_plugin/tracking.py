@@ -190,6 +190,12 @@ class ExtenderTracker:
     """Known DeviceClasses by name."""
     slice_gpus: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
     """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
+    _slice_counts: dict[str, dra.SliceCount] = field(default_factory=dict, init=False, repr=False)
+    """Each known slice's GPUs under ``_matches`` (a slice event counts only its slice)."""
+    _matches: tuple[tuple[str, ...], tuple[dra.DeviceMatch, ...], dict[str, str]] | None = field(
+        default=None, init=False, repr=False
+    )
+    """(configured GPU classes, their device matches, problems) the counts were made with."""
     claim_users: dict[str, set[str]] = field(default_factory=dict)
     """Per claim (``namespace/name``), the pods that reference it (``claim_pods`` inverted)."""
     carried: dict[str, str] = field(default_factory=dict)
@@ -431,7 +437,7 @@ class ExtenderTracker:
                 held.pop(name, None)
             else:
                 held[name] = obj
-            self._recount_slices()
+            self._recount_slices(name if kind == dra.KIND_SLICE else None)
         elif kind == "Namespace":
             name = str(_meta(obj).get("name", ""))
             if deleted:
@@ -477,14 +483,26 @@ class ExtenderTracker:
             if spec.get("nodeName") and (node is None or spec.get("nodeName") == node):
                 self._pod(pod)
 
-    def _recount_slices(self) -> None:
-        """Derive the DRA GPUs per node again; re-apply the known nodes whose count
-        changed (their GPU capacity; pods bound there stay counted)."""
-        policy = self.config().dra
+    def _recount_slices(self, changed_slice: str | None = None) -> None:
+        """Derive the DRA GPUs per node again (counting the devices of ``changed_slice``
+        alone when only that slice changed); re-apply the known nodes whose count changed
+        (their GPU capacity; pods bound there stay counted)."""
+        classes = tuple(self.config().dra.gpu_device_classes)
+        held = self._matches
+        if changed_slice is None or held is None or held[0] != classes:
+            matches, problems = dra.gpu_matches(self.device_classes, classes)
+            self._matches = (classes, matches, problems)
+            self._slice_counts = {
+                name: dra.count_slice(rs, matches) for name, rs in self.resource_slices.items()
+            }
+        elif changed_slice in self.resource_slices:
+            rs = self.resource_slices[changed_slice]
+            self._slice_counts[changed_slice] = dra.count_slice(rs, held[1])
+        else:
+            self._slice_counts.pop(changed_slice, None)
+        assert self._matches is not None
         before = self.slice_gpus.node_gpus
-        self.slice_gpus = dra.slice_capacity(
-            self.resource_slices.values(), self.device_classes, policy.gpu_device_classes
-        )
+        self.slice_gpus = dra.combine_slices(self._slice_counts.values(), self._matches[2])
         after = self.slice_gpus.node_gpus
         changed = False
         for name in sorted(set(before) | set(after)):

@@ -1,0 +1,96 @@
+"""The extender on DRA GPU nodes against the same fleet on the device plugin (issue 32).
+
+``python -m tests.bench.bench_dra [--nodes 500]``: per fleet, the tracker's first sync
+(nodes, and for DRA the DeviceClass and one ResourceSlice of 8 GPUs per node, as NVIDIA's
+driver publishes them; 4 pods per node bound, 200 pending), the filter verb of a 1-GPU pod
+over every node (200 calls), and for DRA one ResourceSlice event (a new pool generation).
+Figures only, no assertion: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from fairshare.config.loading import config_from_mapping
+from fairshare.resources import GPU
+from scheduler_plugin import verbs, wire
+from scheduler_plugin.tracking import ExtenderTracker
+from tests import nvidia_dra as nv
+from tests.unit.test_state_objects import node, pod
+
+CONFIG = config_from_mapping(
+    {
+        "apiVersion": "fairshare.io/v1alpha1",
+        "kind": "FairShareConfig",
+        "tenants": [{"name": t, "namespaces": [t]} for t in "abcd"],
+    }
+)
+
+
+def dra_node(name: str) -> dict[str, Any]:
+    obj = node(name, gpus=0)
+    del obj["status"]["allocatable"][GPU]
+    return obj
+
+
+def build(kind: str, n: int) -> tuple[ExtenderTracker, float]:
+    tr = ExtenderTracker(lambda: CONFIG)
+    t0 = time.perf_counter()
+    if kind == "dra":
+        tr.on_resync("DeviceClass", [nv.device_class()])
+        tr.on_resync("ResourceSlice", [nv.resource_slice(f"n{i}", 8) for i in range(n)])
+        tr.on_resync("Node", [dra_node(f"n{i}") for i in range(n)])
+    else:
+        tr.on_resync("Node", [node(f"n{i}", gpus=8) for i in range(n)])
+    pods = [pod(f"p{i}", ns="abcd"[i % 4], gpu=1, node_name=f"n{i % n}") for i in range(4 * n)]
+    pods += [pod(f"q{i}", ns="abcd"[i % 4], gpu=1, phase="Pending") for i in range(200)]
+    tr.on_resync("Pod", pods)
+    return tr, time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    n = parser.parse_args().nodes
+    for kind in ("device-plugin", "dra"):
+        tr, sync = build(kind, n)
+        body = {
+            "Pod": pod("x", ns="a", gpu=1, phase="Pending"),
+            "NodeNames": [f"n{i}" for i in range(n)],
+        }
+        lat = []
+        passing = 0
+        for _ in range(200):
+            args = wire.decode_extender_args(body)
+            t0 = time.perf_counter()
+            out = verbs.filter_result(
+                args,
+                state=tr.state,
+                config=CONFIG,
+                pending=tr.pending_queue(),
+                namespace_labels={},
+                fair=tr.fair_shares(CONFIG),
+            )
+            lat.append(time.perf_counter() - t0)
+            passing = len(out.encode()["NodeNames"] or [])
+        line = (
+            f"{kind:14s} {n} nodes: first sync {sync * 1000:.0f} ms; filter over all nodes "
+            f"median {statistics.median(lat) * 1000:.2f} ms, p99 "
+            f"{sorted(lat)[int(0.99 * len(lat)) - 1] * 1000:.2f} ms ({passing} pass)"
+        )
+        if kind == "dra":
+            events = []
+            for gen in range(2, 22):
+                rs = nv.resource_slice("n7", 8 if gen % 2 else 7, generation=gen, name="n7-new")
+                t0 = time.perf_counter()
+                tr.on_event("ResourceSlice", "ADDED", rs)
+                events.append(time.perf_counter() - t0)
+            line += f"; a ResourceSlice event {statistics.median(events) * 1000:.1f} ms"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
