@@ -290,6 +290,35 @@ async def test_kep5004_and_claim_pods_bind_on_a_dra_only_node_and_count(
     assert row["dominantShare"] == pytest.approx(6 / report["cluster"]["gpus"], abs=1e-4)
 
 
+async def test_a_tenant_at_its_limit_through_kep5004_pods(
+    api: client.ApiClient,
+    fairshare: FairshareDev,
+    tenant_namespace: TenantNamespace,
+    dra_node: DraNode,
+):
+    """Limit 2 GPUs: a pod asking 2 through DRA binds (the claim kube-scheduler generates
+    for it, which the webhook validates too, counts 0: the pod's request is its usage;
+    counted again it would be refused as '2 used + 2 requested > 2' and the pod would
+    never bind), and a third GPU is refused at admission naming tenant, limit and usage."""
+    tenant = unique("dral")
+    await fairshare.set_config(
+        api, CONFIG_HEAD + f'tenants:\n- name: {tenant}\n  limit:\n    {GPU}: "2"\n'
+    )
+    ns = await tenant_namespace(tenant)
+    pool = unique("drapool")
+    await dra_node(pool, 8)
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(ns, gpu_pod("two", pool, 2))
+    await wait_bound(api, ns, ["two"])
+    generated = (await raw_pod(api, ns, "two"))["status"]["extendedResourceClaimStatus"]
+    assert generated["resourceClaimName"]
+    with pytest.raises(ApiException) as refused:
+        await core.create_namespaced_pod(ns, gpu_pod("one-more", pool, 1))
+    assert refused.value.status == 403
+    message = json.loads(refused.value.body)["message"]
+    assert f"tenant {tenant} would exceed its {GPU} limit: 2 used + 1 requested > 2" in message
+
+
 async def wait_pending_in_extender(fairshare: FairshareDev, names: set[str]) -> None:
     """Until the extender's own view lists every ``namespace/name`` of ``names`` pending."""
 
