@@ -54,11 +54,11 @@ import serving
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError, WireFormatError
-from fairshare.state.usage import UsageTracker
+from fairshare.state.usage import CLAIM_SEEN, UsageTracker
 from webhook import review, wire
 from webhook.coordination import SharedReservations
 from webhook.policies.config_guard import ConfigMapRef
-from webhook.reservations import ReservationLedger, pod_key
+from webhook.reservations import PodKey, ReservationLedger, pod_key
 
 log = logging.getLogger("fairshare.webhook")
 
@@ -128,7 +128,10 @@ def build_deps(
     tracker = UsageTracker(config)
     ledger = ReservationLedger(ttl=reservation_ttl)
 
-    def release(name: str, _event: str) -> None:
+    def release(name: str, event: str) -> None:
+        if event == CLAIM_SEEN:  # as review.judge keys an admitted ResourceClaim
+            ledger.release(PodKey(f"claim:{name}"))
+            return
         ns, _, pod = name.partition("/")
         ledger.release(pod_key(ns, pod))
 

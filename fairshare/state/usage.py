@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from fairshare import dra, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
@@ -46,6 +46,10 @@ Amounts = dict[str, Fraction]
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+CLAIM_SEEN: Final = "claim seen"
+"""The listener event of a ResourceClaim now counted (its name is "ns/name")."""
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -89,8 +93,9 @@ class UsageTracker:
     """Pods that ask by GPU memory, by uid: (namespace, demand, node). What they count
     depends on device memory, so they are recounted when a node's device memory changes."""
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)
+    """Called with ("ns/name", event) when a pod (event "seen") or a ResourceClaim (event
+    ``CLAIM_SEEN``) is counted, for reservation release."""
     _max_memory: tuple[int | None] | None = field(default=None, init=False, repr=False)
-    """Called with ("ns/name", event) when a pod is seen, for reservation release."""
 
     # -- sink ------------------------------------------------------------------
 
@@ -239,6 +244,11 @@ class UsageTracker:
         amounts = {GPU: Fraction(n)} if n else {}
         self.resource_claims[key] = (ns, amounts)
         add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        # Now counted here: the admission's reservation of the claim must go, or the
+        # claim counts twice until the reservation's TTL.
+        name = f"{ns}/{_meta(claim).get('name', '')}"
+        for listener in self.listeners:
+            listener(name, CLAIM_SEEN)
 
     # -- TenantUsageView -------------------------------------------------------
 

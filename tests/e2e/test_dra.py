@@ -206,14 +206,6 @@ async def test_webhook_refuses_a_claim_over_the_limit(
     assert await _claim_names(api, ns) == ["c2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=client.ApiException,
-    reason="the webhook counts a new ResourceClaim twice until its reservation's TTL (30 s) "
-    "ends: its reservation (key claim:NS/NAME) is released only for pods the usage "
-    "tracker sees, not for claims (fairshare/state/usage.py _resource_claim calls no "
-    "listener), so 2 + 2 of a limit of 4 is refused as '4 used + 2 requested > 4'",
-)
 async def test_webhook_counts_an_admitted_claim_once(
     api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
 ):
