@@ -87,6 +87,21 @@ def _int(value: object, what: str) -> int:
         raise HamiFormatError(f"{what}: {value!r} is not an integer") from None
 
 
+def _json_int(value: object, what: str, *, unsigned: bool = False) -> int:
+    """A JSON number field of HAMi's ``DeviceInfo``: Go's decoder refuses a string (or a
+    bool) for an int field, and a negative number for a uint one (``index``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HamiFormatError(f"{what}: {value!r} is not a JSON integer")
+    if unsigned and value < 0:
+        raise HamiFormatError(f"{what}: {value!r} is negative")
+    return value
+
+
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+"""What Go's ``strconv.ParseBool`` reads as true / false (the legacy health field)."""
+
+
 def parse_register(text: str) -> list[HamiDevice]:
     """``hami.io/node-nvidia-register`` in either format, sorted by index."""
     text = text.strip()
@@ -102,10 +117,12 @@ def parse_register(text: str) -> list[HamiDevice]:
             out.append(
                 HamiDevice(
                     id=str(item["id"]),
-                    index=_int(item.get("index", 0), f"{ANN_REGISTER}[{k}].index"),
-                    count=_int(item.get("count", 0), f"{ANN_REGISTER}[{k}].count"),
-                    devmem=_int(item.get("devmem", 0), f"{ANN_REGISTER}[{k}].devmem"),
-                    devcore=_int(item.get("devcore", 0), f"{ANN_REGISTER}[{k}].devcore"),
+                    index=_json_int(
+                        item.get("index", 0), f"{ANN_REGISTER}[{k}].index", unsigned=True
+                    ),
+                    count=_json_int(item.get("count", 0), f"{ANN_REGISTER}[{k}].count"),
+                    devmem=_json_int(item.get("devmem", 0), f"{ANN_REGISTER}[{k}].devmem"),
+                    devcore=_json_int(item.get("devcore", 0), f"{ANN_REGISTER}[{k}].devcore"),
                     type=str(item.get("type", "")),
                     health=item.get("health") is True,
                 )
@@ -118,7 +135,7 @@ def parse_register(text: str) -> list[HamiDevice]:
             if len(f) not in (7, 9):
                 raise HamiFormatError(f"{ANN_REGISTER} entry {k}: {len(f)} fields, want 7 or 9")
             where = f"{ANN_REGISTER} entry {k}"
-            if f[6] not in ("true", "false", "True", "False", "1", "0", "t", "f", "T", "F"):
+            if f[6] not in _TRUE | _FALSE:
                 raise HamiFormatError(f"{where}: health {f[6]!r} is not a boolean")
             out.append(
                 HamiDevice(
@@ -128,7 +145,7 @@ def parse_register(text: str) -> list[HamiDevice]:
                     devmem=_int(f[2], f"{where}.devmem"),
                     devcore=_int(f[3], f"{where}.devcore"),
                     type=f[4],
-                    health=f[6] in ("true", "True", "1", "t", "T"),
+                    health=f[6] in _TRUE,
                 )
             )
     return sorted(out, key=lambda d: d.index)
