@@ -59,6 +59,7 @@ __all__ = [
     "ResourceSpec",
     "ScoringWeights",
     "Tenant",
+    "UsageHistory",
     "is_label_value",
     "validate_resource_name",
 ]
@@ -513,6 +514,73 @@ class DraPolicy(_Model):
     full node); once allocated, the devices actually given count."""
 
 
+_DURATION: Final = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?(?:h|m|s))+")
+_DURATION_PART: Final = re.compile(r"([0-9]+(?:\.[0-9]*)?)(h|m|s)")
+MIN_HALF_LIFE_SECONDS: Final = 60.0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration (``1h``, ``30m``, ``1h30m``, ``90s``, ``1.5h``).
+
+    Raises ValueError for anything else (a bare number has no unit)."""
+    if not isinstance(text, str) or not _DURATION.fullmatch(text.strip()):
+        raise ValueError(f"invalid duration {text!r}")
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    return sum(float(n) * scale[u] for n, u in _DURATION_PART.findall(text.strip()))
+
+
+def _half_life(value: object) -> object:
+    if not isinstance(value, str):
+        _fail(
+            "duration",
+            f"must be a duration string such as 1h, 30m or 1h30m, got {value!r} "
+            "(a bare number has no unit)",
+        )
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        _fail(
+            "duration",
+            f'"{value}" is not a duration; write it as 1h, 30m, 90s or 1h30m (units h, m, s)',
+        )
+    if seconds < MIN_HALF_LIFE_SECONDS:
+        _fail(
+            "duration",
+            f'must be at least 1m, got "{value}" (the history would forget within '
+            "seconds; to turn the history off, omit usageHistory)",
+        )
+    return value
+
+
+HalfLife = Annotated[str, BeforeValidator(_half_life)]
+"""A half-life of at least one minute, a Go-style duration kept as written."""
+
+
+class UsageHistory(_Model):
+    """Fairness with memory (opt-in): each tenant's resource-seconds, decayed with a
+    half-life, lower the weight of a tenant that used more than its weighted share in
+    the recent past (``fairshare.history``)."""
+
+    half_life: HalfLife = Field(examples=["1h"])
+    """Half-life of past usage (a duration: 1h, 30m, 1h30m; at least 1m). Usage this long
+    ago counts half as much as usage now. Required."""
+
+    strength: Weight = 1.0
+    """How strongly past over-use lowers a tenant's weight (k >= 0, default 1; 0: the
+    history is kept and shown but changes nothing). A tenant whose decayed usage share
+    U exceeds its weighted share W gets its weight times W / (W + k (U - W))."""
+
+    min_weight_factor: Annotated[float, BeforeValidator(_not_bool), AfterValidator(_positive)] = (
+        Field(default=0.1, le=1.0)
+    )
+    """Floor of that factor, in (0, 1] (default 0.1): however much a tenant used, it
+    keeps at least this fraction of its weight, so it is never starved."""
+
+    def half_life_seconds(self) -> float:
+        """``half_life`` in seconds."""
+        return parse_duration(self.half_life)
+
+
 def _default_resources() -> dict[str, ResourceSpec]:
     return {name: ResourceSpec() for name in NATIVE_RESOURCES}
 
@@ -563,6 +631,11 @@ class FairShareConfig(_Model):
     fair share only pods that fit now hold others, never blocked ones. Spreads what
     fragmentation leaves idle over the tenants instead of on whoever runs out of
     fitting pods first; costs gate work for pods near their tenant's fair share."""
+
+    usage_history: UsageHistory | None = None
+    """Fairness with memory: past usage, decayed with a half-life, lowers the weight of
+    tenants that used more than their weighted share (default: unset, off; every
+    decision is as without it)."""
 
     gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     """Fractional GPU rules."""

@@ -1,0 +1,247 @@
+"""Fairness with memory: per-tenant usage history decayed with a half-life.
+
+Pure: no network and no clock (times are numbers the caller owns, in seconds). Must not
+import aiohttp, kubernetes_asyncio or prometheus_client. Opt-in through the config's
+``usageHistory`` block; without it nothing here is called and every decision is as
+without history.
+
+**What is kept.** For every tenant t and DRF column r, the resource-seconds it held,
+each second weighted by ``0.5 ** (age / halfLife)``, and the same for the cluster's
+capacity::
+
+    H[t][r](now) = ∫ used[t][r](s) · 2^(-(now - s)/T) ds
+    C[r](now)    = ∫ capacity[r](s) · 2^(-(now - s)/T) ds
+
+``advance`` integrates exactly over an interval during which usage stayed constant:
+``H ← H·d + u·(1 - d)·T/ln 2`` with ``d = 2^(-Δt/T)``. The **decayed usage share**
+is the dominant one over the resources that count for fairness (weight > 0)::
+
+    U[t] = max_r H[t][r] / C[r]
+
+In a tree of tenants a tenant with children holds what its subtree holds.
+
+**How it adjusts the fair share.** Among the tenants that have demand now (running or
+pending), each tenant's **weighted share** is ``W[t] = w[t] / Σ w`` over its demanding
+siblings (top-level tenants: over the demanding top-level tenants), times its parent's
+``W`` in a tree. A tenant that used more than that in the recent past gets its weight
+multiplied by::
+
+    f[t] = max(minWeightFactor, W / (W + k · max(0, U - W)))
+
+and the gate's fair allocation, the current shares it compares and everything else that
+reads tenant weights run on the adjusted weights (``adjusted_config``). A tenant at or
+below its weighted share keeps its weight (f = 1); only over-use lowers it, bounded
+below so that no tenant is starved. At every level of a tree the factor applies to the
+tenant's own weight, so an organisation that over-used yields to its sibling
+organisations, and a team that over-used yields to its sibling teams.
+
+**Relation to the references.** KAI-Scheduler's time-based fair share uses the same
+normalised usage (decay applied alike to usage and capacity) and divides the
+over-quota part by ``P = max(0, W + k (W - U))``: additive, so with k = 1 a tenant that
+held the whole cluster gets nothing of the over-quota part until its history decays.
+Here the adjustment is multiplicative on the weight and floored, ``f = W / (W + k (U -
+W))``; with k = 1 it is Slurm's Fair Tree level fairness ``S / U`` capped at 1. Kueue's
+AdmissionFairSharing keeps an exponential moving average of admitted requests (not
+resource-seconds), sums raw quantities over resources, and orders admission by it;
+here usage is resource-seconds normalised by decayed capacity, dominant over resources
+as DRF is, and it changes the fair share itself (so the gate, and reclaim and scoring
+that read the same fair shares) rather than only the order of a queue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairshare.config.schema import FairShareConfig, Tenant, UsageHistory
+
+LN2 = math.log(2.0)
+
+
+@dataclass
+class History:
+    """Decayed resource-seconds per tenant and of the capacity, at time ``at``.
+
+    Rows are in the columns of ``resources`` (kernel units × seconds)."""
+
+    half_life: float
+    resources: tuple[str, ...]
+    at: float | None = None
+    usage: dict[str, list[float]] = field(default_factory=dict)
+    capacity: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.half_life > 0:
+            raise ValueError("half_life must be > 0")
+        if not self.capacity:
+            self.capacity = [0.0] * len(self.resources)
+
+    def advance(
+        self,
+        now: float,
+        used: Mapping[str, Sequence[float]],
+        capacity: Sequence[float],
+    ) -> None:
+        """Account the interval since ``at`` with ``used`` and ``capacity`` constant over
+        it (the first call only sets the clock). A clock that goes back is ignored."""
+        if self.at is None or now <= self.at:
+            self.at = now if self.at is None else max(self.at, now)
+            return
+        dt = now - self.at
+        d = 0.5 ** (dt / self.half_life)
+        gain = (1.0 - d) * self.half_life / LN2
+        for row in self.usage.values():
+            for k in range(len(row)):
+                row[k] *= d
+        for name, u in used.items():
+            row = self.usage.setdefault(name, [0.0] * len(self.resources))
+            for k, v in enumerate(u):
+                row[k] += v * gain
+        for k, v in enumerate(capacity):
+            self.capacity[k] = self.capacity[k] * d + v * gain
+        # Forget tenants whose history has decayed to nothing (a departed tenant).
+        for name in [n for n, row in self.usage.items() if _faded(row, self.capacity)]:
+            del self.usage[name]
+        self.at = now
+
+    def usage_share(self, rows: Sequence[float], res_weights: Sequence[float]) -> float:
+        """Dominant decayed share of ``rows`` over the resources with weight > 0."""
+        best = 0.0
+        for h, c, w in zip(rows, self.capacity, res_weights, strict=False):
+            if w > 0 and c > 0:
+                best = max(best, h / c)
+        return best
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (``from_dict`` reads it back), keyed by resource name."""
+        return {
+            "halfLifeSeconds": self.half_life,
+            "at": self.at,
+            "capacity": dict(zip(self.resources, self.capacity, strict=True)),
+            "tenants": {
+                t: dict(zip(self.resources, row, strict=True))
+                for t, row in sorted(self.usage.items())
+            },
+        }
+
+    @staticmethod
+    def from_dict(
+        data: Mapping[str, Any], *, half_life: float, resources: Sequence[str]
+    ) -> History:
+        """Read ``to_dict``'s form into the given columns (a resource no longer listed is
+        dropped, a new one starts at 0). The configured half-life applies from now on."""
+        h = History(half_life=half_life, resources=tuple(resources))
+        at = data.get("at")
+        h.at = float(at) if isinstance(at, int | float) else None
+        cap = data.get("capacity") or {}
+        h.capacity = [float(cap.get(r, 0.0)) for r in h.resources]
+        for t, row in (data.get("tenants") or {}).items():
+            h.usage[str(t)] = [float(row.get(r, 0.0)) for r in h.resources]
+        return h
+
+
+def _faded(row: Sequence[float], capacity: Sequence[float]) -> bool:
+    """A history row below 1e-9 of the capacity history on every column."""
+    return all(v <= 1e-9 * max(c, 1.0) for v, c in zip(row, capacity, strict=False))
+
+
+@dataclass(frozen=True)
+class TenantHistory:
+    """How the history judges one tenant now."""
+
+    usage_share: float  # U: decayed dominant usage share of the cluster
+    weighted_share: float  # W: weight over the demanding tenants' (0 without demand)
+    factor: float  # f: what its weight is multiplied by (1 = unchanged)
+
+
+def subtree_rows(
+    rows: Mapping[str, Sequence[float]], config: FairShareConfig, width: int
+) -> dict[str, list[float]]:
+    """Per tenant, its row plus its subtree's (tree configs); flat: the rows as they are."""
+    out = {n: list(r) for n, r in rows.items()}
+    if not config.is_hierarchical():
+        return out
+    for t in config.tenants:
+        total = [0.0] * width
+        for member in config.subtree(t.name):
+            for k, v in enumerate(rows.get(member, ())):
+                total[k] += v
+        out[t.name] = total
+    return out
+
+
+def assess(
+    history: History,
+    config: FairShareConfig,
+    demand: Mapping[str, Sequence[float]],
+    *,
+    policy: UsageHistory,
+) -> dict[str, TenantHistory]:
+    """Every tenant with history or demand: U, W and the factor on its weight."""
+    width = len(history.resources)
+    res_weights = config.resource_weights()
+    want = subtree_rows(demand, config, width)
+    used = subtree_rows(history.usage, config, width)
+    weights = {t.name: float(t.weight) for t in config.all_tenants()}
+    parents = {t.name: t.parent for t in config.all_tenants()}
+    for name in list(want) + list(used):
+        weights.setdefault(name, 1.0)
+        parents.setdefault(name, None)
+    demanding = {n for n, r in want.items() if any(v > 0 for v in r)}
+    # W top-down: a tenant's share among its demanding siblings, times its parent's W.
+    share: dict[str, float] = {}
+
+    def weighted(name: str, seen: frozenset[str] = frozenset()) -> float:
+        if name in share:
+            return share[name]
+        if name not in demanding:
+            share[name] = 0.0
+            return 0.0
+        p = parents.get(name)
+        if p is not None and (p not in weights or p in seen):
+            p = None
+        sibs = [n for n in demanding if parents.get(n) == p or (p is None and _top(n, parents))]
+        total = sum(weights[n] for n in sibs)
+        up = 1.0 if p is None else weighted(p, seen | {name})
+        share[name] = up * weights[name] / total if total > 0 else 0.0
+        return share[name]
+
+    k = policy.strength
+    floor = policy.min_weight_factor
+    out: dict[str, TenantHistory] = {}
+    for name in sorted(set(weights) & (set(used) | demanding)):
+        u = history.usage_share(used.get(name, ()), res_weights)
+        w = weighted(name)
+        f = 1.0
+        if w > 0 and u > w:
+            f = max(floor, w / (w + k * (u - w)))
+        out[name] = TenantHistory(u, w, f)
+    return out
+
+
+def _top(name: str, parents: Mapping[str, str | None]) -> bool:
+    p = parents.get(name)
+    return p is None or p not in parents
+
+
+def weight_factors(assessed: Mapping[str, TenantHistory]) -> dict[str, float]:
+    """The factors below 1 (the tenants whose weight the history lowers)."""
+    return {n: a.factor for n, a in assessed.items() if a.factor < 1.0}
+
+
+def adjusted_config(config: FairShareConfig, factors: Mapping[str, float]) -> FairShareConfig:
+    """``config`` with each tenant's weight multiplied by its factor (the implicit default
+    tenant is declared when its weight changes). The same object when nothing changes,
+    so callers that cache on the config keep their caches."""
+    changed = {n: f for n, f in factors.items() if f != 1.0 and config.tenant(n) is not None}
+    if not changed:
+        return config
+    tenants: list[Tenant] = []
+    for t in config.all_tenants():
+        f = changed.get(t.name)
+        if f is None and t not in config.tenants:
+            continue  # the implicit default tenant stays implicit when unchanged
+        tenants.append(t if f is None else t.model_copy(update={"weight": t.weight * f}))
+    return config.model_copy(update={"tenants": tuple(tenants)})
