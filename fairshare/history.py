@@ -245,3 +245,36 @@ def adjusted_config(config: FairShareConfig, factors: Mapping[str, float]) -> Fa
             continue  # the implicit default tenant stays implicit when unchanged
         tenants.append(t if f is None else t.model_copy(update={"weight": t.weight * f}))
     return config.model_copy(update={"tenants": tuple(tenants)})
+
+
+class Keeper:
+    """The history of one config's tenants and the config it makes (``usageHistory`` on).
+
+    ``step`` folds in the interval since the last step (usage and capacity constant over
+    it), judges every tenant against ``demand`` and returns the config with the adjusted
+    weights: the same object as long as the factors do not change."""
+
+    def __init__(self, config: FairShareConfig, resources: Sequence[str]) -> None:
+        policy = config.usage_history
+        if policy is None:
+            raise ValueError("usageHistory is not configured")
+        self.base, self.policy = config, policy
+        self.history = History(policy.half_life_seconds(), tuple(resources))
+        self.assessed: dict[str, TenantHistory] = {}
+        self.config = config
+        self._factors: dict[str, float] = {}
+
+    def step(
+        self,
+        now: float,
+        used: Mapping[str, Sequence[float]],
+        capacity: Sequence[float],
+        demand: Mapping[str, Sequence[float]],
+    ) -> FairShareConfig:
+        self.history.advance(now, used, capacity)
+        self.assessed = assess(self.history, self.base, demand, policy=self.policy)
+        factors = weight_factors(self.assessed)
+        if factors != self._factors:
+            self._factors = factors
+            self.config = adjusted_config(self.base, factors)
+        return self.config

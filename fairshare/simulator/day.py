@@ -87,11 +87,11 @@ def run_day(scn: DayScenario, half_life: str | None, *, strength: float = 1.0) -
     total = cap[gcol]
     backlog = scn.nodes * scn.gpus_per_node
     rng = random.Random(scn.seed)
-    hist = (
-        history.History(policy.half_life_seconds(), sim.index.names) if policy is not None else None
-    )
+    keeper = history.Keeper(base, sim.index.names) if policy is not None else None
     hours = int(scn.end // HOUR)
-    run = DayRun(hist.half_life if hist else 0.0, [0.0] * hours, [0.0] * hours, [0.0] * hours)
+    run = DayRun(
+        keeper.history.half_life if keeper else 0.0, [0.0] * hours, [0.0] * hours, [0.0] * hours
+    )
     serial = {"a": 0, "b": 0}
     waiting = {"a": 0, "b": 0}
     started = {"a": 0.0, "b": scn.b_arrives}
@@ -113,13 +113,12 @@ def run_day(scn: DayScenario, half_life: str | None, *, strength: float = 1.0) -
 
     def refit(now: float) -> float:
         """Fold the history in up to ``now`` and adjust the weights; a's factor."""
-        if hist is None or policy is None:
+        if keeper is None:
             return 1.0
         used = {t: sim.state.usage_of(t) for t in ("a", "b")}
-        hist.advance(now, used, cap)
-        judged = history.assess(hist, base, sim.admitted, policy=policy)
-        sim.config = history.adjusted_config(base, history.weight_factors(judged))
-        sim._fair = None  # the weights changed: the cached fair allocation is stale
+        sim.config = keeper.step(now, used, cap, sim.admitted)
+        sim._fair = None  # the weights may have changed: the cached allocation is stale
+        judged = keeper.assessed
         return judged["a"].factor if "a" in judged else 1.0
 
     def account(t0: float, t1: float, b_frac: float, b_fair: float, a_f: float) -> None:

@@ -15,6 +15,7 @@ import heapq
 from pathlib import Path
 from typing import Any
 
+from fairshare import history
 from fairshare.placement import build_workload_mix, class_key, cluster_fragmentation
 from fairshare.resources import CPU
 from fairshare.simulator.engine import (
@@ -55,8 +56,18 @@ def run_scenario(loaded: LoadedScenario, *, policy: Policy = "ours", seed: int =
         durations[req.uid] = w.duration
     seq_next = len(reqs)
     by_uid = {r.uid: r for _, r in reqs}
+    # ``usageHistory``: the weights the gate uses follow the tenants' decayed usage.
+    keeper = (
+        history.Keeper(loaded.config, sim.index.names)
+        if loaded.config.usage_history is not None
+        else None
+    )
     while events:
         now = events[0][0]
+        if keeper is not None:
+            used = {t: list(u) for t, u in sim.state.tenant_usage.items()}
+            sim.config = keeper.step(now, used, sim.state.total_capacity(), sim.admitted)
+            sim._fair = None
         while events and events[0][0] == now:
             _, _, kind, uid = heapq.heappop(events)
             if kind == 1:
@@ -68,6 +79,8 @@ def run_scenario(loaded: LoadedScenario, *, policy: Policy = "ours", seed: int =
             if d is not None:
                 heapq.heappush(events, (now + d, seq_next, 0, uid))
                 seq_next += 1
+    if keeper is not None:
+        sim.config, sim._fair = loaded.config, None  # the report reads the weights as written
     return sim
 
 

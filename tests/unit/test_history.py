@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import textwrap
 
 import pytest
 from pydantic import ValidationError
 
 from fairshare import history
 from fairshare.config.schema import FairShareConfig, UsageHistory, parse_duration
-from fairshare.simulator import day
+from fairshare.simulator import day, runner, scenario
 
 HOUR = 3600.0
 RES = ("nvidia.com/gpu", "cpu", "memory")
@@ -230,3 +231,48 @@ def test_the_command_prints_the_figures(capsys):
     assert max(got["bShareWithHistory"]) > max(got["bShareNoHistory"])
     with pytest.raises(SystemExit):
         day.main(["--half-life", "soon"])
+
+
+# --- ``fairshare simulate`` honours the block ------------------------------------------
+
+NIGHT = textwrap.dedent(
+    """
+    apiVersion: fairshare.io/v1alpha1
+    kind: Scenario
+    config:
+      apiVersion: fairshare.io/v1alpha1
+      kind: FairShareConfig
+      resources: {nvidia.com/gpu: {}, cpu: {}, memory: {}}
+      tenants:
+      - {name: a, namespaces: [a]}
+      - {name: b, namespaces: [b]}
+    nodes:
+    - name: n
+      count: 2
+      allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "4"}
+      labels: {nvidia.com/gpu.count: "4"}
+    workload:
+    - {namespace: a, name: night, count: 8, requests: {nvidia.com/gpu: "1"}, duration: 28800}
+    - {namespace: a, name: day-a, count: 8, requests: {nvidia.com/gpu: "1"}, arrival: 27000}
+    - {namespace: b, name: day-b, count: 8, requests: {nvidia.com/gpu: "1"}, arrival: 27000}
+    """
+)
+
+
+@pytest.mark.parametrize(("block", "a_runs", "b_runs"), [("", 4, 4), ("{halfLife: 1h}", 3, 5)])
+def test_a_scenario_with_usage_history_gives_the_newcomer_more(block, a_runs, b_runs):
+    # a held all 8 GPUs for 8 h; its pods end as both tenants wait with 8 pods each.
+    text = NIGHT.replace("\nnodes:", f"\n  usageHistory: {block}\nnodes:") if block else NIGHT
+    sim = runner.run_scenario(scenario.parse_scenario(text))
+    report = runner.build_report(sim)
+    got = (report["tenants"]["a"]["running"], report["tenants"]["b"]["running"])
+    assert got == (a_runs, b_runs)
+    assert sim.config.tenants[0].weight == 1.0  # the report reads the weights as written
+
+
+def test_the_implicit_default_tenant_is_declared_only_when_its_weight_changes():
+    cfg = _config(defaultTenant={"mode": "tenant", "name": "default"})
+    assert [t.name for t in history.adjusted_config(cfg, {"a": 0.5}).tenants] == ["a", "b"]
+    low = history.adjusted_config(cfg, {"default": 0.5})
+    assert low.tenant("default").weight == 0.5  # type: ignore[union-attr]
+    assert [t.name for t in low.tenants] == ["a", "b", "default"]
