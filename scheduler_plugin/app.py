@@ -156,6 +156,8 @@ class ExtenderDeps:
     """Told what the preemption policy refused for a preemptor (an Event on the pod)."""
     gangs: GangCoordinator | None = None
     """Pod groups placed all or nothing (``scheduler_plugin.ganging``); None: per pod."""
+    usage_history: Callable[[], dict[str, Any]] | None = None
+    """The leader's usage history as ``/status.json`` shows it (``usagehistory``)."""
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -444,7 +446,9 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         app.router.add_post(f"{prefix}/preempt", preempt_handler)
         app.router.add_post(f"{prefix}/bind", bind_handler)
     serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
-    statuspage.add_routes(app, deps.tracker, deps.config)  # GET /status, /status.json
+    statuspage.add_routes(  # GET /status, /status.json
+        app, deps.tracker, deps.config, usage_history=lambda: deps.usage_history
+    )
     app.cleanup_ctx.extend(deps.background)
     return app
 
@@ -636,7 +640,13 @@ async def serve(
             election.renew_deadline if election else None,
         )
         binder = api_binder = binding.api_binder(api_client, timeout=timeout)
-    deps = build_deps(config=rt.holder.get, ready=rt.source.is_ready, binder=binder)
+    from scheduler_plugin import usagehistory
+
+    # ``usageHistory``: the decisions read the weights the leader's history adjusted
+    # (the config in force itself while the block is absent).
+    feed = usagehistory.UsageHistoryFeed(rt.holder.get)
+    deps = build_deps(config=feed.config, ready=rt.source.is_ready, binder=binder)
+    deps.usage_history = feed.status
     deps.pick_in_filter = pick_in_filter
     if api_client is not None and deps.gangs is not None:
         from scheduler_plugin import ganging
@@ -683,7 +693,7 @@ async def serve(
 
         requeuer = requeue.Requeuer(
             tracker=deps.tracker,
-            config=rt.holder.get,
+            config=feed.config,
             patch=requeue.api_patch(api_client),
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),
@@ -704,6 +714,15 @@ async def serve(
                 is_leader=lambda: deps.leading(),
             )
             deps.background.append(recorder.background())
+            keeper = usagehistory.UsageHistoryKeeper(
+                api_client=api_client,
+                namespace=parse_ref(configmap)[0],
+                feed=feed,
+                tracker=deps.tracker,
+                synced=rt.source.ready,
+                is_leader=lambda: deps.leading(),
+            )
+            deps.background.append(keeper.background())
     app = make_app(deps, client_cert=client_ca is not None)
     log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
     try:

@@ -39,13 +39,21 @@ class StatusPage:
         config: Callable[[], FairShareConfig],
         *,
         now: Callable[[], float] = time.monotonic,
+        usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
     ) -> None:
+        self.usage_history = usage_history
         self.tracker = tracker
         self.config = config
         self.now = now
         self._cached: tuple[Any, float, dict[str, Any]] | None = None
 
     def report(self) -> dict[str, Any]:
+        data = self._report()
+        source = self.usage_history() if self.usage_history is not None else None
+        kept = source() if source is not None else {}
+        return {**data, "usageHistory": kept} if kept else data
+
+    def _report(self) -> dict[str, Any]:
         t = self.tracker
         key = (t.state.version, len(t.pending), id(self.config()))
         now = self.now()
@@ -72,10 +80,16 @@ class StatusPage:
 
 
 def add_routes(
-    app: web.Application, tracker: ExtenderTracker, config: Callable[[], FairShareConfig]
+    app: web.Application,
+    tracker: ExtenderTracker,
+    config: Callable[[], FairShareConfig],
+    *,
+    usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
 ) -> StatusPage:
-    """``GET /status`` and ``GET /status.json`` on ``app``."""
-    page = StatusPage(tracker, config)
+    """``GET /status`` and ``GET /status.json`` on ``app``; ``usage_history`` gives the
+    leader's usage history (``scheduler_plugin.usagehistory``), shown under
+    ``usageHistory`` while it is kept."""
+    page = StatusPage(tracker, config, usage_history=usage_history)
     app.router.add_get("/status", page.html)
     app.router.add_get("/status.json", page.json)
     return page

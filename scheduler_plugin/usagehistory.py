@@ -1,0 +1,251 @@
+"""The extender's leader keeps the tenants' usage history (``usageHistory``, opt-in).
+
+An adapter around ``fairshare.history``. With no ``usageHistory`` block nothing here
+runs and ``UsageHistoryFeed.config`` hands out the config in force itself, so every
+decision is as without history.
+
+With it, while this replica leads:
+
+* every ``PERIOD`` seconds the history folds in what the tracker's bound pods hold (and
+  the cluster's capacity) since the last look, judges every tenant against its demand
+  (bound + pending) and makes the config with the adjusted weights, which the verbs
+  (filter's gate, prioritize, preempt, bind) and the requeuer read through
+  ``UsageHistoryFeed.config``;
+* every ``PERSIST_EVERY`` seconds (and at the first look of a term) it is written to the
+  ConfigMap ``fairshare-usage-history`` beside the config ConfigMap, key
+  ``history.json`` (``History.to_dict``: decayed resource-seconds per tenant and
+  resource, of the capacity, and the time of the last look);
+* at the start of a term (a restart, or a failover to this replica) it is read back
+  first; the time since the last write decays it, with no usage added (what ran then is
+  not known), which keeps every tenant's share of it as it was.
+
+RBAC: the extender may create ConfigMaps and update only this one (by name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final
+
+import serving
+from fairshare import gating, history
+from fairshare.config.schema import FairShareConfig
+from fairshare.errors import FairshareError
+from scheduler_plugin.leader import call_raw
+from scheduler_plugin.tracking import ExtenderTracker
+
+log = logging.getLogger("fairshare.extender.usagehistory")
+
+CONFIGMAP: Final = "fairshare-usage-history"
+DATA_KEY: Final = "history.json"
+PERIOD: Final = 5.0
+"""Seconds between two looks at the tracker."""
+PERSIST_EVERY: Final = 30.0
+"""Seconds between two writes of the ConfigMap."""
+ANN_RECORDED: Final = "fairshare.io/recorded-at"
+
+
+class UsageHistoryFeed:
+    """The history and the config it makes (pure over the tracker; no I/O)."""
+
+    def __init__(self, config: Callable[[], FairShareConfig]) -> None:
+        self.raw = config
+        self.history: history.History | None = None
+        self.assessed: dict[str, history.TenantHistory] = {}
+        self._made: tuple[FairShareConfig, dict[str, float], FairShareConfig] | None = None
+
+    def config(self) -> FairShareConfig:
+        """The config the decisions read: the one in force, with the weights the history
+        adjusted while it is on and this replica keeps it."""
+        raw = self.raw()
+        made = self._made
+        if raw.usage_history is None or made is None or made[0] is not raw:
+            return raw
+        return made[2]
+
+    def forget(self) -> None:
+        """Drop the history (no longer leading: the next term reads the ConfigMap)."""
+        self.history, self.assessed, self._made = None, {}, None
+
+    def load(self, data: Mapping[str, Any] | None, now: float) -> None:
+        """Start from a persisted history (None: from nothing), decayed up to ``now``."""
+        raw = self.raw()
+        policy = raw.usage_history
+        if policy is None:
+            return
+        names = raw.resource_names()
+        half = policy.half_life_seconds()
+        h = (
+            history.History.from_dict(data, half_life=half, resources=names)
+            if data
+            else history.History(half, names)
+        )
+        if h.at is not None and now > h.at:
+            h.advance(now, {}, [0.0] * len(names))  # decay only: usage then is unknown
+        self.history = h
+
+    def step(self, now: float, tracker: ExtenderTracker) -> None:
+        """Fold in the usage since the last step and make the adjusted config."""
+        raw = self.raw()
+        policy = raw.usage_history
+        if policy is None:
+            self.forget()
+            return
+        names = raw.resource_names()
+        h = self.history
+        if h is None:
+            self.load(None, now)
+            h = self.history
+        elif h.resources != names or h.half_life != policy.half_life_seconds():
+            self.load(h.to_dict(), now)  # new columns or half-life from now on
+            h = self.history
+        assert h is not None
+        state = tracker.state
+        used = {t: list(u) for t, u in state.tenant_usage.items()}
+        h.advance(now, used, state.total_capacity())
+        demand = gating.demand_rows(state, tracker.pending_queue())
+        self.assessed = history.assess(h, raw, demand, policy=policy)
+        # Rounded to 1 %: the adjusted config (and the caches keyed on it) changes only
+        # when a factor moves by that much.
+        factors = {
+            n: max(policy.min_weight_factor, round(f, 2))
+            for n, f in history.weight_factors(self.assessed).items()
+            if round(f, 2) < 1.0
+        }
+        made = self._made
+        if made is None or made[0] is not raw or made[1] != factors:
+            self._made = (raw, factors, history.adjusted_config(raw, factors))
+
+    def status(self) -> dict[str, Any]:
+        """What ``/status.json`` shows: per tenant U, W and the factor on its weight."""
+        if self.history is None:
+            return {}
+        return {
+            "halfLifeSeconds": self.history.half_life,
+            "at": self.history.at,
+            "tenants": {
+                n: {
+                    "usageShare": round(a.usage_share, 4),
+                    "weightedShare": round(a.weighted_share, 4),
+                    "weightFactor": round(a.factor, 4),
+                }
+                for n, a in sorted(self.assessed.items())
+            },
+        }
+
+
+def history_body(namespace: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": CONFIGMAP,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "fairshare"},
+            "annotations": {ANN_RECORDED: stamp},
+        },
+        "data": {DATA_KEY: json.dumps(data, sort_keys=True)},
+    }
+
+
+class UsageHistoryKeeper:
+    """Runs the feed while leading and persists it (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        namespace: str,
+        feed: UsageHistoryFeed,
+        tracker: ExtenderTracker,
+        synced: asyncio.Event,
+        is_leader: Callable[[], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from kubernetes_asyncio import client
+
+        self.core: Any = client.CoreV1Api(api_client)
+        self.namespace, self.feed, self.tracker = namespace, feed, tracker
+        self.synced, self.is_leader, self.clock = synced, is_leader, clock
+        self._loaded = False
+        self._written_at = -float("inf")
+
+    def background(self) -> Callable[[Any], AsyncIterator[None]]:
+        return serving.background_task(self.run, "usage-history")
+
+    async def run(self) -> None:
+        await self.synced.wait()
+        while True:
+            try:
+                await self.once()
+            except Exception as exc:  # logged, retried next period
+                log.warning("usage history: %s", exc)
+            await asyncio.sleep(PERIOD)
+
+    async def once(self) -> None:
+        """One look: load at the start of a term, step, persist when due."""
+        if not self.is_leader() or self.feed.raw().usage_history is None:
+            self._loaded = False
+            self.feed.forget()
+            return
+        if not self._loaded:
+            self.feed.load(await self.read(), self.clock())
+            self._loaded = True
+            self._written_at = -float("inf")
+        self.feed.step(self.clock(), self.tracker)
+        if time.monotonic() - self._written_at >= PERSIST_EVERY:
+            await self.write()
+            self._written_at = time.monotonic()
+
+    async def read(self) -> dict[str, Any] | None:
+        status, current = await call_raw(
+            self.core.read_namespaced_config_map(CONFIGMAP, self.namespace, _preload_content=False)
+        )
+        if status == 404:
+            return None
+        if not 200 <= status < 300:
+            raise FairshareError(f"reading ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}")
+        text = (current.get("data") or {}).get(DATA_KEY)
+        if not text:
+            return None
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, dict):
+                return data
+        log.warning("ConfigMap %s/%s: unreadable, starting afresh", self.namespace, CONFIGMAP)
+        return None
+
+    async def write(self) -> None:
+        h = self.feed.history
+        if h is None:
+            return
+        body = history_body(self.namespace, h.to_dict())
+        status, current = await call_raw(
+            self.core.read_namespaced_config_map(CONFIGMAP, self.namespace, _preload_content=False)
+        )
+        if status == 404:
+            call = self.core.create_namespaced_config_map(
+                self.namespace, body, _preload_content=False
+            )
+        elif 200 <= status < 300:
+            body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get(
+                "resourceVersion"
+            )
+            call = self.core.replace_namespaced_config_map(
+                CONFIGMAP, self.namespace, body, _preload_content=False
+            )
+        else:
+            raise FairshareError(f"reading ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}")
+        status, data = await call_raw(call)
+        if not 200 <= status < 300:
+            raise FairshareError(
+                f"writing ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}: "
+                f"{data.get('message', '')}"
+            )
