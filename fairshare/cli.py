@@ -649,6 +649,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     snap, tracker, usage = _live_state(args)
     pod = _explain_target(args, snap)
     data = explain_report(snap, tracker, usage, pod)
+    if snap.warnings:
+        data["warnings"] = list(snap.warnings)
     _print_report(data, args.output, report.render_explain_text)
     return 0
 
