@@ -548,8 +548,16 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     from fairshare import report
 
     snap, tracker, usage = _live_state(args)
+    config, assessed = snap.config, None
+    if snap.config.usage_history is not None and snap.usage_history is not None:
+        from fairshare import gating, history
+
+        demand = gating.demand_rows(tracker.state, tracker.pending_queue())
+        config, assessed = history.judge_recorded(
+            snap.config, snap.usage_history, now=time.time(), demand=demand
+        )
     out = report.build_status(
-        config=snap.config,
+        config=config,
         state=tracker.state,
         pending=tracker.pending_queue(),
         mix=tracker.mix(),
@@ -559,6 +567,8 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     )
     if snap.warnings:
         out["warnings"] = list(snap.warnings)
+    if assessed is not None:
+        out["usageHistory"] = report.history_rows(assessed)
     return out
 
 

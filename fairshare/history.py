@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from fairshare.config.schema import FairShareConfig, Tenant, UsageHistory
 
@@ -245,6 +245,43 @@ def adjusted_config(config: FairShareConfig, factors: Mapping[str, float]) -> Fa
             continue  # the implicit default tenant stays implicit when unchanged
         tenants.append(t if f is None else t.model_copy(update={"weight": t.weight * f}))
     return config.model_copy(update={"tenants": tuple(tenants)})
+
+
+HISTORY_CONFIGMAP: Final = "fairshare-usage-history"
+"""The ConfigMap (in the config's namespace) the extender's leader keeps the history in."""
+HISTORY_KEY: Final = "history.json"
+"""Its data key: ``History.to_dict`` as JSON."""
+
+
+def judge_recorded(
+    config: FairShareConfig,
+    data: Mapping[str, Any],
+    *,
+    now: float,
+    demand: Mapping[str, Sequence[float]],
+) -> tuple[FairShareConfig, dict[str, TenantHistory]]:
+    """The config the extender decides with, from a recorded history (``to_dict``'s form,
+    decayed from its time to ``now`` with no usage added, as a new leader starts) and the
+    demand now: weights adjusted by the factors rounded to 1 % as the extender rounds
+    them. ``config`` itself when ``usageHistory`` is off."""
+    policy = config.usage_history
+    if policy is None:
+        return config, {}
+    names = config.resource_names()
+    h = History.from_dict(data, half_life=policy.half_life_seconds(), resources=names)
+    if h.at is not None and now > h.at:
+        h.advance(now, {}, [0.0] * len(names))
+    assessed = assess(h, config, demand, policy=policy)
+    factors = rounded_factors(assessed, policy.min_weight_factor)
+    return adjusted_config(config, factors), assessed
+
+
+def rounded_factors(assessed: Mapping[str, TenantHistory], floor: float) -> dict[str, float]:
+    """The factors below 1 rounded to 1 % (the adjusted config, and the caches keyed on it,
+    change only when a factor moves by that much), never below ``floor``."""
+    return {
+        n: max(floor, round(f, 2)) for n, f in weight_factors(assessed).items() if round(f, 2) < 1.0
+    }
 
 
 class Keeper:

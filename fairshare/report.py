@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from fairshare import fairness, gating, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
 from fairshare.resources import GPU, MILLI_GPU, from_kernel_units
 from fairshare.state.cluster import ClusterState
@@ -619,7 +620,30 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         lines.append("")
         lines.append("PENDING")
         lines += [f"  {p['pod']}: {p['reason']}" for p in report["pendingPods"]]
+    if report.get("usageHistory"):
+        lines.append("")
+        lines.append("USAGE HISTORY (weights above are lowered by WEIGHT-FACTOR)")
+        rows = [
+            [h["tenant"], f"{h['usageShare']:.4f}", f"{h['weightedShare']:.4f}",
+             f"{h['weightFactor']:.2f}"]
+            for h in report["usageHistory"]
+        ]  # fmt: skip
+        lines += _table(["TENANT", "USAGE-SHARE", "WEIGHTED-SHARE", "WEIGHT-FACTOR"], rows)
     return "\n".join(lines) + "\n"
+
+
+def history_rows(assessed: Mapping[str, TenantHistory]) -> list[dict[str, Any]]:
+    """Per tenant, its decayed usage share U, its weighted share W and the factor on its
+    weight (``history.assess``; 1 unless U > W), for the status report."""
+    return [
+        {
+            "tenant": name,
+            "usageShare": _round(a.usage_share),
+            "weightedShare": _round(a.weighted_share),
+            "weightFactor": _round(a.factor),
+        }
+        for name, a in sorted(assessed.items())
+    ]
 
 
 def render_explain_text(report: Mapping[str, Any]) -> str:

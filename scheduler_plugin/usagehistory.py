@@ -42,8 +42,8 @@ from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.usagehistory")
 
-CONFIGMAP: Final = "fairshare-usage-history"
-DATA_KEY: Final = "history.json"
+CONFIGMAP: Final = history.HISTORY_CONFIGMAP
+DATA_KEY: Final = history.HISTORY_KEY
 PERIOD: Final = 5.0
 """Seconds between two looks at the tracker."""
 PERSIST_EVERY: Final = 30.0
@@ -111,13 +111,7 @@ class UsageHistoryFeed:
         h.advance(now, used, state.total_capacity())
         demand = gating.demand_rows(state, tracker.pending_queue())
         self.assessed = history.assess(h, raw, demand, policy=policy)
-        # Rounded to 1 %: the adjusted config (and the caches keyed on it) changes only
-        # when a factor moves by that much.
-        factors = {
-            n: max(policy.min_weight_factor, round(f, 2))
-            for n, f in history.weight_factors(self.assessed).items()
-            if round(f, 2) < 1.0
-        }
+        factors = history.rounded_factors(self.assessed, policy.min_weight_factor)
         made = self._made
         if made is None or made[0] is not raw or made[1] != factors:
             self._made = (raw, factors, history.adjusted_config(raw, factors))

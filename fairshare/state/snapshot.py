@@ -47,6 +47,9 @@ class Snapshot:
     config: FairShareConfig
     objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     server: str = ""
+    usage_history: dict[str, Any] | None = None
+    """The extender's recorded usage history (``history.HISTORY_CONFIGMAP``), when the
+    config turns it on and the leader has written one."""
     warnings: list[str] = field(default_factory=list)
     """What the reader should know about the view (e.g. the config shown is the last good
     one because the ConfigMap holds an invalid config)."""
@@ -132,11 +135,42 @@ async def _read_config(
     ]
 
 
+async def _read_history(
+    api_client: Any, namespace: str, warnings: list[str]
+) -> dict[str, Any] | None:
+    """The recorded usage history, None (with a warning) when there is none or it cannot
+    be read: the shares are then shown without it, as a new leader would start."""
+    from fairshare import history
+
+    obj = await _read_configmap(api_client, namespace, history.HISTORY_CONFIGMAP)
+    text = ((obj or {}).get("data") or {}).get(history.HISTORY_KEY)
+    if not isinstance(text, str):
+        warnings.append(
+            f"usageHistory is on but ConfigMap {namespace}/{history.HISTORY_CONFIGMAP} holds "
+            "no history yet (the extender's leader writes it every 30 s): shares are shown "
+            "without it"
+        )
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        warnings.append(
+            f"ConfigMap {namespace}/{history.HISTORY_CONFIGMAP}: {history.HISTORY_KEY} is not "
+            "a JSON object: shares are shown without the usage history"
+        )
+        return None
+    return data
+
+
 async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
     from fairshare.state import informers
 
     config, warnings = await _read_config(api_client, *config_ref)
     snap = Snapshot(config, server=str(api_client.configuration.host), warnings=warnings)
+    if config.usage_history is not None:
+        snap.usage_history = await _read_history(api_client, config_ref[0], snap.warnings)
     for kind in KINDS:
         list_fn, _watch = informers.api_calls(api_client, kind)
         try:

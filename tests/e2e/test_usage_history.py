@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -109,3 +111,13 @@ async def test_the_history_is_kept_shown_and_survives_an_extender_restart(
     assert after["tenants"][a][GPU] >= kept * 0.5 ** (gap / 3600.0) * 0.999
     status = await asyncio.to_thread(fairshare.extender_status)
     assert status["usageHistory"]["tenants"][a]["usageShare"] > 0
+    # `fairshare status` reads the recorded history too, as a new leader would.
+    cli = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "fairshare", "status", "-o", "json",
+         "--kubeconfig", str(fairshare.cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    rows = {r["tenant"]: r for r in json.loads(cli.stdout)["usageHistory"]}
+    assert rows[a]["usageShare"] > 0 and rows[a]["weightFactor"] == 1.0
