@@ -24,7 +24,7 @@ from fairshare.config.loading import LAST_GOOD_SUFFIX, dump_config
 from fairshare.config.reloading import CONFIG_KEY
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
-from scheduler_plugin.leader import call_raw
+from scheduler_plugin.leader import write_configmap
 
 log = logging.getLogger("fairshare.extender.lastgood")
 
@@ -88,31 +88,13 @@ class LastGoodRecorder:
             return False
         name = self.name + LAST_GOOD_SUFFIX
         body = last_good_body(self.namespace, self.name, config)
-        status, current = await call_raw(
-            self.core.read_namespaced_config_map(name, self.namespace, _preload_content=False)
-        )
-        if status == 404:
-            call = self.core.create_namespaced_config_map(
-                self.namespace, body, _preload_content=False
-            )
-        elif 200 <= status < 300:
-            if (current.get("data") or {}).get(CONFIG_KEY) == body["data"][CONFIG_KEY]:
-                self._written = config
-                return False
-            body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get(
-                "resourceVersion"
-            )
-            call = self.core.replace_namespaced_config_map(
-                name, self.namespace, body, _preload_content=False
-            )
-        else:
-            raise FairshareError(f"reading ConfigMap {self.namespace}/{name}: HTTP {status}")
-        status, data = await call_raw(call)
-        if not 200 <= status < 300:
-            log.warning(
-                "recording the config in force in ConfigMap %s/%s: HTTP %s: %s",
-                self.namespace, name, status, data.get("message", ""),
-            )  # fmt: skip
+        try:
+            written = await write_configmap(self.core, body, key=CONFIG_KEY)
+        except FairshareError as exc:
+            log.warning("recording the config in force: %s", exc)
+            return False
+        if not written:
+            self._written = config
             return False
         self._written = config
         log.info("recorded the config in force in ConfigMap %s/%s", self.namespace, name)

@@ -393,6 +393,33 @@ class KubePodLabel:
             )
 
 
+async def write_configmap(core: Any, body: dict[str, Any], *, key: str) -> bool:
+    """Create or replace the ConfigMap ``body`` (namespace and name in its metadata) with
+    kubernetes_asyncio's ``CoreV1Api`` ``core``: replaced over the version read (a
+    concurrent writer makes the replace fail, never lost silently); left alone when its
+    ``data[key]`` already holds the same text (False). Raises ``FairshareError``."""
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    status, current = await call_raw(
+        core.read_namespaced_config_map(name, namespace, _preload_content=False)
+    )
+    if status == 404:
+        call = core.create_namespaced_config_map(namespace, body, _preload_content=False)
+    elif 200 <= status < 300:
+        if (current.get("data") or {}).get(key) == body["data"][key]:
+            return False
+        meta["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        call = core.replace_namespaced_config_map(name, namespace, body, _preload_content=False)
+    else:
+        raise FairshareError(f"reading ConfigMap {namespace}/{name}: HTTP {status}")
+    status, data = await call_raw(call)
+    if not 200 <= status < 300:
+        raise FairshareError(
+            f"writing ConfigMap {namespace}/{name}: HTTP {status}: {data.get('message', '')}"
+        )
+    return True
+
+
 async def call_raw(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
     """Await a raw (``_preload_content=False``) call: HTTP status and decoded JSON body.
 
@@ -422,4 +449,5 @@ __all__ = [
     "micro_time",
     "parse_time",
     "timing_error",
+    "write_configmap",
 ]

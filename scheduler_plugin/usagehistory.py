@@ -37,7 +37,7 @@ import serving
 from fairshare import gating, history
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
-from scheduler_plugin.leader import call_raw
+from scheduler_plugin.leader import call_raw, write_configmap
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.usagehistory")
@@ -221,25 +221,4 @@ class UsageHistoryKeeper:
         if h is None:
             return
         body = history_body(self.namespace, h.to_dict())
-        status, current = await call_raw(
-            self.core.read_namespaced_config_map(CONFIGMAP, self.namespace, _preload_content=False)
-        )
-        if status == 404:
-            call = self.core.create_namespaced_config_map(
-                self.namespace, body, _preload_content=False
-            )
-        elif 200 <= status < 300:
-            body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get(
-                "resourceVersion"
-            )
-            call = self.core.replace_namespaced_config_map(
-                CONFIGMAP, self.namespace, body, _preload_content=False
-            )
-        else:
-            raise FairshareError(f"reading ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}")
-        status, data = await call_raw(call)
-        if not 200 <= status < 300:
-            raise FairshareError(
-                f"writing ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}: "
-                f"{data.get('message', '')}"
-            )
+        await write_configmap(self.core, body, key=DATA_KEY)

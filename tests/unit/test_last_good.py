@@ -48,3 +48,66 @@ def test_the_record_is_a_configmap_beside_the_config() -> None:
     assert body["metadata"]["namespace"] == "fairshare-system"
     assert ANN_RECORDED in body["metadata"]["annotations"]
     assert parse_config(body["data"]["config.yaml"]) == EXAMPLE
+
+
+class _Response:
+    def __init__(self, status: int, body: dict[str, object]) -> None:
+        self.status, self._body = status, body
+
+    async def read(self) -> bytes:
+        import json
+
+        return json.dumps(self._body).encode()
+
+    def release(self) -> None:
+        return None
+
+
+class FakeCore:
+    """CoreV1Api's ConfigMap calls over one dict (what ``write_configmap`` uses)."""
+
+    def __init__(self, fail_writes: bool = False) -> None:
+        self.maps: dict[tuple[str, str], dict[str, object]] = {}
+        self.calls: list[str] = []
+        self.fail_writes = fail_writes
+
+    async def read_namespaced_config_map(self, name, namespace, **_kw):
+        self.calls.append("read")
+        got = self.maps.get((namespace, name))
+        return _Response(404, {}) if got is None else _Response(200, got)
+
+    async def create_namespaced_config_map(self, namespace, body, **_kw):
+        self.calls.append("create")
+        if self.fail_writes:
+            return _Response(403, {"message": "forbidden"})
+        self.maps[(namespace, body["metadata"]["name"])] = {
+            **body, "metadata": {**body["metadata"], "resourceVersion": "1"}
+        }  # fmt: skip
+        return _Response(201, body)
+
+    async def replace_namespaced_config_map(self, name, namespace, body, **_kw):
+        self.calls.append(f"replace@{body['metadata'].get('resourceVersion')}")
+        self.maps[(namespace, name)] = body
+        return _Response(200, body)
+
+
+async def test_write_configmap_creates_replaces_over_the_version_read_and_skips_the_same() -> None:
+    import pytest as _pytest
+
+    from fairshare.errors import FairshareError
+    from scheduler_plugin.leader import write_configmap
+
+    core = FakeCore()
+    body = last_good_body("ns", "cfg", EXAMPLE)
+    assert await write_configmap(core, body, key="config.yaml") is True
+    again = last_good_body("ns", "cfg", EXAMPLE)
+    assert await write_configmap(core, again, key="config.yaml") is False  # same text
+    other = last_good_body("ns", "cfg", FairShareConfig())
+    assert await write_configmap(core, other, key="config.yaml") is True
+    assert core.calls == ["read", "create", "read", "read", "replace@1"]
+    with _pytest.raises(FairshareError, match="writing ConfigMap ns/x: HTTP 403: forbidden"):
+        await write_configmap(
+            FakeCore(fail_writes=True),
+            {"metadata": {"name": "x", "namespace": "ns"}, "data": {"k": "v"}},
+            key="k",
+        )
