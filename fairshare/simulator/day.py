@@ -28,7 +28,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from fairshare import history
-from fairshare.config.schema import FairShareConfig, parse_duration
+from fairshare.config.loading import config_from_mapping
+from fairshare.config.schema import API_VERSION, KIND, FairShareConfig, parse_duration
+from fairshare.errors import ConfigError
 from fairshare.simulator.engine import Simulation, requests_pod
 
 HOUR = 3600.0
@@ -59,6 +61,8 @@ class DayRun:
 
 def _config(half_life: str | None, strength: float = 1.0) -> FairShareConfig:
     doc: dict[str, object] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "resources": {"nvidia.com/gpu": {}, "cpu": {}, "memory": {}},
         "tenants": [
             {"name": "a", "namespaces": ["a"], "weight": 1},
@@ -67,7 +71,7 @@ def _config(half_life: str | None, strength: float = 1.0) -> FairShareConfig:
     }
     if half_life is not None:
         doc["usageHistory"] = {"halfLife": half_life, "strength": strength}
-    return FairShareConfig.model_validate(doc)
+    return config_from_mapping(doc)  # ConfigError with field paths on a bad value
 
 
 def run_day(scn: DayScenario, half_life: str | None, *, strength: float = 1.0) -> DayRun:
@@ -215,9 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_duration(args.half_life)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.png is not None and not args.png.parent.is_dir():
+        ap.error(f"--png: directory {args.png.parent} does not exist")
     scn = DayScenario(seed=args.seed)
     plain = run_day(scn, None)
-    kept = run_day(scn, args.half_life, strength=args.strength)
+    try:
+        kept = run_day(scn, args.half_life, strength=args.strength)
+    except ConfigError as exc:
+        ap.error("; ".join(f"{e.path}: {e.message}" for e in exc.errors) or str(exc))
     if args.json:
         json.dump(
             {
@@ -235,7 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(table(scn, plain, kept))
     if args.png is not None:
-        plot(scn, plain, kept, args.png)
+        try:
+            plot(scn, plain, kept, args.png)
+        except ImportError:
+            print("error: --png needs matplotlib (pip install -e '.[bench]')", file=sys.stderr)
+            return 2
     return 0
 
 

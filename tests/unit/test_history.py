@@ -276,3 +276,24 @@ def test_the_implicit_default_tenant_is_declared_only_when_its_weight_changes():
     low = history.adjusted_config(cfg, {"default": 0.5})
     assert low.tenant("default").weight == 0.5  # type: ignore[union-attr]
     assert [t.name for t in low.tenants] == ["a", "b", "default"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--half-life", "0s"], 'usageHistory.halfLife: must be at least 1m, got "0s"'),
+        (["--half-life", "soon"], "invalid duration 'soon'"),
+        (["--strength", "-1"], "usageHistory.strength: must be >= 0"),
+        (["--png", "/no/such/dir/day.png"], "--png: directory /no/such/dir does not exist"),
+    ],
+)
+def test_the_day_scenario_refuses_bad_arguments_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fairshare.simulator import day
+
+    with pytest.raises(SystemExit) as exc:
+        day.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
