@@ -528,12 +528,14 @@ class ExtenderTracker:
         old = self.claim_pods.pop(uid, None)
         if old is not None:
             keys |= {f"{old[0]}/{n}" for n in old[1]}
+        now: set[str] = set()
         if entry is not None:
             self.claim_pods[uid] = entry
-            keys |= {f"{entry[0]}/{n}" for n in entry[1]}
+            now = {f"{entry[0]}/{n}" for n in entry[1]}
+            keys |= now
         for key in keys:
             users = self.claim_users.setdefault(key, set())
-            if entry is not None and key in {f"{entry[0]}/{n}" for n in entry[1]}:
+            if key in now:
                 users.add(uid)
             else:
                 users.discard(uid)

@@ -323,22 +323,9 @@ def _victims(
     return out
 
 
-def preempt_verb(
-    args: wire.ExtenderPreemptionArgs,
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels | None = None,
-    pods: Mapping[str, Mapping[str, Any]] | None = None,
-    pending: Sequence[PodRequest] = (),
-    fair: Mapping[str, fairness.FairShare] | None = None,
-    on_judged: Callable[[PodRequest, str], None] | None = None,
-) -> dict[str, Any]:
-    """``ExtenderPreemptionResult`` as JSON (``preempt_result``)."""
-    return preempt_result(
-        args, state=state, config=config, namespace_labels=namespace_labels, pods=pods,
-        pending=pending, fair=fair, on_judged=on_judged,
-    ).encode()  # fmt: skip
+def preempt_verb(args: wire.ExtenderPreemptionArgs, **kw: Any) -> dict[str, Any]:
+    """``preempt_result`` as JSON (``ExtenderPreemptionResult.encode``)."""
+    return preempt_result(args, **kw).encode()
 
 
 def preempt_result(
