@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +51,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 import serving
+from fairshare import gangs
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError, WireFormatError
 from fairshare.state.usage import CLAIM_SEEN, UsageTracker
 from webhook import review, wire
 from webhook.coordination import SharedReservations
+from webhook.gangquota import GangBook
 from webhook.policies.config_guard import ConfigMapRef
 from webhook.reservations import PodKey, ReservationLedger, pod_key
 
@@ -80,6 +82,12 @@ NOT_SYNCED_MESSAGE = (
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
+FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
+"""Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
+
+PODGROUP_TTL = 5.0
+"""Seconds a read PodGroup (or its absence) is reused."""
+
 
 @dataclass
 class WebhookDeps:
@@ -100,6 +108,15 @@ class WebhookDeps:
     """Set once the state source has listed every kind (``sources.Source.ready``);
     until then admission requests wait up to ``sync_wait`` seconds and are denied."""
     sync_wait: float = FIRST_SYNC_WAIT
+    gang_book: GangBook | None = None
+    """The pod groups' accounts (``webhook.gangquota``): gang members are judged for their
+    whole group. None judges every pod alone."""
+    podgroups: FetchPodGroup | None = None
+    """Reads a group's coscheduling PodGroup (its ``spec.minMember``); None: never read
+    (the ``fairshare.io/gang-min-members`` annotation alone gives a group's size)."""
+    _podgroup_cache: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
+        default_factory=dict
+    )
 
 
 DEPS = web.AppKey("deps", WebhookDeps)
@@ -136,7 +153,9 @@ def build_deps(
         ledger.release(pod_key(ns, pod))
 
     tracker.listeners.append(release)
+    book = GangBook(config, device_memory=tracker.max_device_memory)
     return WebhookDeps(
+        gang_book=book,
         config=config,
         tracker=tracker,
         ledger=ledger,
@@ -163,6 +182,42 @@ async def _first_sync(deps: WebhookDeps) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(deps.synced.wait(), deps.sync_wait)
     return deps.synced.is_set()
+
+
+async def gang_context(deps: WebhookDeps, req: wire.AdmissionRequest) -> review.GangContext | None:
+    """The pod groups' accounts for a validate call, with the judged pod's PodGroup read
+    (cached ``PODGROUP_TTL`` seconds) when it is a gang member. A PodGroup that cannot be
+    read is not a refusal: the group is sized by its annotation, or judged pod by pod,
+    and the answer warns."""
+    if deps.gang_book is None:
+        return None
+    obj = req.object
+    is_pod = (req.kind.group, req.kind.kind) == ("", "Pod") and req.operation == "CREATE"
+    key = gangs.group_of(obj) if is_pod and obj is not None else None
+    if key is None or deps.podgroups is None:
+        return review.GangContext(deps.gang_book)
+    now = deps.clock()
+    held = deps._podgroup_cache.get(key)
+    if held is not None and now - held[0] < PODGROUP_TTL:
+        podgroup = held[1]
+    else:
+        try:
+            podgroup = await deps.podgroups(key)
+        except Exception as exc:
+            log.warning("gang %s: PodGroup not read: %s", key, exc)
+            problem = f"gang {key}: its PodGroup could not be read ({exc})"
+            return review.GangContext(deps.gang_book, podgroup_problem=problem)
+        deps._podgroup_cache[key] = (now, podgroup)
+        if len(deps._podgroup_cache) > 4096:
+            for old in [k for k, (t, _) in deps._podgroup_cache.items() if now - t >= PODGROUP_TTL]:
+                del deps._podgroup_cache[old]
+    if podgroup is None:
+        return review.GangContext(deps.gang_book)
+    n = gangs.podgroup_min_count(podgroup)
+    if n is None:
+        problem = f"gang {key}: its PodGroup has no positive spec.minMember"
+        return review.GangContext(deps.gang_book, podgroup_problem=problem)
+    return review.GangContext(deps.gang_book, podgroup_min=n)
 
 
 async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
@@ -192,9 +247,14 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
         deps.metrics.observe_admission(req.operation, decision, reason, time.perf_counter() - start)
         return web.json_response(wire.encode_response(req.uid, resp))
     try:
+        gang = await gang_context(deps, req) if phase == "validate" else None
         if phase == "validate" and deps.shared is not None:
             resp = await deps.shared.admit(
-                req, view=deps.tracker, config=deps.config(), config_map=deps.config_map
+                req,
+                view=deps.tracker,
+                config=deps.config(),
+                config_map=deps.config_map,
+                gang=gang,
             )
         elif phase == "validate":
             resp = review.admit(
@@ -204,6 +264,7 @@ async def _handle(request: web.Request, phase: review.Phase) -> web.Response:
                 ledger=deps.ledger,
                 now=deps.clock(),
                 config_map=deps.config_map,
+                gang=gang,
             )
         else:
             resp = review.review(
@@ -278,6 +339,33 @@ def publish_tenant_metrics(deps: WebhookDeps) -> None:
     deps.metrics.set_tenant_tree({t.name: t.parent for t in config.tenants})
 
 
+def podgroup_fetcher(api_client: Any) -> FetchPodGroup:
+    """Read PodGroups ``scheduling.x-k8s.io/v1alpha1`` through the API (404, also from a
+    cluster without the CRD: None)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+
+    async def fetch(key: gangs.GroupKey) -> Mapping[str, Any] | None:
+        try:
+            obj = await api.get_namespaced_custom_object(
+                gangs.PODGROUP_GROUP,
+                gangs.PODGROUP_VERSION,
+                key.namespace,
+                gangs.PODGROUP_PLURAL,
+                key.name,
+                _request_timeout=2,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, Mapping) else None
+
+    return fetch
+
+
 async def serve(
     *,
     config_file: str | None,
@@ -313,7 +401,15 @@ async def serve(
         configmap=configmap,
         kubeconfig=kubeconfig,
         state_file=state_file,
-        kinds=("Namespace", "Pod", "PersistentVolumeClaim", "Node", "ResourceClaim"),
+        kinds=(
+            "Namespace",
+            "Pod",
+            "PersistentVolumeClaim",
+            "Node",
+            "ResourceClaim",
+            "ResourceSlice",
+            "DeviceClass",
+        ),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
         stale_after=stale_after,
@@ -330,15 +426,18 @@ async def serve(
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
     api_client: Any = None
-    if shared_reservations is not None:
-        if state_file is not None:
-            raise FairshareError("--shared-reservations needs the API, not --state")
-        from kubernetes_asyncio import client as k8s_client
-
+    if shared_reservations is not None and state_file is not None:
+        raise FairshareError("--shared-reservations needs the API, not --state")
+    if state_file is None:
         from fairshare.state import informers
-        from webhook.coordination import LeaseStore
 
         api_client = await informers.make_api_client(kubeconfig)
+        deps.podgroups = podgroup_fetcher(api_client)
+    if shared_reservations is not None:
+        from kubernetes_asyncio import client as k8s_client
+
+        from webhook.coordination import LeaseStore
+
         store = LeaseStore(k8s_client.CoordinationV1Api(api_client), shared_reservations)
         deps.shared = SharedReservations(store, ttl=reservation_ttl)
     reloader = None
@@ -348,7 +447,8 @@ async def serve(
         )
     else:
         log.warning("serving plain HTTP: kube-apiserver needs HTTPS (--tls-cert/--tls-key)")
-    sink: sources.Sink = rt.sink_for(deps.tracker)
+    assert deps.gang_book is not None
+    sink: sources.Sink = rt.sink_for(runtime.Fanout([deps.tracker, deps.gang_book]))
     deps.background.append(
         runtime.background(
             rt, sink, tls_reloader=reloader, periodic=lambda: publish_tenant_metrics(deps)

@@ -164,10 +164,11 @@ class SharedReservations:
         view: UsageTracker,
         config: FairShareConfig,
         config_map: ConfigMapRef | None = None,
+        gang: review.GangContext | None = None,
     ) -> wire.AdmissionResponse:
         """``review.admit`` against the shared ledger of the pod's tenant."""
         probe = review.judge(
-            request, view=view, config=config, phase="validate", config_map=config_map
+            request, view=view, config=config, phase="validate", config_map=config_map, gang=gang
         )
         claim = probe.claim
         if not probe.response.allowed or claim is None:
@@ -197,6 +198,7 @@ class SharedReservations:
                 ledger=ledger,
                 now=self.clock(),
                 config_map=config_map,
+                gang=gang,
             )
             if not resp.allowed or request.dry_run:
                 return resp

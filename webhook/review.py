@@ -40,17 +40,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from fairshare import dra, quantities
+from fairshare import dra, gangs, quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_usage
 from fairshare.tenancy import TenantResolution, resolve_tenant
-from webhook import patches, reservations, wire
+from webhook import gangquota, patches, reservations, wire
 from webhook.policies import config_guard, gpu_handoff, gpu_sharing, quota
 from webhook.view import TenantUsageView
 
 __all__ = [
     "DEFAULT_SCHEDULER",
     "Claim",
+    "GangContext",
+    "GangShort",
     "Malformed",
     "NoTenant",
     "Phase",
@@ -94,8 +96,21 @@ class Malformed:
     problem: str
 
 
+@dataclass(frozen=True)
+class GangShort:
+    """A gang member refused for its whole group: admitting it would commit the tenant
+    (or an ancestor, ``item.level``) to the group's demand, over the limit ``item``.
+
+    ``item.used`` counts the group as it stands now (its known members and their hold);
+    ``judgement.after`` is the group's whole demand with this member."""
+
+    item: quota.Insufficient
+    judgement: gangquota.MemberJudgement
+
+
 Reason = (
     quota.Insufficient
+    | GangShort
     | gpu_sharing.Rejection
     | config_guard.InvalidConfig
     | TenantMismatch
@@ -114,12 +129,34 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class GangMember:
+    """An allowed gang member, to record in the ``GangBook`` once admitted."""
+
+    key: gangs.GroupKey
+    name: str
+    min_count: int
+    demand: Mapping[str, Fraction]
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A response plus the structured reasons behind a denial and the claim of an allow."""
 
     response: wire.AdmissionResponse
     reasons: tuple[Reason, ...] = ()
     claim: Claim | None = None
+    member: GangMember | None = None
+
+
+@dataclass(frozen=True)
+class GangContext:
+    """What a pod's admission knows of pod groups (``webhook.gangquota``): the groups'
+    accounts, and the ``spec.minMember`` of the judged pod's PodGroup when one was read
+    (None: no PodGroup, or it could not be read, ``podgroup_problem`` says why)."""
+
+    book: gangquota.GangBook
+    podgroup_min: int | None = None
+    podgroup_problem: str = ""
 
 
 def review(
@@ -129,9 +166,12 @@ def review(
     config: FairShareConfig,
     phase: Phase,
     config_map: config_guard.ConfigMapRef | None = None,
+    gang: GangContext | None = None,
 ) -> wire.AdmissionResponse:
     """The webhook's answer to ``request`` for the ``phase`` endpoint (no reservations)."""
-    return judge(request, view=view, config=config, phase=phase, config_map=config_map).response
+    return judge(
+        request, view=view, config=config, phase=phase, config_map=config_map, gang=gang
+    ).response
 
 
 def admit(
@@ -142,16 +182,35 @@ def admit(
     ledger: reservations.ReservationLedger,
     now: float,
     config_map: config_guard.ConfigMapRef | None = None,
+    gang: GangContext | None = None,
 ) -> wire.AdmissionResponse:
     """Validate with reservations: judge against watched usage + reservations, and reserve
-    the demand of an allowed, non-dry-run create. Call without awaiting in between."""
+    the demand of an allowed, non-dry-run create (and, for a gang member, record it in its
+    group's account). Call without awaiting in between."""
     ledger.expire(now)
+    if gang is not None:
+        gang.book.expire(now)
+        group = gangs.group_of(request.object) if request.object is not None else None
+        if group is not None and gang.podgroup_min is not None:
+            gang.book.learn(group, gang.podgroup_min)
     # A retry of the same create must not be counted twice: leave out its own reservation.
     shown = reservations.ReservingView(view, ledger, exclude=claim_key(request))
-    verdict = judge(request, view=shown, config=config, phase="validate", config_map=config_map)
+    verdict = judge(
+        request, view=shown, config=config, phase="validate", config_map=config_map, gang=gang
+    )
     claim = verdict.claim
-    if verdict.response.allowed and claim is not None and not request.dry_run:
-        ledger.reserve(key=claim.key, tenant=claim.tenant, amounts=claim.amounts, now=now)
+    if verdict.response.allowed and not request.dry_run:
+        if claim is not None:
+            ledger.reserve(key=claim.key, tenant=claim.tenant, amounts=claim.amounts, now=now)
+        member = verdict.member
+        if gang is not None and member is not None:
+            gang.book.admitted(
+                member.key,
+                member.name,
+                min_count=member.min_count,
+                demand=member.demand,
+                expires=now + ledger.ttl,
+            )
     return verdict.response
 
 
@@ -181,13 +240,25 @@ def judge(
     config: FairShareConfig,
     phase: Phase,
     config_map: config_guard.ConfigMapRef | None = None,
+    gang: GangContext | None = None,
 ) -> Verdict:
-    """``review`` with its reasons and reservation claim."""
+    """``review`` with its reasons and reservation claim.
+
+    ``gang``: judge against the pod groups' accounts (the room held for their missing
+    members counts in their tenants' usage, and a gang member is judged for its group);
+    None judges every pod alone."""
     kind = (request.kind.group, request.kind.kind)
     if request.sub_resource:
         return Verdict(wire.allow())
+    if gang is not None and phase == "validate":
+        obj = request.object if kind == ("", "Pod") else None
+        key = gangs.group_of(obj) if obj is not None else None
+        name = str((obj or {}).get("metadata", {}).get("name") or request.name)
+        view = gangquota.GangHoldView(
+            view, gang.book, exclude=(key, name) if key is not None else None
+        )
     if kind == ("", "Pod") and request.operation == "CREATE":
-        return _judge_pod(request, view=view, config=config, phase=phase)
+        return _judge_pod(request, view=view, config=config, phase=phase, gang=gang)
     if phase != "validate":
         return Verdict(wire.allow())
     if kind == ("", "PersistentVolumeClaim") and request.operation == "CREATE":
@@ -207,6 +278,8 @@ def render_reason(reason: Reason) -> str:
     """One reason as text."""
     if isinstance(reason, quota.Insufficient):
         return quota.render_denial([reason])
+    if isinstance(reason, GangShort):
+        return render_gang_short(reason)
     if isinstance(reason, gpu_sharing.Rejection):
         return gpu_sharing.render_rejection(reason)
     if isinstance(reason, config_guard.InvalidConfig):
@@ -223,6 +296,36 @@ def render_reason(reason: Reason) -> str:
             "deny-gpu: GPU pods are not admitted there"
         )
     return reason.problem
+
+
+def render_gang_short(short: GangShort) -> str:
+    """A gang member's denial for its group, e.g.::
+
+    gang ml/job (5 members × nvidia.com/gpu 2) would take tenant ml over its
+    nvidia.com/gpu limit: 0 used + 10 for the group > 8 (namespaces: ml); no member of
+    the group is admitted until all 5 fit
+    """
+    item, j = short.item, short.judgement
+    r = item.resource
+    acc = j.account
+    n = acc.min_count or 0
+
+    def show(amount: Fraction) -> str:
+        return quantities.format_quantity(amount, quantities.quantity_kind(r))
+
+    own = show(j.demand.get(r, Fraction(0)))
+    shape = f"{n} members × {r} {own}"
+    if acc.known:
+        shape += f", {acc.known} admitted"
+    group_now = acc.members.get(r, Fraction(0)) + acc.hold.get(r, Fraction(0))
+    others = item.used - group_now
+    counted = ", ".join(item.namespaces) or "none"
+    return (
+        f"gang {acc.key} ({shape}) would take {item.level} {item.tenant} over its {r} "
+        f"limit: {show(others)} used + {show(j.after.get(r, Fraction(0)))} for the group > "
+        f"{show(item.limit)} (namespaces: {counted}); no member of the group is admitted "
+        f"until all {n} fit"
+    )
 
 
 def render_reasons(reasons: tuple[Reason, ...]) -> str:
@@ -253,6 +356,7 @@ def _judge_pod(
     view: TenantUsageView,
     config: FairShareConfig,
     phase: Phase,
+    gang: GangContext | None = None,
 ) -> Verdict:
     pod = request.object
     if pod is None:
@@ -296,9 +400,89 @@ def _judge_pod(
     if tenant is None:
         return Verdict(wire.allow(warnings=warnings))
     key = claim_key(request) or reservations.pod_key(namespace, f"uid:{request.uid}")
+    group = gangs.group_of(pod) if gang is not None else None
+    if gang is not None and group is not None:
+        return _judge_gang_member(
+            pod,
+            group,
+            tenant,
+            demand,
+            gang=gang,
+            namespace=namespace,
+            key=key,
+            view=view,
+            config=config,
+            warnings=warnings,
+        )
     return _judge_quota(
         tenant, demand, namespace=namespace, key=key, view=view, config=config, warnings=warnings
     )
+
+
+def _judge_gang_member(
+    pod: Mapping[str, Any],
+    group: gangs.GroupKey,
+    tenant: str,
+    demand: PodDemand,
+    *,
+    gang: GangContext,
+    namespace: str,
+    key: reservations.PodKey,
+    view: TenantUsageView,
+    config: FairShareConfig,
+    warnings: tuple[str, ...],
+) -> Verdict:
+    """A member of a pod group: judged for its whole group (``webhook.gangquota``)."""
+    if gang.podgroup_problem:
+        warnings += (gang.podgroup_problem,)
+    name = str((pod.get("metadata") or {}).get("name") or key.rpartition("/")[2])
+    n = gang.podgroup_min or gangs.annotated_min_count(pod)
+    account = gang.book.account(group, exclude=name, min_count=n)
+    if account.complete:  # the group has run whole: a further member counts alone
+        return _judge_quota(
+            tenant,
+            demand,
+            namespace=namespace,
+            key=key,
+            view=view,
+            config=config,
+            warnings=warnings,
+        )
+    if account.min_count is None:
+        warnings += (
+            f"gang {group}: no PodGroup {gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION} "
+            f"{group.name} and no {gangs.ANN_MIN_MEMBERS} annotation: its quota is checked "
+            "pod by pod, not for the whole group",
+        )
+        return _judge_quota(
+            tenant,
+            demand,
+            namespace=namespace,
+            key=key,
+            view=view,
+            config=config,
+            warnings=warnings,
+        )
+    judgement = gangquota.judge_member(account, demand.amounts)
+    added = PodDemand({r: v for r, v in judgement.added.items() if v > 0}, demand.gpu)
+    verdict = _judge_quota(
+        tenant,
+        added,
+        namespace=namespace,
+        key=key,
+        view=view,
+        config=config,
+        warnings=warnings,
+        claimed=demand,
+    )
+    if not verdict.response.allowed:
+        reasons = tuple(
+            GangShort(r, judgement) if isinstance(r, quota.Insufficient) else r
+            for r in verdict.reasons
+        )
+        return _deny(reasons, warnings=warnings)
+    member = GangMember(group, name, account.min_count, dict(demand.amounts))
+    return Verdict(verdict.response, verdict.reasons, verdict.claim, member)
 
 
 def _mutations(
@@ -340,7 +524,10 @@ def _judge_quota(
     view: TenantUsageView,
     config: FairShareConfig,
     warnings: tuple[str, ...],
+    claimed: PodDemand | None = None,
 ) -> Verdict:
+    """``demand`` checked against the limits of ``tenant`` and its ancestors; an allow
+    claims ``claimed`` (default: ``demand``) for the reservation."""
     spec = config.tenant(tenant)
     decision = quota.check_quota(
         tenant=tenant,
@@ -376,7 +563,8 @@ def _judge_quota(
     if short:
         return _deny(tuple(short), warnings=warnings)
     warnings += tuple(quota.render_warning(item) for item in near)
-    claim = Claim(key, tenant, dict(demand.amounts)) if demand.amounts else None
+    own = claimed if claimed is not None else demand
+    claim = Claim(key, tenant, dict(own.amounts)) if own.amounts else None
     return Verdict(wire.allow(warnings=warnings), claim=claim)
 
 
@@ -437,7 +625,12 @@ def _judge_resource_claim(
         return Verdict(wire.allow(warnings=warnings))
     classes = frozenset(config.dra.gpu_device_classes)
     count = dra.template_gpus if kind == dra.KIND_TEMPLATE else dra.claim_gpus
-    gpus = count(obj, device_classes=classes, all_devices=config.dra.all_devices_count)
+    gpus = count(
+        obj,
+        device_classes=classes,
+        all_devices=config.dra.all_devices_count,
+        devices=_dra_devices(view),
+    )
     if gpus <= 0:
         return Verdict(wire.allow(warnings=warnings))
     demand = PodDemand(amounts={GPU: Fraction(gpus)})
@@ -456,6 +649,20 @@ def _judge_resource_claim(
     if kind == dra.KIND_TEMPLATE:
         return Verdict(verdict.response, verdict.reasons)  # a template reserves nothing
     return verdict
+
+
+def _dra_devices(view: object) -> dra.SliceCapacity | None:
+    """The slices' GPU devices the usage view behind ``view`` follows (views that add
+    reservations wrap it as ``base``), None if it follows none."""
+    for _ in range(8):
+        got = getattr(view, "dra_devices", None)
+        if callable(got):
+            devices = got()
+            return devices if isinstance(devices, dra.SliceCapacity) else None
+        view = getattr(view, "base", None)
+        if view is None:
+            break
+    return None
 
 
 @dataclass(frozen=True)

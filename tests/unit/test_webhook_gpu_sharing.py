@@ -20,7 +20,11 @@ FRAC_PATH = "/metadata/annotations/fairshare.io~1gpu-fraction"
 MEM_PATH = "/metadata/annotations/fairshare.io~1gpu-memory"
 GI = 1024**3
 SHARES = "fairshare.io/gpu-fraction, fairshare.io/gpu-memory"
-KNOWN = SHARES + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap, fairshare.io/gpu-models"
+KNOWN = (
+    SHARES
+    + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap, fairshare.io/gpu-models"
+    + ", fairshare.io/gang-min-members"
+)
 ALLOWED_FRAC = 'a multiple of 0.05 from 0.05 to 0.95 (e.g. "0.5"), or a whole nvidia.com/gpu'
 
 

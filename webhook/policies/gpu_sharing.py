@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
-from fairshare import quantities
+from fairshare import gangs, quantities
 from fairshare.config.schema import FairShareConfig, is_label_value
 from fairshare.resources import (
     ANN_GPU_CONFIGMAP,
@@ -72,10 +72,15 @@ __all__ = [
 ANNOTATION_PREFIX: Final = "fairshare.io/"
 KNOWN_ANNOTATIONS: Final = (ANN_GPU_FRACTION, ANN_GPU_MEMORY)
 """The ``fairshare.io/`` annotations that ask for part of a GPU."""
-OTHER_ANNOTATIONS: Final = (ANN_GPU_CONTAINER, ANN_GPU_CONFIGMAP, ANN_GPU_MODELS)
+OTHER_ANNOTATIONS: Final = (
+    ANN_GPU_CONTAINER,
+    ANN_GPU_CONFIGMAP,
+    ANN_GPU_MODELS,
+    gangs.ANN_MIN_MEMBERS,
+)
 """Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
-the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), and the GPU
-products a GPU pod may run on."""
+the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), the GPU products a
+GPU pod may run on, and the size of the pod's group (gangs without a PodGroup)."""
 IGNORED_ANNOTATIONS: Final = (ANN_REQUEUED,)
 """Accepted and ignored at create: the extender's requeue stamp means nothing on a new pod,
 but a copy of a pod the gate once held carries it."""
@@ -279,6 +284,11 @@ def check_gpu_sharing(
             return Rejection(
                 f"annotation {ANN_GPU_CONTAINER}", annotations[ANN_GPU_CONTAINER], where, allowed
             )
+    if gangs.ANN_MIN_MEMBERS in annotations:
+        raw = str(annotations[gangs.ANN_MIN_MEMBERS])
+        if gangs.annotated_min_count(pod) is None:
+            subject = f"annotation {gangs.ANN_MIN_MEMBERS}"
+            return Rejection(subject, raw, "not a positive integer", 'e.g. "4"')
     canonical: dict[str, str] = {}
     if ANN_GPU_FRACTION in annotations:
         checked = _check_fraction(str(annotations[ANN_GPU_FRACTION]), config)
