@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from fairshare import quantities
 from fairshare.resources import GPU
 
 GPU_DEVICE_CLASS: Final = "gpu.nvidia.com"
@@ -70,18 +71,44 @@ def _count(req: Mapping[str, Any], all_devices: int) -> int:
     return count if isinstance(count, int) and count > 0 else 0
 
 
+def _per_device(
+    req: Mapping[str, Any], devices: SliceCapacity | None, all_devices: int
+) -> Fraction:
+    """GPUs an unallocated request takes: ``count`` devices, each the smallest part of a
+    GPU that a device its class selects can give it (a MIG partition its fraction, a
+    shareable GPU the capacity the request asks of it); 1 each while the class's devices
+    are unknown."""
+    n = _count(req, all_devices)
+    shapes = devices.class_shapes.get(str(req.get("deviceClassName", ""))) if devices else None
+    if not n or not shapes:
+        return Fraction(n)
+    asked = _quantities(_map(req.get("capacity")).get("requests"))
+    best = min(
+        GpuDevice(None, "", s.fraction, s.shareable, dict(s.capacity)).share(asked)
+        if asked or not s.shareable
+        else s.fraction
+        for s in shapes
+    )
+    return best * n
+
+
 def _request_gpus(
-    req: Mapping[str, Any], classes: Collection[str], all_devices: int
-) -> tuple[int, bool]:
+    req: Mapping[str, Any],
+    classes: Collection[str],
+    all_devices: int,
+    devices: SliceCapacity | None = None,
+) -> tuple[Fraction, bool]:
     """(GPUs the request may take, whether it is a GPU request at all)."""
     exactly = _map(req.get("exactly")) or (req if "deviceClassName" in req else {})
     if exactly:
         if exactly.get("deviceClassName") in classes:
-            return _count(exactly, all_devices), True
-        return 0, False
+            return _per_device(exactly, devices, all_devices), True
+        return Fraction(0), False
     subs = [_map(s) for s in _list(req.get("firstAvailable"))]
-    counts = [_count(s, all_devices) for s in subs if s.get("deviceClassName") in classes]
-    return (max(counts), True) if counts else (0, False)
+    counts = [
+        _per_device(s, devices, all_devices) for s in subs if s.get("deviceClassName") in classes
+    ]
+    return (max(counts), True) if counts else (Fraction(0), False)
 
 
 def claim_spec_gpus(
@@ -89,16 +116,41 @@ def claim_spec_gpus(
     *,
     device_classes: Collection[str] = GPU_DEVICE_CLASSES,
     all_devices: int = ALL_DEVICES_DEFAULT,
-) -> tuple[int, frozenset[str]]:
+    devices: SliceCapacity | None = None,
+) -> tuple[Fraction, frozenset[str]]:
     """GPUs a ``ResourceClaimSpec`` asks for, and the names of its GPU requests."""
-    total, names = 0, set()
+    total, names = Fraction(0), set()
     for raw in _list(_map(spec.get("devices")).get("requests")):
         req = _map(raw)
-        n, is_gpu = _request_gpus(req, device_classes, all_devices)
+        n, is_gpu = _request_gpus(req, device_classes, all_devices, devices)
         if is_gpu:
             total += n
             names.add(str(req.get("name", "")))
     return total, frozenset(names)
+
+
+def allocated_devices(
+    claim: Mapping[str, Any],
+    *,
+    device_classes: Collection[str] = GPU_DEVICE_CLASSES,
+    devices: SliceCapacity | None = None,
+) -> list[tuple[DeviceKey, Fraction]]:
+    """The GPU devices an allocated claim holds and the GPUs each gives it (``[]`` while
+    unallocated): a device's ``GpuDevice.fraction``, a share of a shareable device by its
+    ``consumedCapacity``; a device fairshare does not know counts 1."""
+    _, names = claim_spec_gpus(_map(claim.get("spec")), device_classes=device_classes)
+    results = _list(
+        _map(_map(_map(claim.get("status")).get("allocation")).get("devices")).get("results")
+    )
+    out = []
+    for r in map(_map, results):
+        if str(r.get("request", "")).split("/")[0] not in names:
+            continue
+        key = (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+        dev = devices.devices.get(key) if devices else None
+        gpus = Fraction(1) if dev is None else dev.share(_quantities(r.get("consumedCapacity")))
+        out.append((key, gpus))
+    return out
 
 
 def claim_gpus(
@@ -106,24 +158,30 @@ def claim_gpus(
     *,
     device_classes: Collection[str] = GPU_DEVICE_CLASSES,
     all_devices: int = ALL_DEVICES_DEFAULT,
-) -> int:
-    """GPUs of a ResourceClaim (allocated: devices given; else: requested). >= 0.
+    devices: SliceCapacity | None = None,
+) -> Fraction:
+    """GPUs of a ResourceClaim (allocated: what its devices give; else: requested). >= 0.
 
-    Also accepts a ResourceClaimTemplate (its ``spec.spec``), counted as requested.
+    ``devices``: the slices' device index (``slice_capacity``), which turns a MIG
+    partition into its fraction and a share of a shareable GPU into its part; without it
+    every device counts 1. Also accepts a ResourceClaimTemplate (its ``spec.spec``),
+    counted as requested.
     """
     if claim.get("kind") == KIND_TEMPLATE:
-        return template_gpus(claim, device_classes=device_classes, all_devices=all_devices)
+        return template_gpus(
+            claim, device_classes=device_classes, all_devices=all_devices, devices=devices
+        )
     if is_extended_resource_claim(claim):
-        return 0  # the pod's own nvidia.com/gpu request counts these devices
-    wanted, names = claim_spec_gpus(
-        _map(claim.get("spec")), device_classes=device_classes, all_devices=all_devices
-    )
-    results = _list(
-        _map(_map(_map(claim.get("status")).get("allocation")).get("devices")).get("results")
-    )
-    if not results:
-        return wanted
-    return sum(1 for r in results if str(_map(r).get("request", "")).split("/")[0] in names)
+        return Fraction(0)  # the pod's own nvidia.com/gpu request counts these devices
+    held = allocated_devices(claim, device_classes=device_classes, devices=devices)
+    if held or _map(_map(claim.get("status")).get("allocation")):
+        return sum((g for _, g in held), Fraction(0))
+    return claim_spec_gpus(
+        _map(claim.get("spec")),
+        device_classes=device_classes,
+        all_devices=all_devices,
+        devices=devices,
+    )[0]
 
 
 def template_gpus(
@@ -131,10 +189,13 @@ def template_gpus(
     *,
     device_classes: Collection[str] = GPU_DEVICE_CLASSES,
     all_devices: int = ALL_DEVICES_DEFAULT,
-) -> int:
+    devices: SliceCapacity | None = None,
+) -> Fraction:
     """GPUs each claim made from a ResourceClaimTemplate asks for."""
     spec = _map(_map(template.get("spec")).get("spec"))
-    return claim_spec_gpus(spec, device_classes=device_classes, all_devices=all_devices)[0]
+    return claim_spec_gpus(
+        spec, device_classes=device_classes, all_devices=all_devices, devices=devices
+    )[0]
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -178,6 +239,7 @@ def check_claim(
     namespaces: Sequence[str] = (),
     device_classes: Collection[str] = GPU_DEVICE_CLASSES,
     all_devices: int = ALL_DEVICES_DEFAULT,
+    devices: SliceCapacity | None = None,
 ) -> Insufficient | None:
     """Refuse a claim (or template) whose GPUs take the tenant over its GPU ``limit``.
 
@@ -189,7 +251,9 @@ def check_claim(
     """
     if limit is None:
         return None
-    requested = Fraction(claim_gpus(claim, device_classes=device_classes, all_devices=all_devices))
+    requested = claim_gpus(
+        claim, device_classes=device_classes, all_devices=all_devices, devices=devices
+    )
     if requested <= 0:
         return None
     used = Fraction(0) if claim.get("kind") == KIND_TEMPLATE else usage.get(GPU, Fraction(0))
@@ -307,30 +371,136 @@ def device_match(device_class: Mapping[str, Any]) -> DeviceMatch | str:
 
 
 TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+MEMORY_SLICE_PREFIX: Final = "memory-slice-"
+"""NVIDIA's driver publishes one counter of 1 per memory slice of a GPU in its counter set."""
+
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device): how an allocation result names a device."""
+
+
+def _quantity(value: object) -> Fraction | None:
+    """A ``resource.Quantity`` as the API writes it (``"80Gi"``, ``14``), or None."""
+    if isinstance(value, Mapping):
+        value = value.get("value")
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return quantities.parse_quantity(value)
+    except ValueError:
+        return None
+
+
+def _quantities(values: object) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+    for name, raw in _map(values).items():
+        q = _quantity(raw)
+        if q is not None:
+            out[str(name).rsplit("/", 1)[-1]] = q
+    return out
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One device of a GPU class, as fairshare counts it.
+
+    ``gpu`` names the physical GPU it is part of: the counter set it consumes
+    (partitionable devices, KEP-4815: the full GPU and each MIG placement consume the
+    same set), else its ``parentUUID`` (a MIG device published without counters), else
+    itself. A node's GPU capacity is its number of distinct ``gpu`` keys.
+
+    ``fraction`` is the part of that GPU one allocation of the whole device gives: 1 for
+    a full GPU; for a partition the largest share it takes of any counter of its set
+    (a 1g.10gb on an A100 takes 1 of 8 memory slices and 14 of 98 multiprocessors:
+    1/7); without counters the config's MIG table by the ``profile`` attribute; else 1.
+    ``shareable`` (``allowMultipleAllocations``): each allocation takes the part of
+    ``capacity`` it consumed (``consumedCapacity``), DRA's own fractional GPU."""
+
+    node: str | None
+    gpu: str
+    fraction: Fraction = Fraction(1)
+    shareable: bool = False
+    capacity: Mapping[str, Fraction] = field(default_factory=dict)
+    tainted: bool = False
+    classes: frozenset[str] = frozenset()
+
+    def share(self, consumed: Mapping[str, Fraction]) -> Fraction:
+        """GPUs one allocation takes that consumed ``consumed`` of a shareable device's
+        capacity: the largest ratio over the capacities it names (all of it when it
+        names none), times ``fraction``."""
+        if not self.shareable:
+            return self.fraction
+        ratios = [
+            min(Fraction(1), q / self.capacity[k])
+            for k, q in consumed.items()
+            if self.capacity.get(k, Fraction(0)) > 0
+        ]
+        return (max(ratios) if ratios else Fraction(1)) * self.fraction
+
+
+@dataclass(frozen=True)
+class _RawDevice:
+    name: str
+    node: str | None
+    consumes: tuple[tuple[str, Mapping[str, Fraction]], ...]
+    profile: str
+    parent: str
+    shareable: bool
+    capacity: Mapping[str, Fraction]
+    tainted: bool
+    classes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class SliceCount:
+    """What one ResourceSlice publishes that fairshare counts (``count_slice``)."""
+
+    pool: tuple[str, str]
+    """(driver, pool name)."""
+    generation: int
+    devices: tuple[_RawDevice, ...] = ()
+    """Devices one of the GPU classes selects."""
+    counter_sets: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)
+    """``sharedCounters`` by set name (v1.36 publishes them in a slice of their own)."""
+
+
+@dataclass(frozen=True)
+class ClassShape:
+    """A kind of device a GPU class selects (for the GPUs an unallocated request takes)."""
+
+    fraction: Fraction
+    shareable: bool
+    capacity: tuple[tuple[str, Fraction], ...]
 
 
 @dataclass(frozen=True)
 class SliceCapacity:
-    """GPUs the ResourceSlices publish, per node."""
+    """GPUs the ResourceSlices publish, per node, and the devices behind them."""
 
     node_gpus: Mapping[str, int]
-    """Node name -> GPU devices of the GPU classes in its node-local pools."""
+    """Node name -> physical GPUs (distinct ``GpuDevice.gpu``) of the GPU classes in its
+    node-local pools that are not all tainted."""
     tainted: Mapping[str, int] = field(default_factory=dict)
-    """Node name -> GPU devices left out because a slice taint keeps new claims off."""
+    """Node name -> GPUs left out because every device of them carries a taint that
+    keeps new claims off (``NoSchedule``/``NoExecute``)."""
     unattributed: int = 0
     """GPU devices not bound to one node (a pool or device with a ``nodeSelector`` or
     ``allNodes``: network-attached): counted nowhere, since which nodes may use them is
     a node-selector kube-scheduler evaluates per pod."""
     problems: Mapping[str, str] = field(default_factory=dict)
     """Configured GPU class -> why it counts nothing (missing, unreadable selector)."""
+    devices: Mapping[DeviceKey, GpuDevice] = field(default_factory=dict)
+    """Every device of a GPU class in the newest generation of its pool."""
+    class_shapes: Mapping[str, tuple[ClassShape, ...]] = field(default_factory=dict)
+    """GPU class -> the kinds of untainted devices it selects."""
 
 
 def gpu_matches(
     classes: Mapping[str, Mapping[str, Any]], gpu_classes: Collection[str] = GPU_DEVICE_CLASSES
-) -> tuple[tuple[DeviceMatch, ...], dict[str, str]]:
-    """The ``DeviceMatch`` of each of ``gpu_classes`` (DeviceClass objects by name in
-    ``classes``), and why each of the others counts nothing (missing, unreadable)."""
-    matches: list[DeviceMatch] = []
+) -> tuple[tuple[tuple[str, DeviceMatch], ...], dict[str, str]]:
+    """(class name, ``DeviceMatch``) of each of ``gpu_classes`` (DeviceClass objects by
+    name in ``classes``), and why each of the others counts nothing (missing,
+    unreadable)."""
+    matches: list[tuple[str, DeviceMatch]] = []
     problems: dict[str, str] = {}
     for name in sorted(gpu_classes):
         dc = classes.get(name)
@@ -341,88 +511,172 @@ def gpu_matches(
         if isinstance(got, str):
             problems[name] = f"DeviceClass {name}: {got}"
         else:
-            matches.append(got)
+            matches.append((name, got))
     return tuple(matches), problems
 
 
-@dataclass(frozen=True)
-class SliceCount:
-    """The GPUs of one ResourceSlice (``count_slice``)."""
-
-    pool: tuple[str, str]
-    """(driver, pool name)."""
-    generation: int
-    gpus: Mapping[str, int]
-    tainted: Mapping[str, int]
-    unattributed: int
+def _consumes(device: Mapping[str, Any]) -> tuple[tuple[str, Mapping[str, Fraction]], ...]:
+    out = []
+    for c in map(_map, _list(device.get("consumesCounters"))):
+        name = c.get("counterSet")
+        if isinstance(name, str) and name:
+            out.append((name, _quantities(c.get("counters"))))
+    return tuple(out)
 
 
-def count_slice(rs: Mapping[str, Any], matches: Sequence[DeviceMatch]) -> SliceCount:
-    """The GPU devices one of ``matches`` selects in one slice, by node (a node-local pool
-    names its node in ``spec.nodeName``; under ``perDeviceNodeSelection`` a device may in
-    its own ``nodeName``). A device carrying a ``NoSchedule``/``NoExecute`` taint is not
-    capacity (no new claim gets it). MIG partitions (``type: mig``) are not selected by
-    the full-GPU class and count nothing; a device shared by several claims
-    (``allowMultipleAllocations``) counts 1."""
+def _attr(device: Mapping[str, Any], driver: str, name: str) -> str:
+    attrs = _map(device.get("attributes"))
+    raw = _map(attrs.get(name) or attrs.get(f"{driver}/{name}"))
+    value = raw.get("string")
+    return value if isinstance(value, str) else ""
+
+
+def count_slice(rs: Mapping[str, Any], matches: Sequence[tuple[str, DeviceMatch]]) -> SliceCount:
+    """The GPU devices one of ``matches`` selects in one slice (a node-local pool names its
+    node in ``spec.nodeName``; under ``perDeviceNodeSelection`` a device may in its own
+    ``nodeName``), and the counter sets the slice publishes."""
     spec = _map(rs.get("spec"))
     driver = str(spec.get("driver", ""))
     pool = _map(spec.get("pool"))
     gen = pool.get("generation", 0)
-    gpus: dict[str, int] = {}
-    tainted: dict[str, int] = {}
-    unattributed = 0
+    devices: list[_RawDevice] = []
     for device in map(_map, _list(spec.get("devices"))):
-        if not any(m.matches(driver, device) for m in matches):
+        classes = frozenset(name for name, m in matches if m.matches(driver, device))
+        if not classes:
             continue
         node = spec.get("nodeName") or device.get("nodeName")
-        if not isinstance(node, str) or not node:
-            unattributed += 1
-        elif any(_map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))):
-            tainted[node] = tainted.get(node, 0) + 1
-        else:
-            gpus[node] = gpus.get(node, 0) + 1
+        devices.append(
+            _RawDevice(
+                name=str(device.get("name", "")),
+                node=node if isinstance(node, str) and node else None,
+                consumes=_consumes(device),
+                profile=_attr(device, driver, "profile"),
+                parent=_attr(device, driver, "parentUUID"),
+                shareable=device.get("allowMultipleAllocations") is True,
+                capacity=_quantities(device.get("capacity")),
+                tainted=any(
+                    _map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))
+                ),
+                classes=classes,
+            )
+        )
+    counter_sets = {
+        str(cs.get("name")): _quantities(cs.get("counters"))
+        for cs in map(_map, _list(spec.get("sharedCounters")))
+        if cs.get("name")
+    }
     return SliceCount(
         (driver, str(pool.get("name", ""))),
         gen if isinstance(gen, int) else 0,
-        gpus,
-        tainted,
-        unattributed,
+        tuple(devices),
+        counter_sets,
     )
 
 
+_NUMBERED = re.compile(r"^(.*?)-?\d+$")
+
+
+def _dimensions(counters: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """Counters summed per dimension: numbered counters (``memory-slice-0`` ..
+    ``memory-slice-7``, one per placement slot) are one dimension, their sum."""
+    out: dict[str, Fraction] = {}
+    for name, q in counters.items():
+        m = _NUMBERED.match(name)
+        dim = m.group(1) if m and m.group(1) else name
+        out[dim] = out.get(dim, Fraction(0)) + q
+    return out
+
+
+def _fraction(
+    raw: _RawDevice,
+    sets: Mapping[str, Mapping[str, Fraction]],
+    mig_fractions: Mapping[str, Fraction],
+) -> Fraction:
+    for set_name, used in raw.consumes:
+        if set_name not in sets:
+            continue
+        total, took = _dimensions(sets[set_name]), _dimensions(used)
+        ratios = [min(Fraction(1), q / total[k]) for k, q in took.items() if total.get(k)]
+        if ratios:
+            return max(ratios)
+    if raw.profile and raw.profile in mig_fractions:
+        return mig_fractions[raw.profile]
+    return Fraction(1)
+
+
 def combine_slices(
-    counts: Iterable[SliceCount], problems: Mapping[str, str] | None = None
+    counts: Iterable[SliceCount],
+    problems: Mapping[str, str] | None = None,
+    mig_fractions: Mapping[str, Fraction] | None = None,
 ) -> SliceCapacity:
-    """Per-node GPUs of all slices' counts, each pool from its newest generation only
-    (kube-scheduler ignores older ones)."""
+    """Per-node GPUs and the device index of all slices' counts, each pool from its newest
+    generation only (kube-scheduler ignores older ones)."""
     counts = list(counts)
     newest: dict[tuple[str, str], int] = {}
     for c in counts:
         newest[c.pool] = max(newest.get(c.pool, c.generation), c.generation)
-    gpus: dict[str, int] = {}
-    tainted: dict[str, int] = {}
+    sets: dict[tuple[str, str], dict[str, Mapping[str, Fraction]]] = {}
+    for c in counts:
+        if c.generation == newest[c.pool] and c.counter_sets:
+            sets.setdefault(c.pool, {}).update(c.counter_sets)
+    fractions = mig_fractions or {}
+    devices: dict[DeviceKey, GpuDevice] = {}
+    live: dict[str, set[str]] = {}
+    dead: dict[str, set[str]] = {}
     unattributed = 0
+    shapes: dict[str, set[ClassShape]] = {}
     for c in counts:
         if c.generation != newest[c.pool]:
             continue
-        for node, n in c.gpus.items():
-            gpus[node] = gpus.get(node, 0) + n
-        for node, n in c.tainted.items():
-            tainted[node] = tainted.get(node, 0) + n
-        unattributed += c.unattributed
-    return SliceCapacity(gpus, tainted, unattributed, dict(problems or {}))
+        driver, pool = c.pool
+        for raw in c.devices:
+            if raw.consumes:
+                gpu = f"{driver}/{pool}/{raw.consumes[0][0]}"
+            elif raw.parent:
+                gpu = f"{driver}/{pool}/parent={raw.parent}"
+            else:
+                gpu = f"{driver}/{pool}/{raw.name}"
+            dev = GpuDevice(
+                node=raw.node,
+                gpu=gpu,
+                fraction=_fraction(raw, sets.get(c.pool, {}), fractions),
+                shareable=raw.shareable,
+                capacity=raw.capacity,
+                tainted=raw.tainted,
+                classes=raw.classes,
+            )
+            devices[(driver, pool, raw.name)] = dev
+            if raw.node is None:
+                unattributed += 1
+                continue
+            (dead if raw.tainted else live).setdefault(raw.node, set()).add(gpu)
+            if not raw.tainted:
+                shape = ClassShape(dev.fraction, dev.shareable, tuple(sorted(dev.capacity.items())))
+                for name in raw.classes:
+                    shapes.setdefault(name, set()).add(shape)
+    gpus = {node: len(keys) for node, keys in live.items()}
+    tainted = {node: n for node, keys in dead.items() if (n := len(keys - live.get(node, set())))}
+    return SliceCapacity(
+        gpus,
+        tainted,
+        unattributed,
+        dict(problems or {}),
+        devices,
+        {name: tuple(sorted(s, key=repr)) for name, s in shapes.items()},
+    )
 
 
 def slice_capacity(
     slices: Iterable[Mapping[str, Any]],
     classes: Mapping[str, Mapping[str, Any]],
     gpu_classes: Collection[str] = GPU_DEVICE_CLASSES,
+    mig_fractions: Mapping[str, Fraction] | None = None,
 ) -> SliceCapacity:
-    """Whole GPUs per node: the devices that one of the ``gpu_classes`` (DeviceClass
+    """Physical GPUs per node: the devices that one of the ``gpu_classes`` (DeviceClass
     objects by name in ``classes``) selects in the node-local pools of ``slices``, from
     each pool's newest generation (``count_slice``, ``combine_slices``)."""
     matches, problems = gpu_matches(classes, gpu_classes)
-    return combine_slices((count_slice(rs, matches) for rs in slices), problems)
+    return combine_slices((count_slice(rs, matches) for rs in slices), problems, mig_fractions)
 
 
 def asks_gpus_without_claims(pod: Mapping[str, Any], resource: str = GPU) -> bool:

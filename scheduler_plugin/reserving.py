@@ -38,7 +38,7 @@ from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
 from scheduler_plugin import events, handoff, verbs
 from scheduler_plugin.leader import call_raw
-from scheduler_plugin.tracking import ExtenderTracker
+from scheduler_plugin.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.handoff")
 
@@ -150,6 +150,8 @@ class HandoffController:
     def _groups(self) -> dict[str, tuple[str, list[handoff.Member]]]:
         out: dict[str, tuple[str, list[handoff.Member]]] = {}
         for gid, shared in self.tracker.state.groups.items():
+            if gid.startswith(DRA_GROUP_PREFIX):
+                continue  # a DRA device: its driver hands it over, no reservation pod
             members = []
             for uid in shared.members:
                 pod = self.tracker.pods.get(uid)

@@ -47,11 +47,12 @@ has not reported yet are carried over.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from fairshare import dra, eligibility, fairness, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
@@ -139,6 +140,30 @@ def _claim_key(claim: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+DRA_GROUP_PREFIX: Final = "dra:"
+"""Shared-GPU group ids of DRA devices (MIG partitions, shares of a shareable GPU): the
+physical GPU their claims hold, so that they land on one device slot of the node."""
+
+
+def _slim_claim(claim: dict[str, Any]) -> dict[str, Any]:
+    """What ``dra.claim_gpus`` reads of a claim (its requests, allocation, annotations)."""
+    meta = _meta(claim)
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    out: dict[str, Any] = {
+        "kind": claim.get("kind", dra.KIND_CLAIM),
+        "metadata": {
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "annotations": meta.get("annotations") or {},
+        },
+        "spec": claim.get("spec") or {},
+    }
+    if isinstance(allocation, dict):
+        out["status"] = {"allocation": {"devices": allocation.get("devices") or {}}}
+    return out
+
+
 @dataclass
 class ExtenderTracker:
     """Cluster state for the extender's verbs, kept up to date from events."""
@@ -178,8 +203,13 @@ class ExtenderTracker:
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class, so the mix is rebuilt without re-reading pods."""
-    resource_claims: dict[str, int] = field(default_factory=dict)
+    resource_claims: dict[str, Fraction] = field(default_factory=dict)
     """GPUs of each known ResourceClaim, by ``namespace/name``."""
+    claim_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each known ResourceClaim, slimmed (``_slim_claim``): counted again when the
+    slices' devices change (a MIG partition's fraction, a shareable GPU's capacity)."""
+    claim_held: dict[str, list[tuple[dra.DeviceKey, Fraction]]] = field(default_factory=dict)
+    """The GPU devices each allocated claim holds and what each gives it."""
     claim_pods: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Pods that reference claims: uid -> (namespace, claim names)."""
     dra_usage: dict[str, float] = field(default_factory=dict)
@@ -192,9 +222,9 @@ class ExtenderTracker:
     """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
     _slice_counts: dict[str, dra.SliceCount] = field(default_factory=dict, init=False, repr=False)
     """Each known slice's GPUs under ``_matches`` (a slice event counts only its slice)."""
-    _matches: tuple[tuple[str, ...], tuple[dra.DeviceMatch, ...], dict[str, str]] | None = field(
-        default=None, init=False, repr=False
-    )
+    _matches: (
+        tuple[tuple[str, ...], tuple[tuple[str, dra.DeviceMatch], ...], dict[str, str]] | None
+    ) = field(default=None, init=False, repr=False)
     """(configured GPU classes, their device matches, problems) the counts were made with."""
     claim_users: dict[str, set[str]] = field(default_factory=dict)
     """Per claim (``namespace/name``), the pods that reference it (``claim_pods`` inverted)."""
@@ -289,6 +319,8 @@ class ExtenderTracker:
         fresh = ExtenderTracker(lambda: config, mix_every=self.mix_every)
         fresh.namespace_labels = {k: dict(v) for k, v in self.namespace_labels.items()}
         fresh.resource_claims = dict(self.resource_claims)
+        fresh.claim_objects = dict(self.claim_objects)
+        fresh.claim_held = dict(self.claim_held)
         fresh.resource_slices, fresh.device_classes = self.resource_slices, self.device_classes
         fresh._recount_slices()  # no node known yet: only the counts
         fresh._asked, fresh._answers = dict(self._asked), dict(self._answers)
@@ -377,10 +409,11 @@ class ExtenderTracker:
             for ns in objects_:
                 self.on_event(kind, "ADDED", ns)
         elif kind == dra.KIND_CLAIM:
-            self.resource_claims.clear()
+            for key in list(self.claim_objects):
+                self._forget_claim(key)
             for claim in objects_:
                 self._claim(claim)
-            self._reread_carriers(list(self.carried))
+            self._reread_claim_users(list(self.claim_users))
             self._recount_dra()
         elif kind == KIND_PVC:
             self.volume_claims.clear()
@@ -419,13 +452,14 @@ class ExtenderTracker:
             else:
                 self._pod(obj, skip_unchanged=True)
         elif kind == dra.KIND_CLAIM:
-            before = self.resource_claims.get(_claim_key(obj))
+            key = _claim_key(obj)
+            before = self.resource_claims.get(key), self.claim_held.get(key)
             if deleted:
-                self.resource_claims.pop(_claim_key(obj), None)
+                self._forget_claim(key)
             else:
                 self._claim(obj)
-            if self.resource_claims.get(_claim_key(obj)) != before:
-                self._reread_carriers([_claim_key(obj)])
+            if (self.resource_claims.get(key), self.claim_held.get(key)) != before:
+                self._reread_claim_users([key])
             self._recount_dra()
         elif kind == KIND_PVC:
             self._volume_claim(obj, deleted=deleted)
@@ -501,9 +535,13 @@ class ExtenderTracker:
         else:
             self._slice_counts.pop(changed_slice, None)
         assert self._matches is not None
-        before = self.slice_gpus.node_gpus
-        self.slice_gpus = dra.combine_slices(self._slice_counts.values(), self._matches[2])
+        before, devices_before = self.slice_gpus.node_gpus, self.slice_gpus.devices
+        self.slice_gpus = dra.combine_slices(
+            self._slice_counts.values(), self._matches[2], self.config().mig_fractions()
+        )
         after = self.slice_gpus.node_gpus
+        if self.slice_gpus.devices != devices_before and self.claim_objects:
+            self._recount_claims()
         changed = False
         for name in sorted(set(before) | set(after)):
             if before.get(name, 0) != after.get(name, 0) and name in self.nodes:
@@ -576,52 +614,151 @@ class ExtenderTracker:
                 if uid is not None and uid != reading and uid in self.pods:
                     self._pod(self.pods[uid])
 
-    def _reread_carriers(self, keys: Iterable[str]) -> None:
-        """Read again the pods carrying ``keys`` (their claims' GPUs changed)."""
-        for uid in sorted({self.carried[k] for k in keys if k in self.carried}):
-            if uid in self.pods:
-                self._pod(self.pods[uid])
+    def _claim_devices(
+        self,
+        uid: str,
+        req: PodRequest,
+        *,
+        bound: bool,
+        ns_names: tuple[str, tuple[str, ...]] | None = None,
+    ) -> tuple[PodRequest, str | None]:
+        """``req`` plus the GPUs of the pod's claims as devices of its own row, and the
+        shared-GPU group they take (None: none).
 
-    def _claim_devices(self, uid: str, req: PodRequest) -> PodRequest:
-        """``req`` of a bound pod, plus the GPUs of the claims it carries as whole devices,
-        so that on a DRA GPU node the devices kube-scheduler allocated to its claims are
-        taken from the node's free GPUs (and count in the tenant's usage through the row).
-        A pod that asks a fraction of a GPU besides claims keeps its own request only."""
-        ns_names = self.claim_pods.get(uid)
+        Bound (``bound``): the claims it carries on a DRA GPU node, so the devices
+        kube-scheduler allocated are taken from the node's free GPUs and count in the
+        tenant's usage through the row. Whole devices are whole GPUs; the parts of one
+        physical GPU (MIG partitions, shares of a shareable GPU) are one fractional device
+        in the group ``dra:<gpu>``, so several pods' parts of one GPU land on one slot.
+        Parts of several GPUs, or parts besides whole devices, take each GPU whole.
+
+        Pending: the claims no bound pod holds yet (what placing the pod will take), so
+        the gate, the filter and explain see its GPUs; only while the slices publish GPUs
+        and none of them is network-attached (a pod's node then bounds its devices).
+        A pod that asks a fraction of a GPU itself keeps its own request only.
+        ``ns_names``: the pod's claims, when the watch has not shown the pod yet."""
+        ns_names = self.claim_pods.get(uid) or ns_names
         if ns_names is None:
-            return req
-        ns = ns_names[0]
-        n = sum(
-            self.resource_claims.get(f"{ns}/{name}", 0)
-            for name in ns_names[1]
-            if self.carried.get(f"{ns}/{name}") == uid
-        )
+            return req, None
         gpu = req.demand.gpu
-        if n <= 0 or gpu.source not in ("none", "device") or gpu.memory is not None:
-            return req
+        if gpu.source not in ("none", "device") or gpu.memory is not None:
+            return req, None
         if gpu.count and gpu.per_device != 1:
-            return req
+            return req, None
+        ns = ns_names[0]
+        keys = [f"{ns}/{name}" for name in ns_names[1]]
+        whole = 0
+        parts: dict[str, Fraction] = {}
+        if bound:
+            for key in keys:
+                if self.carried.get(key) != uid:
+                    continue
+                held = self.claim_held.get(key)
+                if held is None:
+                    whole += math.ceil(self.resource_claims.get(key, 0))
+                    continue
+                for device, gives in held:
+                    dev = self.slice_gpus.devices.get(device)
+                    if dev is None or gives >= 1:
+                        whole += math.ceil(gives)
+                    else:
+                        parts[dev.gpu] = parts.get(dev.gpu, Fraction(0)) + gives
+        else:
+            slices = self.slice_gpus
+            if not slices.node_gpus or slices.unattributed:
+                return req, None
+            n = sum(
+                (
+                    self.resource_claims.get(key, Fraction(0))
+                    for key in keys
+                    if not any(u in self.state.pods for u in self.claim_users.get(key, ()))
+                ),
+                Fraction(0),
+            )
+            if 0 < n < 1:
+                parts["pending"] = n
+            else:
+                whole = math.ceil(n)
+        group: str | None = None
+        per_device = Fraction(1)
+        if parts and not whole and not gpu.count and len(parts) == 1:
+            ((key, part),) = parts.items()
+            per_device = min(Fraction(1), part)
+            whole = 1
+            group = DRA_GROUP_PREFIX + key if bound else None
+        else:
+            whole += len(parts)
+        if whole <= 0:
+            return req, None
+        total = per_device * whole
         row = list(req.row)
-        row[self.state.gpu_col] += n * MILLI_GPU
+        row[self.state.gpu_col] += float(total * MILLI_GPU)
         amounts = dict(req.demand.amounts)
-        amounts[resources.GPU] = amounts.get(resources.GPU, Fraction(0)) + n
+        amounts[resources.GPU] = amounts.get(resources.GPU, Fraction(0)) + total
         demand = dataclasses.replace(
             req.demand,
             amounts=amounts,
             gpu=dataclasses.replace(
-                gpu, count=gpu.count + n, per_device=Fraction(1), source="device"
+                gpu,
+                count=gpu.count + whole,
+                per_device=per_device,
+                source="device" if per_device == 1 else "dra",
             ),
         )
-        return dataclasses.replace(req, demand=demand, row=tuple(row))
+        return dataclasses.replace(req, demand=demand, row=tuple(row)), group
 
     def _claim(self, claim: dict[str, Any]) -> None:
         policy = self.config().dra
-        n = dra.claim_gpus(
-            claim,
-            device_classes=frozenset(policy.gpu_device_classes),
+        key = _claim_key(claim)
+        slim = _slim_claim(claim)
+        self.claim_objects[key] = slim
+        classes = frozenset(policy.gpu_device_classes)
+        self.resource_claims[key] = dra.claim_gpus(
+            slim,
+            device_classes=classes,
             all_devices=policy.all_devices_count,
+            devices=self.slice_gpus,
         )
-        self.resource_claims[_claim_key(claim)] = n
+        held = dra.allocated_devices(slim, device_classes=classes, devices=self.slice_gpus)
+        if held:
+            self.claim_held[key] = held
+        else:
+            self.claim_held.pop(key, None)
+
+    def _forget_claim(self, key: str) -> None:
+        self.resource_claims.pop(key, None)
+        self.claim_objects.pop(key, None)
+        self.claim_held.pop(key, None)
+
+    def _recount_claims(self) -> None:
+        """Count every known claim again (the devices behind them changed); re-read the
+        pods whose claims now give other GPUs."""
+        before = dict(self.resource_claims), dict(self.claim_held)
+        for claim in list(self.claim_objects.values()):
+            self._claim(claim)
+        changed = [
+            k
+            for k in self.claim_objects
+            if self.resource_claims.get(k) != before[0].get(k)
+            or self.claim_held.get(k) != before[1].get(k)
+        ]
+        if changed:
+            self._reread_claim_users(changed)
+            self._recount_dra()
+
+    def _reread_claim_users(self, keys: Iterable[str]) -> None:
+        """Read again the pods whose request includes claims ``keys``: their carriers, and
+        the pending pods that reference them."""
+        uids = {self.carried[k] for k in keys if k in self.carried}
+        uids |= {
+            uid
+            for k in keys
+            for uid in self.claim_users.get(k, ())
+            if uid in self.pending or uid in self.gated
+        }
+        for uid in sorted(uids):
+            if uid in self.pods:
+                self._pod(self.pods[uid])
 
     def _recount_dra(self) -> None:
         """Re-derive the DRA GPUs of every tenant from the bound pods' claims."""
@@ -638,7 +775,7 @@ class ExtenderTracker:
                 seen.add(key)
                 if self.carried.get(key, "") in self.state.pods:
                     continue  # held as devices by the pod carrying it (its row)
-                milli = self.resource_claims.get(key, 0) * MILLI_GPU
+                milli = float(self.resource_claims.get(key, 0) * MILLI_GPU)
                 want[bound.tenant] = want.get(bound.tenant, 0.0) + milli
         col = self.state.gpu_col
         for tenant in sorted(set(want) | set(self.dra_usage)):
@@ -788,11 +925,12 @@ class ExtenderTracker:
             if objects.is_bound(pod):
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
-                held_req = self._claim_devices(uid, req)
-                objects.apply_pod(self.state, pod, config, tenant, request=held_req)
+                held_req, group = self._claim_devices(uid, req, bound=True)
+                objects.apply_pod(self.state, pod, config, tenant, request=held_req, group=group)
                 if self.on_change is not None and share:
                     self.on_change()
             else:
+                req = self._claim_devices(uid, req, bound=False)[0]
                 self.pending[uid] = self._with_verdict(uid, req)
                 self._keep_read(pod, config, tenant, req)
         except (StateError, resources.DemandError) as exc:
@@ -860,6 +998,11 @@ class ExtenderTracker:
             index=state.index,
             device_memory=self.largest_device_memory,
         )
+        names = dra.pod_claim_names(pod)
+        if names and not objects.is_bound(pod):
+            ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+            uid = objects.pod_uid(pod)
+            req = self._claim_devices(uid, req, bound=False, ns_names=(ns, names))[0]
         self._keep_read(pod, config, tenant, req)
         return req
 

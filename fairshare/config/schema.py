@@ -505,9 +505,12 @@ class HealthPolicy(_Model):
 class DraPolicy(_Model):
     """Dynamic Resource Allocation: which ResourceClaim devices are GPUs."""
 
-    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com",)
-    """DeviceClass names whose devices count as whole GPUs in usage, limits and fairness
-    (default: NVIDIA's DRA driver class ``gpu.nvidia.com``)."""
+    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
+    """DeviceClass names whose devices are GPUs in capacity, usage, limits and fairness
+    (default: the classes NVIDIA's DRA driver installs, ``gpu.nvidia.com`` for full GPUs
+    and ``mig.nvidia.com`` for MIG partitions). A full GPU counts 1, a partition its
+    fraction of the GPU (from the counters it consumes), a share of a shareable GPU the
+    part of its capacity it consumed."""
 
     all_devices_count: int = Field(default=8, ge=1)
     """GPUs an unallocated request with ``allocationMode: All`` counts as (default 8, a

@@ -597,6 +597,7 @@ def apply_pod(
     tenant: str | None,
     *,
     request: PodRequest | None = None,
+    group: str | None = None,
 ) -> BoundPod | None:
     """Account a bound, non-terminal pod on its node; returns what the state holds.
 
@@ -609,7 +610,9 @@ def apply_pod(
 
     A fractional pod joins its shared GPU (``fairshare.io/gpu-group``), so the shares
     of one group land on one slot whatever order the pods come back in; whole-GPU pods
-    take any fully free slots (their slot index is not authoritative).
+    take any fully free slots (their slot index is not authoritative). ``group`` names
+    the shared GPU of a pod whose device share the caller knows (a DRA device's
+    partitions and shares, by physical GPU) instead of the pod's annotations.
     """
     uid = pod_uid(pod)
     if is_terminal(pod) or not is_bound(pod):
@@ -639,7 +642,8 @@ def apply_pod(
         # A GPU-memory pod on a node of unknown device memory keeps the row's share of
         # the largest device (or a whole GPU), as the webhook counts it: never 0.
         row = req.row_on(state.gpu_col, req.gpu_milli_for(node_memory))
-    group = pod_group(state, pod, req, node)
+    if group is None:
+        group = pod_group(state, pod, req, node)
     old = state.pods.get(uid)
     if old is not None and (old.node, old.row, old.tenant, old.group) == (node, row, tenant, group):
         return old

@@ -86,6 +86,13 @@ class UsageTracker:
     device_memory: dict[str, int] = field(default_factory=dict)
     resource_claims: dict[str, tuple[str, Amounts]] = field(default_factory=dict)
     """DRA ResourceClaims by uid: (namespace, {nvidia.com/gpu: devices})."""
+    claim_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each counted ResourceClaim by uid, counted again when the slices' devices change."""
+    resource_slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    slice_devices: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
+    """The GPU devices the ResourceSlices publish (a MIG partition counts its fraction, a
+    share of a shareable GPU its part: ``dra.claim_gpus``)."""
     unreadable: dict[str, str] = field(default_factory=dict)
     memory_pods: dict[str, tuple[str, resources.PodDemand, str | None]] = field(
         default_factory=dict
@@ -112,7 +119,14 @@ class UsageTracker:
             self._rebuild_namespaces()
         elif kind == dra.KIND_CLAIM:
             self.resource_claims.clear()
+            self.claim_objects.clear()
             self._rebuild_namespaces()
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
+            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+            held.clear()
+            held.update((str(_meta(o).get("name", "")), o) for o in objects)
+            self._recount_devices()
+            return
         elif kind == "Namespace":
             self.labels.clear()
         elif kind == "Node":
@@ -146,6 +160,36 @@ class UsageTracker:
                 }
         elif kind == "Node":
             self._node(obj, deleted=deleted, recount=True)
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
+            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+            name = str(_meta(obj).get("name", ""))
+            if deleted:
+                held.pop(name, None)
+            else:
+                held[name] = obj
+            self._recount_devices()
+
+    def dra_devices(self) -> dra.SliceCapacity:
+        """The GPU devices the ResourceSlices publish (for a claim judged at admission)."""
+        return self.slice_devices
+
+    def _recount_devices(self) -> None:
+        """Derive the device index again; count the claims again if it changed."""
+        config = self.config()
+        devices = dra.slice_capacity(
+            self.resource_slices.values(),
+            self.device_classes,
+            frozenset(config.dra.gpu_device_classes),
+            config.mig_fractions(),
+        )
+        if devices.devices == self.slice_devices.devices and (
+            devices.class_shapes == self.slice_devices.class_shapes
+        ):
+            self.slice_devices = devices
+            return
+        self.slice_devices = devices
+        for claim in list(self.claim_objects.values()):
+            self._resource_claim(claim, deleted=False, seen=False)
 
     def _node(self, node: dict[str, Any], *, deleted: bool, recount: bool) -> None:
         name = str(_meta(node).get("name", ""))
@@ -229,9 +273,10 @@ class UsageTracker:
         self.claims[key] = (ns, amounts)
         add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
 
-    def _resource_claim(self, claim: dict[str, Any], *, deleted: bool) -> None:
+    def _resource_claim(self, claim: dict[str, Any], *, deleted: bool, seen: bool = True) -> None:
         key = _key(claim)
         self._forget(self.resource_claims, key)
+        self.claim_objects.pop(key, None)
         if deleted:
             return
         ns = str(_meta(claim).get("namespace", ""))
@@ -240,10 +285,14 @@ class UsageTracker:
             claim,
             device_classes=frozenset(policy.gpu_device_classes),
             all_devices=policy.all_devices_count,
+            devices=self.slice_devices,
         )
-        amounts = {GPU: Fraction(n)} if n else {}
+        self.claim_objects[key] = claim
+        amounts = {GPU: n} if n else {}
         self.resource_claims[key] = (ns, amounts)
         add_amounts(self.by_namespace.setdefault(ns, {}), amounts, +1)
+        if not seen:
+            return
         # Now counted here: the admission's reservation of the claim must go, or the
         # claim counts twice until the reservation's TTL.
         name = f"{ns}/{_meta(claim).get('name', '')}"
