@@ -36,6 +36,7 @@ classes are written with and refuses anything else by name.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -269,6 +270,7 @@ EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-res
 (``resource/v1`` ``ExtendedResourceClaimAnnotation``, value ``"true"``)."""
 KIND_SLICE: Final = "ResourceSlice"
 KIND_DEVICE_CLASS: Final = "DeviceClass"
+KIND_TAINT_RULE: Final = "DeviceTaintRule"
 
 
 def is_extended_resource_claim(claim: Mapping[str, Any]) -> bool:
@@ -604,13 +606,45 @@ def _fraction(
     return Fraction(1)
 
 
+TaintSelector = tuple[str | None, str | None, str | None]
+"""(driver, pool, device) a DeviceTaintRule taints; None: any."""
+
+
+def taint_rule_selector(rule: Mapping[str, Any]) -> TaintSelector | None:
+    """The devices a ``DeviceTaintRule`` (``resource.k8s.io/v1beta2``) keeps new claims
+    off, or None when it keeps none off: no ``deviceSelector`` (it selects no device), or
+    a taint effect other than ``NoSchedule``/``NoExecute`` (``None`` only informs)."""
+    spec = _map(rule.get("spec"))
+    selector = spec.get("deviceSelector")
+    if not isinstance(selector, Mapping):
+        return None
+    if _map(spec.get("taint")).get("effect") not in TAINT_EFFECTS:
+        return None
+
+    def field_(name: str) -> str | None:
+        value = selector.get(name)
+        return value if isinstance(value, str) and value else None
+
+    return (field_("driver"), field_("pool"), field_("device"))
+
+
+def _tainted_by(key: DeviceKey, rules: Sequence[TaintSelector]) -> bool:
+    return any(
+        all(want is None or want == got for want, got in zip(r, key, strict=True)) for r in rules
+    )
+
+
 def combine_slices(
     counts: Iterable[SliceCount],
     problems: Mapping[str, str] | None = None,
     mig_fractions: Mapping[str, Fraction] | None = None,
+    taint_rules: Iterable[TaintSelector] = (),
 ) -> SliceCapacity:
     """Per-node GPUs and the device index of all slices' counts, each pool from its newest
-    generation only (kube-scheduler ignores older ones)."""
+    generation only (kube-scheduler ignores older ones). A device a rule of
+    ``taint_rules`` (``taint_rule_selector``) selects is tainted like one tainted in its
+    slice."""
+    rules = list(taint_rules)
     counts = list(counts)
     newest: dict[tuple[str, str], int] = {}
     for c in counts:
@@ -630,6 +664,8 @@ def combine_slices(
             continue
         driver, pool = c.pool
         for raw in c.devices:
+            if rules and not raw.tainted and _tainted_by((driver, pool, raw.name), rules):
+                raw = dataclasses.replace(raw, tainted=True)
             if raw.consumes:
                 gpu = f"{driver}/{pool}/{raw.consumes[0][0]}"
             elif raw.parent:
@@ -671,12 +707,16 @@ def slice_capacity(
     classes: Mapping[str, Mapping[str, Any]],
     gpu_classes: Collection[str] = GPU_DEVICE_CLASSES,
     mig_fractions: Mapping[str, Fraction] | None = None,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> SliceCapacity:
     """Physical GPUs per node: the devices that one of the ``gpu_classes`` (DeviceClass
     objects by name in ``classes``) selects in the node-local pools of ``slices``, from
     each pool's newest generation (``count_slice``, ``combine_slices``)."""
     matches, problems = gpu_matches(classes, gpu_classes)
-    return combine_slices((count_slice(rs, matches) for rs in slices), problems, mig_fractions)
+    rules = [r for r in map(taint_rule_selector, taint_rules) if r is not None]
+    return combine_slices(
+        (count_slice(rs, matches) for rs in slices), problems, mig_fractions, rules
+    )
 
 
 def asks_gpus_without_claims(pod: Mapping[str, Any], resource: str = GPU) -> bool:

@@ -619,6 +619,7 @@ async def serve(
             "ResourceClaim",
             "ResourceSlice",
             "DeviceClass",
+            "DeviceTaintRule",
         ),
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),

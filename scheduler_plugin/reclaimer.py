@@ -71,6 +71,7 @@ KINDS: Final = (
     "ResourceClaim",
     "ResourceSlice",
     "DeviceClass",
+    "DeviceTaintRule",
 )
 
 

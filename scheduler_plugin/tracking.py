@@ -218,6 +218,8 @@ class ExtenderTracker:
     """Known ResourceSlices by name (``resource.k8s.io/v1``)."""
     device_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Known DeviceClasses by name."""
+    taint_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Known DeviceTaintRules by name (``resource.k8s.io/v1beta2``, where served)."""
     slice_gpus: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
     """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
     _slice_counts: dict[str, dra.SliceCount] = field(default_factory=dict, init=False, repr=False)
@@ -322,6 +324,7 @@ class ExtenderTracker:
         fresh.claim_objects = dict(self.claim_objects)
         fresh.claim_held = dict(self.claim_held)
         fresh.resource_slices, fresh.device_classes = self.resource_slices, self.device_classes
+        fresh.taint_rules = self.taint_rules
         fresh._recount_slices()  # no node known yet: only the counts
         fresh._asked, fresh._answers = dict(self._asked), dict(self._answers)
         fresh.on_resync("Node", list(self.nodes.values()))
@@ -420,8 +423,8 @@ class ExtenderTracker:
             for pvc in objects_:
                 self._volume_claim(pvc, deleted=False)
             self._recount_storage()
-        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
-            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS, dra.KIND_TAINT_RULE):
+            held = self._dra_objects(kind)
             held.clear()
             held.update((str(_meta(o).get("name", "")), o) for o in objects_)
             self._recount_slices()
@@ -464,8 +467,8 @@ class ExtenderTracker:
         elif kind == KIND_PVC:
             self._volume_claim(obj, deleted=deleted)
             self._recount_storage()
-        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS):
-            held = self.resource_slices if kind == dra.KIND_SLICE else self.device_classes
+        elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS, dra.KIND_TAINT_RULE):
+            held = self._dra_objects(kind)
             name = str(_meta(obj).get("name", ""))
             if deleted:
                 held.pop(name, None)
@@ -484,6 +487,11 @@ class ExtenderTracker:
                 self._pod(pod)
             if self.volume_claims or self.storage_usage:
                 self._recount_storage()
+
+    def _dra_objects(self, kind: str) -> dict[str, dict[str, Any]]:
+        if kind == dra.KIND_SLICE:
+            return self.resource_slices
+        return self.device_classes if kind == dra.KIND_DEVICE_CLASS else self.taint_rules
 
     def _node(self, node: dict[str, Any]) -> None:
         name = str(_meta(node).get("name", ""))
@@ -536,8 +544,9 @@ class ExtenderTracker:
             self._slice_counts.pop(changed_slice, None)
         assert self._matches is not None
         before, devices_before = self.slice_gpus.node_gpus, self.slice_gpus.devices
+        rules = [r for r in map(dra.taint_rule_selector, self.taint_rules.values()) if r]
         self.slice_gpus = dra.combine_slices(
-            self._slice_counts.values(), self._matches[2], self.config().mig_fractions()
+            self._slice_counts.values(), self._matches[2], self.config().mig_fractions(), rules
         )
         after = self.slice_gpus.node_gpus
         if self.slice_gpus.devices != devices_before and self.claim_objects:

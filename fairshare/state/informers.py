@@ -415,6 +415,12 @@ _RESOURCE_V1_METHODS: Final = {
 }
 
 
+# resource.k8s.io/v1beta2 kinds: DeviceTaintRule (v1.36 serves it only when the cluster
+# enables the beta API and the DRADeviceTaintRules gate; an unserved API lists as empty).
+_RESOURCE_V1BETA2_METHODS: Final = {"DeviceTaintRule": ("list_device_taint_rule", None)}
+_UNSERVED_RECHECK_SECONDS: Final = 300
+
+
 def api_calls(
     api_client: Any,
     kind: str,
@@ -432,9 +438,13 @@ def api_calls(
     """
     all_ns: str
     one_ns: str | None
+    optional = kind in _RESOURCE_V1BETA2_METHODS
     if kind in _RESOURCE_V1_METHODS:
         all_ns, one_ns = _RESOURCE_V1_METHODS[kind]
         core = client.ResourceV1Api(api_client)
+    elif optional:
+        all_ns, one_ns = _RESOURCE_V1BETA2_METHODS[kind]
+        core = client.ResourceV1beta2Api(api_client)
     else:
         all_ns, one_ns = _LIST_METHODS[kind]
         core = client.CoreV1Api(api_client)
@@ -449,7 +459,26 @@ def api_calls(
     if name is not None:
         scope["field_selector"] = f"metadata.name={name}"
 
+    unserved = [False]
+
     async def list_fn() -> Mapping[str, Any]:
+        if optional:
+            try:
+                listed = await list_pages()
+                unserved[0] = False
+                return listed
+            except WatchError as exc:
+                if exc.status not in (403, 404):
+                    raise
+                # Not served by this cluster (or not readable: RBAC): nothing to count;
+                # looked for again after the watch's pause, so enabling it later is noticed.
+                if exc.status == 403 and not unserved[0]:
+                    log.warning("%s not readable (%s): counted as none", kind, exc)
+                unserved[0] = True
+                return {"metadata": {"resourceVersion": ""}, "items": []}
+        return await list_pages()
+
+    async def list_pages() -> Mapping[str, Any]:
         items: list[Any] = []
         page: dict[str, Any] = {}
         while True:
@@ -476,6 +505,15 @@ def api_calls(
     async def watch_fn(
         resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[dict[str, Any]]:
+        if unserved[0]:
+            await asyncio.sleep(min(timeout_seconds, _UNSERVED_RECHECK_SECONDS))
+            try:
+                await list_pages()
+            except WatchError as exc:
+                if exc.status in (403, 404):
+                    return  # still not served: an empty watch
+                raise
+            raise GoneError(f"{kind}: now served; listing again")
         response = await method(
             **scope,
             watch=True,

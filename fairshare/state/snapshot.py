@@ -28,13 +28,19 @@ KINDS: Final = (
     "Namespace",
     # DRA classes and slices before nodes: a node's DRA GPUs are its capacity when fed.
     sources.DEVICE_CLASS,
+    sources.DEVICE_TAINT_RULE,
     sources.RESOURCE_SLICE,
     "Node",
     "Pod",
     "PersistentVolumeClaim",
     sources.RESOURCE_CLAIM,
 )
-DRA_KINDS: Final = (sources.RESOURCE_CLAIM, sources.RESOURCE_SLICE, sources.DEVICE_CLASS)
+DRA_KINDS: Final = (
+    sources.RESOURCE_CLAIM,
+    sources.RESOURCE_SLICE,
+    sources.DEVICE_CLASS,
+    sources.DEVICE_TAINT_RULE,
+)
 DEFAULT_CONFIG_NAMESPACE: Final = "fairshare-system"
 DEFAULT_CONFIG_NAME: Final = "fairshare-config"
 DEFAULT_TIMEOUT: Final = 20.0
@@ -183,7 +189,40 @@ async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
         snap.objects[kind] = [
             {**item, "kind": kind} for item in listed.get("items") or [] if isinstance(item, dict)
         ]
+    snap.objects[PODGROUP] = await _podgroups(api_client, snap)
     return snap
+
+
+PODGROUP: Final = "PodGroup"
+"""The coscheduling PodGroups (``scheduling.x-k8s.io/v1alpha1``) of the snapshot's gangs."""
+
+
+async def _podgroups(api_client: Any, snap: Snapshot) -> list[dict[str, Any]]:
+    """Every PodGroup, listed when some pod is a gang member (``fairshare.gangs``). A
+    cluster without the CRD has none; one whose PodGroups cannot be read (RBAC) adds a
+    warning: the groups are then sized by their annotation, as if they had no PodGroup."""
+    from kubernetes_asyncio import client
+
+    from fairshare import gangs
+
+    if not any(gangs.group_of(p) for p in snap.objects.get("Pod", [])):
+        return []
+    api = client.CustomObjectsApi(api_client)
+    try:
+        listed = await api.list_cluster_custom_object(
+            gangs.PODGROUP_GROUP, gangs.PODGROUP_VERSION, gangs.PODGROUP_PLURAL
+        )
+    except Exception as exc:
+        status = _status_of(exc)
+        if status == 404:
+            return []
+        snap.warnings.append(
+            f"PodGroups {gangs.PODGROUP_PLURAL}.{gangs.PODGROUP_GROUP} cannot be listed "
+            f"({status or exc}): gangs are sized by their {gangs.ANN_MIN_MEMBERS} annotation"
+        )
+        return []
+    items = listed.get("items") if isinstance(listed, dict) else None
+    return [{**i, "kind": PODGROUP} for i in items or [] if isinstance(i, dict)]
 
 
 async def take_snapshot(

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_BACKOFF",
     "DEFAULT_KINDS",
     "DEVICE_CLASS",
+    "DEVICE_TAINT_RULE",
     "EVENT_TYPES",
     "OPTIONAL_KINDS",
     "RESOURCE_CLAIM",
@@ -74,10 +75,12 @@ DEFAULT_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim")
 RESOURCE_CLAIM: Final = "ResourceClaim"
 RESOURCE_SLICE: Final = "ResourceSlice"
 DEVICE_CLASS: Final = "DeviceClass"
-OPTIONAL_KINDS: Final = (RESOURCE_CLAIM, RESOURCE_SLICE, DEVICE_CLASS)
+DEVICE_TAINT_RULE: Final = "DeviceTaintRule"
+OPTIONAL_KINDS: Final = (RESOURCE_CLAIM, RESOURCE_SLICE, DEVICE_CLASS, DEVICE_TAINT_RULE)
 """Kinds a consumer may ask an ``ApiSource`` for besides ``ALL_KINDS``: DRA
 (``resource.k8s.io/v1``) ResourceClaims, for GPUs requested through claims, and
-ResourceSlices and DeviceClasses, for the GPUs nodes publish through DRA drivers."""
+ResourceSlices and DeviceClasses, for the GPUs nodes publish through DRA drivers, and
+``resource.k8s.io/v1beta2`` DeviceTaintRules (listed as none where not served)."""
 EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
 
 

@@ -62,7 +62,7 @@ pytestmark = pytest.mark.e2e
 __all__ = ["device_class", "fairshare"]  # fixtures used by name
 
 MIG_SELECTOR = f"device.attributes['{nv.DRIVER}'].profile == '1g.10gb'"
-SliceNode = Callable[[str, list[dict[str, Any]]], Awaitable[str]]
+SliceNode = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture
@@ -88,12 +88,12 @@ async def slice_node(
     """``await slice_node(pool, slices)``: a Ready kwok node labelled ``POOL=pool`` with no
     ``nvidia.com/gpu`` allocatable, and ``slices`` (made for a node named as returned:
     pass a function's output through ``_for``) published for it, owned by the Node; waits
-    until the extender counts its one GPU."""
+    until the extender counts its ``gpus`` GPUs (default 1)."""
     core, v1 = client.CoreV1Api(api), client.ResourceV1Api(api)
     nodes: list[str] = []
     made: list[str] = []
 
-    async def make(pool: str, slices: list[dict[str, Any]]) -> str:
+    async def make(pool: str, slices: list[dict[str, Any]], gpus: int = 1) -> str:
         name = str(slices[0]["spec"]["nodeName"])
         manifest = gpu_node_manifest(name, gpus=0, labels={POOL: pool})
         for part in ("capacity", "allocatable"):
@@ -110,7 +110,7 @@ async def slice_node(
             ]
             await v1.create_resource_slice(rs)
             made.append(rs["metadata"]["name"])
-        await wait_extender_gpus(fairshare, name, 1)
+        await wait_extender_gpus(fairshare, name, gpus)
         return name
 
     yield make
@@ -266,3 +266,29 @@ async def test_a_limit_admits_mig_claims_at_their_fraction(
     message = json.loads(refused.value.body)["message"]
     assert f"tenant {tenant} would exceed its {GPU} limit" in message, message
     assert "1/7 requested" in message or "0.143 requested" in message, message
+
+
+async def test_a_device_taint_rule_takes_a_gpu_out_of_capacity(
+    api: client.ApiClient, fairshare: FairshareDev, slice_node: SliceNode
+):
+    """The control plane serves DeviceTaintRules (resource.k8s.io/v1beta2, gate
+    DRADeviceTaintRules; both off by default in v1.36): a rule tainting one device of a
+    node takes it out of the extender's capacity, and deleting it gives it back."""
+    name = unique("dtr")
+    node = await slice_node(unique("dtrpool"), [nv.resource_slice(name, 2)], gpus=2)
+    rules = client.ResourceV1beta2Api(api)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": nv.DRIVER, "pool": node, "device": "gpu-1"},
+            "taint": {"key": "example.com/xid", "value": "79", "effect": "NoSchedule"},
+        },
+    }
+    await rules.create_device_taint_rule(rule)
+    try:
+        await wait_extender_gpus(fairshare, node, 1)
+    finally:
+        await rules.delete_device_taint_rule(name)
+    await wait_extender_gpus(fairshare, node, 2)

@@ -291,3 +291,60 @@ def test_the_webhook_counts_partitions_and_shares_at_their_fraction():
         devices=shared.dra_devices(),
     )
     assert over is not None and over.requested == Fraction(1, 2)
+
+
+# -- DeviceTaintRules ----------------------------------------------------------------------------
+
+
+def taint_rule(name: str, effect: str = "NoSchedule", **selector: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": {"key": "example.com/xid", "effect": effect}}
+    if selector or effect == "NoExecute":
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_device_taint_rules_take_devices_out_of_capacity():
+    slices = [nv.resource_slice("n1", 4), nv.resource_slice("n2", 4)]
+    one = taint_rule("one", driver=nv.DRIVER, pool="n1", device="gpu-0")
+    got = dra.slice_capacity(slices, CLASSES, GPU_CLASSES, taint_rules=[one])
+    assert dict(got.node_gpus) == {"n1": 3, "n2": 4} and dict(got.tainted) == {"n1": 1}
+    # A pool: every device of n2; an empty selector with NoExecute: every device.
+    pool = taint_rule("pool", "NoExecute", pool="n2")
+    assert dict(dra.slice_capacity(slices, CLASSES, GPU_CLASSES, taint_rules=[pool]).node_gpus) == {
+        "n1": 4
+    }
+    everything = taint_rule("all", "NoExecute")
+    assert (
+        dict(dra.slice_capacity(slices, CLASSES, GPU_CLASSES, taint_rules=[everything]).node_gpus)
+        == {}
+    )
+    # Effect None only informs; a rule without a selector selects nothing.
+    info = taint_rule("info", "None", pool="n1")
+    bare = taint_rule("bare")
+    assert dra.taint_rule_selector(info) is None and dra.taint_rule_selector(bare) is None
+    # A partitionable GPU whose full device is tainted keeps its partitions as capacity
+    # only while one of them is untainted.
+    parts = nv.partitioned_slices("n3", 1, placements=1)
+    full = taint_rule("full", device="gpu-0", pool="n3")
+    got = dra.slice_capacity(parts, CLASSES, GPU_CLASSES, taint_rules=[full])
+    assert dict(got.node_gpus) == {"n3": 1}
+    whole_gpu = taint_rule("gpu", pool="n3")
+    got = dra.slice_capacity(parts, CLASSES, GPU_CLASSES, taint_rules=[whole_gpu])
+    assert dict(got.node_gpus) == {} and dict(got.tainted) == {"n3": 1}
+
+
+def test_the_tracker_follows_device_taint_rules_live():
+    tr = _tracker([nv.resource_slice("n1", 8)], ["n1"])
+    assert _free(tr, "n1") == 8
+    rule = taint_rule("xid", driver=nv.DRIVER, pool="n1", device="gpu-3")
+    tr.on_event(dra.KIND_TAINT_RULE, "ADDED", rule)
+    assert tr.state.total_capacity()[tr.state.gpu_col] == 7000
+    tr.on_event(dra.KIND_TAINT_RULE, "DELETED", rule)
+    assert tr.state.total_capacity()[tr.state.gpu_col] == 8000
+    tr.on_resync(dra.KIND_TAINT_RULE, [rule, taint_rule("two", pool="n1", device="gpu-4")])
+    assert tr.state.total_capacity()[tr.state.gpu_col] == 6000

@@ -1028,3 +1028,40 @@ async def test_relist_waits_for_a_list_begun_after_it_not_one_already_under_way(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_an_unserved_device_taint_rule_api_lists_empty_and_is_looked_for_again(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """v1.36 serves DeviceTaintRules only with an off-by-default beta API: a 404 (or an
+    RBAC 403) lists as none instead of failing the reflector (which would keep the
+    extender unready); the watch then waits and lists again once the API answers."""
+
+    class FakeClientModule:
+        ResourceV1beta2Api = FakeCoreV1Api
+
+    FakeCoreV1Api.responses = []
+    FakeCoreV1Api.calls = []
+    monkeypatch.setattr(informers, "client", FakeClientModule)
+    slept: list[float] = []
+
+    async def no_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(informers.asyncio, "sleep", no_sleep)
+    not_found = body({"kind": "Status", "code": 404, "message": "the server could not find"})
+    FakeCoreV1Api.responses = [FakeResponse(404, not_found)]
+    list_fn, watch_fn = informers.api_calls(object(), "DeviceTaintRule")
+    assert await list_fn() == {"metadata": {"resourceVersion": ""}, "items": []}
+    assert FakeCoreV1Api.calls[0][0] == "list_device_taint_rule"
+    # Still not served: the watch ends with no event after a pause.
+    FakeCoreV1Api.responses = [FakeResponse(404, not_found)]
+    assert [e async for e in watch_fn("", 60)] == [] and slept == [60]
+    # Served now: the watch says so with a 410, so the reflector lists again.
+    FakeCoreV1Api.responses = [FakeResponse(200, body({"metadata": {}, "items": []}))]
+    with pytest.raises(informers.GoneError):
+        [e async for e in watch_fn("", 60)]
+    # Any other error is an error.
+    FakeCoreV1Api.responses = [FakeResponse(500, b"boom")]
+    with pytest.raises(informers.WatchError):
+        await list_fn()

@@ -58,7 +58,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -76,6 +76,14 @@ BINARIES = (
 )
 # Start order; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+FEATURE_GATES: Final = "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true"
+"""Off-by-default v1.36 features the control plane turns on, so that fairshare is tested
+against them too: DeviceTaintRules (beta, behind an off-by-default beta API) and the
+native pod-group API with kube-scheduler's gang cycle (alpha). Nothing else changes for
+pods and devices that do not use them."""
+RUNTIME_CONFIG: Final = "resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1alpha2=true"
+"""The API versions those features are served in (DeviceTaintRule, Workload/PodGroup)."""
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
@@ -1059,6 +1067,8 @@ def argv_for(
             # The `kubernetes` Service cannot point at a loopback endpoint; nothing needs it.
             "--endpoint-reconciler-type=none",
             f"--profiling={'true' if tuning.apiserver_profiling else 'false'}",
+            f"--feature-gates={FEATURE_GATES}",
+            f"--runtime-config={RUNTIME_CONFIG}",
         ]
     if name == "kube-controller-manager":
         return [
@@ -1077,6 +1087,7 @@ def argv_for(
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--controllers=*",
             "--profiling=false",
+            f"--feature-gates={FEATURE_GATES}",
             *(
                 [f"--node-monitor-grace-period={tuning.node_lease_seconds + 10}s"]
                 if tuning.node_lease_seconds > NODE_LEASE_SECONDS
@@ -1101,6 +1112,7 @@ def argv_for(
             f"--secure-port={ports['kube-scheduler']}",
             f"--tls-cert-file={pki / 'kube-scheduler-serving.crt'}",
             f"--tls-private-key-file={pki / 'kube-scheduler-serving.key'}",
+            f"--feature-gates={FEATURE_GATES}",
             "--v=2",
         ]
     if name == "kwok":
