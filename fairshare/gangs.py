@@ -151,6 +151,20 @@ def gang_of(
     """The group ``key`` from the known pods (uid -> pod), the pending requests and the
     uids of the bound pods. A member that is neither (unreadable) is left out."""
     members = [uid for uid, pod in pods.items() if group_of(pod) == key]
+    return gang_from(key, min_count, members, pending=pending, bound=bound)
+
+
+def gang_from(
+    key: GroupKey,
+    min_count: int,
+    members: Iterable[str],
+    *,
+    pending: Mapping[str, PodRequest],
+    bound: Collection[str],
+) -> Gang:
+    """The group ``key`` from the uids of its members (found by whatever index the caller
+    keeps: ``gang_of`` scans the pods, the simulator knows its jobs' pods)."""
+    members = list(members)
     done = tuple(sorted(uid for uid in members if uid in bound))
     waiting = sorted(
         (pending[uid] for uid in members if uid in pending and uid not in bound),

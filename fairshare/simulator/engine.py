@@ -311,10 +311,26 @@ class Simulation:
             self.state, req, best, milli=milli, hint=self._hint(req, best, scored)
         )
         node = self.state.nodes[best].name
-        group, _ = share_group(self.state, req, node, devs)
         # A GPU-memory request holds its share of this node's device, not of the largest
         # one it was counted against while pending (the extender's ``bind_plan`` too).
-        row = req.row_on(self.state.gpu_col, milli)
+        return self.bind_planned(uid, node, req.row_on(self.state.gpu_col, milli), devs)
+
+    def bind_planned(
+        self,
+        uid: str,
+        node: str,
+        row: tuple[float, ...],
+        devs: Sequence[tuple[int, float]],
+        *,
+        mig: tuple[str, int] | None = None,
+    ) -> Outcome:
+        """Bind a pending pod to ``node`` holding ``row`` and devices ``devs`` (or MIG
+        slices ``mig``): the end of ``try_place``, and the bind of a planned gang member
+        (``fairshare.gangs.Placement``)."""
+        req = self.pods[uid]
+        group = ""
+        if mig is None:
+            group, _ = share_group(self.state, req, node, devs)
         if row != req.row and req.tenant is not None:
             admitted = self.admitted[req.tenant]
             for k, (now, before) in enumerate(zip(row, req.row, strict=True)):
@@ -328,6 +344,7 @@ class Simulation:
             tenant=req.tenant,
             name=req.name,
             group=group,
+            mig=mig,
         )
         del self.pending[uid]
         if req.tenant is not None:

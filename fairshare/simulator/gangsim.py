@@ -1,0 +1,425 @@
+"""Gangs in the simulator: jobs of N pods replayed under three placement policies.
+
+Pure: no network, no wall clock (simulated time is a number), no randomness. A job is a
+gang of ``size`` identical pods that arrives at ``arrival`` and, once all its pods run,
+runs ``duration`` seconds. The policies:
+
+* ``ours``: what the extender does with a pod group (``fairshare.gangs``): the whole
+  group judged by the fair-share gate (``gangs.gang_gate``) and planned all or nothing
+  (``gangs.plan_gang``), the same functions the extender calls, then every member bound
+  to its planned node. Jobs are tried in arrival order, as kube-scheduler's queue
+  offers them.
+* ``per-pod``: fairshare before gangs: each pod through the ordinary path of the
+  simulator (filter, the per-pod fair-share gate, the score), alone. A job whose pods
+  are only partly placed holds their GPUs and does not run until its last pod is placed.
+* ``gang-fifo``: a native all-or-nothing gang scheduler without fairness: the same plan
+  (``gangs.plan_gang``), no gate, jobs tried in arrival order (a job that does not fit
+  does not block later ones, as kube-scheduler's queue moves an unschedulable pod
+  aside).
+
+Figures kept while replaying (``Replay.result``): GPU-seconds held by pods of jobs not
+yet complete (placed but not all placed: idle, and kept from everyone else), each job's
+wait (from arrival to the start of its last pod), and per tenant the GPU-seconds held
+and the GPU-seconds of its fair allocation (the weighted DRF allocation over the demand
+admitted at each moment, the one the gate uses).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+from fairshare import fairness, gangs, gating
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest
+from fairshare.simulator.engine import Outcome, Simulation, requests_pod
+
+GangPolicy = Literal["ours", "per-pod", "gang-fifo"]
+QueueKey = tuple[str | None, int, tuple[tuple[str, str], ...]]
+"""A kind of waiting job: tenant, pods asked at once (1 placed pod by pod), requests."""
+GANG_POLICIES: tuple[GangPolicy, ...] = ("ours", "per-pod", "gang-fifo")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One gang: ``size`` pods of ``requests`` each, in namespace ``namespace``."""
+
+    name: str
+    namespace: str
+    arrival: float
+    duration: float
+    size: int
+    requests: tuple[tuple[str, str], ...] = (("nvidia.com/gpu", "1"),)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    allocatable: tuple[tuple[str, Fraction], ...]
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class JobRecord:
+    job: Job
+    tenant: str | None
+    uids: tuple[str, ...]
+    gpus_each: float
+    placed: int = 0
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass
+class TenantFigures:
+    jobs: int = 0
+    started: int = 0
+    waits: list[float] = field(default_factory=list)
+    gpu_seconds: float = 0.0
+    fair_gpu_seconds: float = 0.0
+    incomplete_gpu_seconds: float = 0.0
+
+
+@dataclass
+class ReplayResult:
+    policy: GangPolicy
+    start: float
+    end: float
+    gpus: float
+    incomplete_gpu_seconds: float
+    busy_gpu_seconds: float
+    idle_while_waiting_gpu_seconds: float
+    """Free GPUs, up to the GPUs the waiting jobs still ask for, integrated over time."""
+    tenants: dict[str, TenantFigures]
+    not_started: int
+    stuck_gpus: float = 0.0
+    """GPUs held at the last event by jobs that never start (held for ever)."""
+
+
+@dataclass
+class GangSimulation(Simulation):
+    """The simulation with the gate's reading of the queue kept short.
+
+    With the fair allocation given, the gate reads the pending queue only to learn which
+    tenants below the judged one have a pod waiting that fits now (``gating.
+    fitting_pending``), a question answered per tenant and shape: the first waiting pod
+    of each tenant and shape, in creation order (``gate_queue``), gives the same answer as
+    the whole queue, which on a saturated replay holds thousands of pods."""
+
+    _firsts: dict[tuple[str | None, object, bool], dict[str, tuple[int, PodRequest]]] = field(
+        default_factory=dict, init=False
+    )
+    _seq: int = field(default=0, init=False)
+
+    @staticmethod
+    def _key(req: PodRequest) -> tuple[str | None, object, bool]:
+        return (req.tenant, req.shape, req.waiting)
+
+    def submit(self, req: PodRequest) -> Outcome:
+        out = super().submit(req)
+        if out.status == "pending":
+            self._seq += 1
+            self._firsts.setdefault(self._key(req), {})[req.uid] = (self._seq, req)
+        return out
+
+    def _forget(self, uid: str) -> None:
+        req = self.pods[uid]
+        held = self._firsts.get(self._key(req))
+        if held is not None:
+            held.pop(uid, None)
+
+    def bind_planned(
+        self,
+        uid: str,
+        node: str,
+        row: tuple[float, ...],
+        devs: Sequence[tuple[int, float]],
+        *,
+        mig: tuple[str, int] | None = None,
+    ) -> Outcome:
+        out = super().bind_planned(uid, node, row, devs, mig=mig)
+        self._forget(uid)
+        return out
+
+    def fail(self, uid: str) -> None:
+        super().fail(uid)
+        self._forget(uid)
+
+    def gate_queue(self) -> list[PodRequest]:
+        """The first pending pod of each tenant and shape, in creation order."""
+        firsts = [next(iter(held.values())) for held in self._firsts.values() if held]
+        return [req for _, req in sorted(firsts, key=lambda x: x[0])]
+
+    def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
+        if req.tenant is None or self.policy != "ours":
+            return None
+        return gating.check_fair_gate(
+            self.state,
+            config=self.config,
+            req=req,
+            pending=self.gate_queue(),
+            fair=self.fair_shares(),
+        )
+
+
+def place_gang(sim: GangSimulation, key: gangs.GroupKey, uids: Sequence[str], *, gate: bool) -> str:
+    """Judge and plan the gang ``key`` of pending pods ``uids`` as the extender does, and
+    bind every planned member; "" when it is placed, else why not."""
+    gang = gangs.gang_from(key, len(uids), uids, pending=sim.pending, bound=sim.state.pods)
+    if gate:
+        decision = gangs.gang_gate(
+            sim.state,
+            sim.config,
+            gang,
+            pending=sim.gate_queue(),
+            fair=sim.fair_shares(),
+        )
+        if decision is not None and not decision.allowed:
+            return decision.reason
+    rows = sim.state.eligible_rows(gang.waiting[0].constraints) if gang.waiting else None
+    plan = gangs.plan_gang(sim.state, gang, rows=rows)
+    if isinstance(plan, gangs.Refusal):
+        return plan.reason
+    for p in plan.placements:
+        sim.bind_planned(p.uid, p.node, p.row, p.devices, mig=p.mig)
+    return ""
+
+
+class Replay:
+    """One policy's replay of a list of jobs on a list of nodes."""
+
+    def __init__(
+        self,
+        config: FairShareConfig,
+        nodes: Sequence[Node],
+        jobs: Sequence[Job],
+        policy: GangPolicy,
+        *,
+        progress: Callable[[float, int, int], None] | None = None,
+    ) -> None:
+        if policy not in GANG_POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
+        self.policy: GangPolicy = policy
+        self.sim = GangSimulation(config, policy="ours")
+        for n in nodes:
+            self.sim.add_node(n.name, dict(n.allocatable), dict(n.labels))
+        self.jobs = sorted(jobs, key=lambda j: j.arrival)
+        self.progress = progress
+        self.records: list[JobRecord] = []
+        self.by_index: dict[int, JobRecord] = {}
+        self.waiting: dict[int, JobRecord] = {}  # job index -> record, in arrival order
+        self.tenants: dict[str, TenantFigures] = {}
+        self.incomplete = 0.0
+        self.busy = 0.0
+        self.idle_waiting = 0.0
+        self.queues: dict[QueueKey, list[int]] = {}  # waiting jobs by kind, arrival order
+        self._wanted = 0.0  # GPUs the waiting jobs still ask for
+        self._partial: dict[str, float] = {}  # per tenant: GPUs held by incomplete jobs
+        self._gcol = self.sim.state.gpu_col
+
+    # -- events ------------------------------------------------------------------------
+
+    def _arrive(self, i: int) -> None:
+        job = self.jobs[i]
+        uids = tuple(f"{job.namespace}/{job.name}-{k}" for k in range(job.size))
+        tenant: str | None = None
+        gpus = 0.0
+        for k, uid in enumerate(uids):
+            pod = requests_pod(
+                name=f"{job.name}-{k}", namespace=job.namespace, requests=dict(job.requests)
+            )
+            meta = pod["metadata"]
+            meta["labels"] = {gangs.POD_GROUP_LABEL: job.name}
+            req = self.sim.request_for(pod, uid=uid)
+            self.sim.submit(req)
+            tenant = req.tenant
+            gpus = req.row[self._gcol] / 1000.0
+        rec = JobRecord(job, tenant, uids, gpus)
+        self.records.append(rec)
+        self.by_index[i] = rec
+        self.waiting[i] = rec
+        self.queues.setdefault(self._key(rec), []).append(i)
+        self._wanted += gpus * job.size
+        if tenant is not None:
+            self.tenants.setdefault(tenant, TenantFigures()).jobs += 1
+
+    def _finish(self, rec: JobRecord) -> None:
+        for uid in rec.uids:
+            self.sim.complete(uid)
+
+    # -- placing -----------------------------------------------------------------------
+
+    def _free_gpus(self) -> float:
+        return self.sim.state.total_free()[self._gcol] / 1000.0
+
+    def _key(self, rec: JobRecord) -> QueueKey:
+        size = 1 if self.policy == "per-pod" else len(rec.uids)
+        return (rec.tenant, size, rec.job.requests)
+
+    def _pass(self, now: float) -> list[int]:
+        """Try every waiting job once, in arrival order; the jobs that started.
+
+        A job is not tried when one of the same tenant and size was refused since the
+        last bind of the pass: nothing the decision reads has changed (the gate judges a
+        tenant's request against the others' pending pods, the plan the free room), so
+        it would be refused alike. Nor when the free GPUs cannot hold it (they only
+        shrink during a pass). So the pass walks the jobs of each such kind (``queues``,
+        in arrival order) merged by arrival, and leaves a kind as soon as it is refused
+        or too large, coming back to a refused kind, after the job being tried, once
+        something was bound."""
+        started: list[int] = []
+        free = self._free_gpus()
+        heap = [(q[0], key) for key, q in self.queues.items() if q]
+        heapq.heapify(heap)
+        refused: list[QueueKey] = []
+        per_pod = self.policy == "per-pod"
+
+        def resume(key: QueueKey, after: int) -> None:
+            q = self.queues[key]
+            k = bisect.bisect_right(q, after)
+            if k < len(q):
+                heapq.heappush(heap, (q[k], key))
+
+        while heap and free >= 1e-9:
+            i, key = heapq.heappop(heap)
+            rec = self.waiting[i]
+            bound = 0
+            failed = False
+            if per_pod:
+                for uid in rec.uids[rec.placed :]:
+                    if free + 1e-9 < rec.gpus_each:
+                        break
+                    if self.sim.try_place(uid).status != "running":
+                        failed = True  # its other pods, and the kind's, would fail alike
+                        break
+                    rec.placed += 1
+                    bound += 1
+                    free -= rec.gpus_each
+                    self._wanted -= rec.gpus_each
+                    if rec.tenant is not None:
+                        self._partial[rec.tenant] = (
+                            self._partial.get(rec.tenant, 0.0) + rec.gpus_each
+                        )
+                if not bound and not failed:
+                    continue  # too large for what is free: the kind is done this pass
+            else:
+                need = rec.gpus_each * len(rec.uids)
+                if need > free + 1e-9:
+                    continue  # cannot fit whole (plan_gang would refuse it): as above
+                group = gangs.GroupKey(rec.job.namespace, rec.job.name)
+                if place_gang(self.sim, group, rec.uids, gate=self.policy == "ours"):
+                    failed = True
+                else:
+                    rec.placed = bound = len(rec.uids)
+                    free -= need
+                    self._wanted -= need
+            if bound:
+                for other in refused:
+                    resume(other, i)
+                refused.clear()
+            if rec.placed == len(rec.uids):
+                rec.start = now
+                del self.waiting[i]
+                self.queues[key].remove(i)
+                if per_pod and rec.tenant is not None:
+                    self._partial[rec.tenant] -= rec.placed * rec.gpus_each
+                started.append(i)
+            if failed:
+                refused.append(key)
+            else:
+                resume(key, i)
+        return started
+
+    def _settle(self, now: float) -> list[int]:
+        started: list[int] = []
+        while True:
+            got = self._pass(now)
+            if not got:
+                return started
+            started.extend(got)
+
+    # -- figures -----------------------------------------------------------------------
+
+    def _account(self, dt: float) -> None:
+        if dt <= 0:
+            return
+        state = self.sim.state
+        g = self._gcol
+        fair = self.sim.fair_shares()
+        for t, fig in self.tenants.items():
+            fig.gpu_seconds += state.usage_of(t)[g] / 1000.0 * dt
+            if t in fair:
+                fig.fair_gpu_seconds += fair[t].allocation[g] / 1000.0 * dt
+        cap = self.sim.capacity()[g]
+        free = state.total_free()[g] / 1000.0
+        self.busy += (cap / 1000.0 - free) * dt
+        held = 0.0
+        for t, gpus in self._partial.items():
+            if gpus > 1e-9:
+                held += gpus * dt
+                self.tenants[t].incomplete_gpu_seconds += gpus * dt
+        self.incomplete += held
+        wanted = self._wanted
+        self.idle_waiting += min(free, wanted) * dt
+
+    # -- the run -----------------------------------------------------------------------
+
+    def run(self, *, horizon: float | None = None) -> ReplayResult:
+        """Replay every job; the run ends when no event is left. Jobs that never start
+        (under ``per-pod``, partial gangs that hold each other's GPUs for ever) are
+        counted, and what they hold is accounted until ``horizon`` when that is later
+        (the trace's own end, say: without it a deadlock at the last event would show no
+        GPU-hours held at all)."""
+        events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, index)
+        for i, job in enumerate(self.jobs):
+            heapq.heappush(events, (job.arrival, 1, i, i))
+        seq = len(self.jobs)
+        now = self.jobs[0].arrival if self.jobs else 0.0
+        done = 0
+        running: dict[int, JobRecord] = {}
+        while events:
+            t = events[0][0]
+            self._account(t - now)
+            now = t
+            while events and events[0][0] == now:
+                _, kind, _, i = heapq.heappop(events)
+                if kind == 1:
+                    self._arrive(i)
+                else:
+                    self._finish(running.pop(i))
+                    done += 1
+            for i in self._settle(now):
+                rec = self.by_index[i]
+                rec.end = now + rec.job.duration
+                running[i] = rec
+                heapq.heappush(events, (rec.end, 0, seq, i))
+                seq += 1
+            if self.progress is not None:
+                self.progress(now, done, len(self.jobs))
+        stuck = sum(r.placed * r.gpus_each for r in self.waiting.values())
+        if horizon is not None and horizon > now:
+            self._account(horizon - now)
+            now = horizon
+        for rec in self.records:
+            if rec.tenant is None:
+                continue
+            fig = self.tenants[rec.tenant]
+            if rec.start is not None:
+                fig.started += 1
+                fig.waits.append(rec.start - rec.job.arrival)
+        return ReplayResult(
+            policy=self.policy,
+            start=self.jobs[0].arrival if self.jobs else 0.0,
+            end=now,
+            gpus=self.sim.capacity()[self._gcol] / 1000.0,
+            incomplete_gpu_seconds=self.incomplete,
+            busy_gpu_seconds=self.busy,
+            idle_while_waiting_gpu_seconds=self.idle_waiting,
+            tenants=dict(sorted(self.tenants.items())),
+            not_started=sum(1 for r in self.records if r.start is None),
+            stuck_gpus=stuck,
+        )
