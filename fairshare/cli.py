@@ -525,7 +525,16 @@ def feed_trackers(snap: Any) -> Any:
     config = snap.config
     tracker = ExtenderTracker(lambda: config)
     snap.feed(
-        tracker, ("Namespace", "DeviceClass", "ResourceSlice", "Node", "Pod", "ResourceClaim")
+        tracker,
+        (
+            "Namespace",
+            "DeviceClass",
+            "DeviceTaintRule",
+            "ResourceSlice",
+            "Node",
+            "Pod",
+            "ResourceClaim",
+        ),
     )
     usage = UsageTracker(lambda: config)
     snap.feed(usage)
@@ -561,15 +570,66 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
         state=tracker.state,
         pending=tracker.pending_queue(),
         mix=tracker.mix(),
-        quota=usage,
+        quota=quota_view(snap, usage),
         unreadable=tracker.unreadable,
         scheduling_gated=scheduling_gated(snap),
+        gangs=[g.as_dict() for g in gang_statuses(snap, tracker, config)],
     )
     if snap.warnings:
         out["warnings"] = list(snap.warnings)
     if assessed is not None:
         out["usageHistory"] = report.history_rows(assessed)
     return out
+
+
+def podgroup_sizes(snap: Any) -> dict[Any, int | None]:
+    """``spec.minMember`` of the snapshot's PodGroups, by group (None: it has none)."""
+    from fairshare import gangs
+    from fairshare.state.snapshot import PODGROUP
+
+    sizes: dict[gangs.GroupKey, int | None] = {}
+    for pg in snap.objects.get(PODGROUP, []):
+        meta = pg.get("metadata") or {}
+        key = gangs.GroupKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        sizes[key] = gangs.podgroup_min_count(pg)
+    return sizes
+
+
+def gang_book(snap: Any, usage: Any) -> Any:
+    """The webhook's accounts of the snapshot's pod groups (``webhook.gangquota``): the
+    room held for their missing members counts in their tenants' quota usage."""
+    from webhook.gangquota import GangBook
+
+    config = snap.config
+    book = GangBook(lambda: config, device_memory=usage.max_device_memory)
+    book.on_resync("Pod", list(snap.objects.get("Pod", [])))
+    for key, n in podgroup_sizes(snap).items():
+        if n is not None:
+            book.learn(key, n)
+    return book
+
+
+def quota_view(snap: Any, usage: Any) -> Any:
+    """What the webhook checks limits against: its usage plus the gangs' holds."""
+    from webhook.gangquota import GangHoldView
+
+    book = gang_book(snap, usage)
+    return GangHoldView(usage, book) if book.groups else usage
+
+
+def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
+    """``gangstatus.group_statuses`` of the snapshot's pod groups (sized by their listed
+    PodGroups, else their annotation), as the extender's next member filter would judge
+    them (the CLI has no live plan: those are on the extender's status page)."""
+    from fairshare import gangstatus
+
+    return gangstatus.group_statuses(
+        config=config,
+        state=tracker.state,
+        pods=tracker.pods,
+        pending=tracker.pending,
+        podgroups=podgroup_sizes(snap),
+    )
 
 
 def scheduling_gated(snap: Any) -> set[str]:
@@ -678,8 +738,19 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace")), str(meta.get("name"))
     tenant = tenancy.resolve_tenant(ns, usage.namespace_labels(ns), config).tenant
+    from fairshare import gangs
+    from webhook.gangquota import GangHoldView
+
     own = usage.pods.get(usage.pod_names.get(f"{ns}/{name}", ""), (ns, {}))[1]
     view = report.ExcludingView(usage, ns, own, tenant)
+    group = gangs.group_of(pod)
+    book = gang_book(snap, usage)
+    context = (
+        review.GangContext(book, podgroup_min=podgroup_sizes(snap).get(group)) if group else None
+    )
+    if context is None and book.groups:
+        context = review.GangContext(book)
+    shown = GangHoldView(view, book, exclude=(group, name) if group else None)
     body = {
         "apiVersion": wire.API_VERSION,
         "kind": wire.KIND,
@@ -695,7 +766,11 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         },
     }
     verdict = review.judge(
-        wire.decode_review(json.dumps(body).encode()), view=view, config=config, phase="validate"
+        wire.decode_review(json.dumps(body).encode()),
+        view=view,
+        config=config,
+        phase="validate",
+        gang=context,
     )
     response = verdict.response
     admission = report.AdmissionVerdict(
@@ -718,6 +793,10 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
             )
         except resources.DemandError as exc:
             error = str(exc)
+    gang = None
+    if group is not None:
+        rows = [g for g in gang_statuses(snap, tracker, config) if g.key == group]
+        gang = rows[0].as_dict() if rows else None
     return report.explain_pod(
         config=config,
         state=tracker.state,
@@ -725,9 +804,10 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         req=req,
         namespace=ns,
         name=name,
-        quota=view,
+        quota=shown,
         admission=admission,
         demand_error=error,
+        gang=gang,
     )
 
 

@@ -215,6 +215,20 @@ class Metrics:
             ["tenant"],
             registry=r,
         )
+        self.tenant_gangs_waiting = Gauge(
+            "fairshare_tenant_gangs_waiting",
+            "Pod groups (gangs) of the tenant with members pending and fewer than minCount "
+            "bound, planned or not.",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_gang_held_gpus = Gauge(
+            "fairshare_tenant_gang_held_gpus",
+            "GPUs held by the tenant's incomplete gangs (bound members of a group that is "
+            "not running yet and the room its plan reserves).",
+            ["tenant"],
+            registry=r,
+        )
         self.tenant_parent = Gauge(
             "fairshare_tenant_parent",
             "1 for each tenant that has a parent in the tree of tenants (labels tenant, "
@@ -361,6 +375,13 @@ class Metrics:
         self._tenants.add(tenant)
         self.tenant_gated_pods.labels(tenant).set(count)
 
+    def set_gang_figures(self, tenant: str, *, waiting: int, held_gpus: float) -> None:
+        """Set the tenant's waiting gangs and the GPUs its incomplete gangs hold."""
+        _check_amount("gang held GPUs", held_gpus)
+        self._tenants.add(tenant)
+        self.tenant_gangs_waiting.labels(tenant).set(waiting)
+        self.tenant_gang_held_gpus.labels(tenant).set(held_gpus)
+
     def retain_tenants(self, tenants: Iterable[str]) -> None:
         """Drop the gauge series of every tenant not in ``tenants`` (after a config reload).
 
@@ -374,6 +395,8 @@ class Metrics:
                 self.tenant_dominant_share,
                 self.tenant_fair_share,
                 self.tenant_gated_pods,
+                self.tenant_gangs_waiting,
+                self.tenant_gang_held_gpus,
             ):
                 _remove_quietly(gauge, tenant)
         self._tenants &= keep

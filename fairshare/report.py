@@ -147,8 +147,11 @@ def build_status(
     quota: QuotaView | None = None,
     unreadable: Mapping[str, str] | None = None,
     scheduling_gated: Collection[str] = (),
+    gangs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The status report: tenants, cluster GPU figures, nodes' devices, held pods.
+    """The status report: tenants, cluster GPU figures, nodes' devices, held pods, and
+    the pod groups (``gangs``: ``gangstatus.GroupStatus.as_dict`` rows; the key is left
+    out when there are none).
 
     ``pending`` is the extender's pending queue, ``mix`` its workload mix; ``quota`` the
     webhook's usage (the ``quotaUsed`` column; None where no such view is kept, e.g. the
@@ -239,6 +242,7 @@ def build_status(
         "heldPods": held,
         "pendingPods": unplaced,
         "unreadable": dict(sorted((unreadable or {}).items())),
+        **({"gangs": [dict(g) for g in gangs]} if gangs else {}),
     }
 
 
@@ -384,8 +388,12 @@ def explain_pod(
     quota: QuotaView,
     admission: AdmissionVerdict,
     demand_error: str | None = None,
+    gang: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
+
+    ``gang``: the pod's group (``gangstatus.GroupStatus.as_dict``) when it is a member of
+    one: a member waits with its group, so the verdict says why the group waits.
 
     ``req`` is the pod as the extender reads it (None when its resources cannot be
     read: ``demand_error``); ``quota`` the webhook's usage without this pod's own share
@@ -412,6 +420,8 @@ def explain_pod(
     bound = state.pods.get(req.uid)
     if bound is not None:
         out["extender"] = {"boundTo": bound.node}
+        if gang is not None:
+            out["extender"]["gang"] = dict(gang)
         return out
     queue = list(pending)
     # kube-scheduler's node selector, required affinity and taint filters come first:
@@ -461,10 +471,17 @@ def explain_pod(
         verdict = "pending: no node fits now"
         if not gating.pod_fits_drained(state, req):
             verdict = f"pending: can never fit: {_never_fits(state, req)}"
-    elif gate is not None and not gate.allowed:
+    elif gate is not None and not gate.allowed and gang is None:
         verdict = f"held by the fair-share gate: {gate.reason}"
     else:
         verdict = f"schedulable on {len(fr.fits)} node(s)"
+    if gang is not None and not req.unschedulable:
+        extender["gang"] = dict(gang)
+        if gang["state"] == "waiting":
+            verdict = f"waits with its group: {gang['reason']}"
+        elif gang["state"] == "planned":
+            node = (gang.get("planned") or {}).get(name)
+            verdict = f"planned with its group on {node}" if node else gang["reason"]
     extender["verdict"] = verdict
     out["extender"] = extender
     return out
@@ -620,6 +637,13 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         lines.append("")
         lines.append("PENDING")
         lines += [f"  {p['pod']}: {p['reason']}" for p in report["pendingPods"]]
+    if report.get("gangs"):
+        lines.append("")
+        lines.append("GANGS")
+        lines += _table(
+            ["GROUP", "TENANT", "MEMBERS", "BOUND", "STATE", "HELD-GPU", "WHY IT WAITS"],
+            [_gang_cells(g) for g in report["gangs"]],
+        )
     if report.get("usageHistory"):
         lines.append("")
         lines.append("USAGE HISTORY (weights above are lowered by WEIGHT-FACTOR)")
@@ -630,6 +654,19 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         ]  # fmt: skip
         lines += _table(["TENANT", "USAGE-SHARE", "WEIGHTED-SHARE", "WEIGHT-FACTOR"], rows)
     return "\n".join(lines) + "\n"
+
+
+def _gang_cells(g: Mapping[str, Any]) -> list[str]:
+    n = "?" if g["minCount"] is None else str(g["minCount"])
+    return [
+        g["group"],
+        g["tenant"] or "-",
+        f"{g['members']}/{n}",
+        str(g["bound"]),
+        g["state"],
+        f"{g['heldGpus']:g}",
+        g["reason"] or "-",
+    ]
 
 
 def history_rows(assessed: Mapping[str, TenantHistory]) -> list[dict[str, Any]]:
@@ -684,6 +721,13 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
         lines.append(f"EXTENDER: already bound to {ext['boundTo']}")
         return "\n".join(lines) + "\n"
     lines.append(f"EXTENDER (scheduling now): {ext['verdict']}")
+    g = ext.get("gang")
+    if g is not None:
+        n = "?" if g["minCount"] is None else g["minCount"]
+        lines.append(
+            f"  gang: {g['group']}, {g['members']} of {n} members, {g['bound']} bound, "
+            f"{g['state']}" + (f", yields to {g['waitingFor']}" if g.get("waitingFor") else "")
+        )
     gate = ext.get("gate")
     if gate is not None:
         after = "-" if gate["shareAfter"] is None else f"{gate['shareAfter']:.4f}"
@@ -800,6 +844,13 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
         parts.append("</table>")
     else:
         parts.append("<p class=muted id=held>none</p>")
+    if report.get("gangs"):
+        parts.append("<h2>Pod groups</h2>")
+        heads = ["group", "tenant", "members", "bound", "state", "held GPU", "why it waits"]
+        parts.append("<table id=gangs><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>")
+        for g in report["gangs"]:
+            parts.append("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in _gang_cells(g)) + "</tr>")
+        parts.append("</table>")
     if report["pendingPods"]:
         parts.append("<h2>Other pending pods</h2>")
         parts.append("<table id=pending><tr><th>pod</th><th>tenant</th><th>reason</th></tr>")

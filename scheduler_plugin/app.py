@@ -447,7 +447,11 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         app.router.add_post(f"{prefix}/bind", bind_handler)
     serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
     statuspage.add_routes(  # GET /status, /status.json
-        app, deps.tracker, deps.config, usage_history=lambda: deps.usage_history
+        app,
+        deps.tracker,
+        deps.config,
+        usage_history=lambda: deps.usage_history,
+        gangs=lambda: deps.gangs,
     )
     app.cleanup_ctx.extend(deps.background)
     return app
@@ -564,6 +568,7 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
             fair_share=fair[tenant].share if tenant in fair else 0.0,
         )
         deps.metrics.set_gated_pods(tenant, gated.get(tenant, 0))
+    publish_gang_metrics(deps, config, sorted(set(shares) | set(fair)))
     cap = state.total_capacity()[state.gpu_col]
     free = state.total_free()[state.gpu_col]
     frag = cluster_fragmentation(state, deps.tracker.mix())
@@ -572,6 +577,26 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
         gpu_fragmentation_ratio=frag / cap if cap > 0 else 0.0,
     )
     deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
+
+
+def publish_gang_metrics(deps: ExtenderDeps, config: FairShareConfig, tenants: list[str]) -> None:
+    """Per tenant (a tenant with children: its subtree's), the gangs waiting and the GPUs
+    held by incomplete gangs (``gangstatus``, without the gate and plan judgements)."""
+    waiting: dict[str, int] = {}
+    held: dict[str, float] = {}
+    if deps.gangs is not None:
+        for g in deps.gangs.statuses(config, judge=False):
+            if g.tenant is None or g.state == "running" or not g.pending:
+                continue
+            waiting[g.tenant] = waiting.get(g.tenant, 0) + 1
+            held[g.tenant] = held.get(g.tenant, 0.0) + g.held_gpus
+    for tenant in tenants:
+        members = config.subtree(tenant) if config.children(tenant) else (tenant,)
+        deps.metrics.set_gang_figures(
+            tenant,
+            waiting=sum(waiting.get(m, 0) for m in members),
+            held_gpus=sum(held.get(m, 0.0) for m in members),
+        )
 
 
 async def serve(
@@ -703,6 +728,8 @@ async def serve(
         from scheduler_plugin import events
 
         deps.on_preempt = events.preemption_recorder(api_client)
+        if deps.gangs is not None:
+            deps.gangs.on_wait = events.gang_recorder(api_client)
         if configmap is not None:
             from fairshare.runtime import parse_ref
             from scheduler_plugin import lastgood

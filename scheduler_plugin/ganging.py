@@ -27,6 +27,12 @@ and binds them concurrently. This keeps a group whole around it:
   nothing more: held binds are refused, and the group is planned again at its next
   member's filter.
 
+* **Told.** A group refused for a reason its owner can change (no size known, members
+  missing, a group that can never fit the nodes it may use) is told through ``on_wait``
+  (a ``FairShareGang`` Event on its pending members, ``events.gang_recorder``), once per
+  reason every ``TELL_EVERY`` seconds. ``statuses`` gives every group's standing with the
+  live plans (``fairshare.gangstatus``) to the status page and the metrics.
+
 Pods without the ``scheduling.x-k8s.io/pod-group`` label, and members of a group that
 already has ``min_count`` members bound, go the ordinary way (``filter``/``bind`` answer
 None).
@@ -37,11 +43,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import gangs
+from fairshare import gangs, gangstatus
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
 from scheduler_plugin import verbs, wire
@@ -58,6 +64,14 @@ BIND_WAIT = 4.0
 """Seconds a member's bind is held for the rest of its group (``httpTimeout`` is 5 s)."""
 PODGROUP_TTL = 5.0
 """Seconds a read PodGroup (or its absence) is reused."""
+TELL_EVERY = 300.0
+"""Seconds before the same reason is told again on a group's pods (an Event each time)."""
+
+Member = tuple[str, str, str]
+"""(namespace, name, uid) of a group's member."""
+OnWait = Callable[[gangs.GroupKey, Sequence[Member], str], None]
+"""Told that a group waits for something its owner can change: the members not bound
+yet and the text (``events.gang_recorder`` writes it as an Event on each)."""
 
 FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
 """Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
@@ -119,6 +133,67 @@ class GangCoordinator:
     _podgroups: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
         default_factory=dict
     )
+    on_wait: OnWait | None = None
+    _told: dict[gangs.GroupKey, tuple[str, float]] = field(default_factory=dict)
+
+    # -- what is known, for the status page and metrics -------------------------------
+
+    def sizes(self) -> dict[gangs.GroupKey, int | None]:
+        """``spec.minMember`` of every PodGroup read lately (None: it has none)."""
+        return {
+            key: gangs.podgroup_min_count(obj)
+            for key, (_, obj) in self._podgroups.items()
+            if obj is not None
+        }
+
+    def plan_views(self) -> dict[gangs.GroupKey, gangstatus.LivePlanView]:
+        """The live plans as ``gangstatus`` reads them."""
+        return {
+            key: gangstatus.LivePlanView(
+                nodes={p.uid: p.node for p in live.plan.placements},
+                arrived=len(live.arrived),
+                needed=live.gang.needed,
+                complete=live.complete,
+            )
+            for key, live in self.plans.items()
+            if not live.dropped
+        }
+
+    def statuses(
+        self, config: FairShareConfig, *, judge: bool = True
+    ) -> list[gangstatus.GroupStatus]:
+        """Every group the tracker knows, with the live plans (``gangstatus``)."""
+        t = self.tracker
+        return gangstatus.group_statuses(
+            config=config,
+            state=t.state,
+            pods=t.pods,
+            pending=t.pending,
+            podgroups=self.sizes(),
+            plans=self.plan_views(),
+            judge=judge,
+            fair=t.fair_shares(config) if judge else None,
+        )
+
+    def _tell(self, key: gangs.GroupKey, reason: str, hint: str) -> None:
+        """Tell the group's owner why it waits (an Event on its pending members), once
+        per reason every ``TELL_EVERY`` seconds."""
+        if self.on_wait is None:
+            return
+        now = self.clock()
+        last = self._told.get(key)
+        if last is not None and last[0] == reason and now - last[1] < TELL_EVERY:
+            return
+        if len(self._told) > 4096:
+            self._told = {k: v for k, v in self._told.items() if now - v[1] < TELL_EVERY}
+        self._told[key] = (reason, now)
+        members = []
+        for uid, pod in self.tracker.pods.items():
+            if uid not in self.tracker.state.pods and gangs.group_of(pod) == key:
+                meta = pod.get("metadata") or {}
+                members.append((str(meta.get("namespace") or ""), str(meta.get("name")), uid))
+        if members:
+            self.on_wait(key, sorted(members), f"{reason}. {hint}")
 
     # -- group facts -------------------------------------------------------------------
 
@@ -201,6 +276,13 @@ class GangCoordinator:
         if live is None:
             n = await self.min_count(key, args.pod)
             if isinstance(n, str):
+                self._tell(
+                    key,
+                    n,
+                    f"Create PodGroup {key} ({gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION}) "
+                    f"with spec.minMember, or give its pods the {gangs.ANN_MIN_MEMBERS} "
+                    "annotation",
+                )
                 return _refuse(args, names, n, unresolvable=True)
             live_or_answer = self._plan(args, key, n, config, names)
             if not isinstance(live_or_answer, LivePlan):
@@ -262,6 +344,25 @@ class GangCoordinator:
         planned = gangs.plan_gang(state, gang, rows=rows)
         if isinstance(planned, gangs.Refusal):
             missing = gang.members < gang.min_count
+            if missing:
+                self._tell(
+                    key,
+                    planned.reason,
+                    "Create the missing members, or lower the group's minimum "
+                    f"(PodGroup spec.minMember or {gangs.ANN_MIN_MEMBERS})",
+                )
+            else:
+                # on the nodes its members may use at all (kube-scheduler passed only
+                # those with room now)
+                first = gang.waiting[0].constraints if gang.waiting else None
+                allowed = state.eligible_rows(first) if first is not None else None
+                never = gangstatus.never_whole(state, gang, allowed)
+                if never:
+                    self._tell(
+                        key,
+                        f"{planned.reason}; {never}",
+                        "Make the group smaller, or its members' requests fit the nodes",
+                    )
             return _refuse(args, names, planned.reason, unresolvable=missing)
         gangs.reserve(state, planned)
         now = self.clock()

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from fairshare import report
 from fairshare.config.schema import FairShareConfig
+from scheduler_plugin.ganging import GangCoordinator
 from scheduler_plugin.tracking import ExtenderTracker
 
 REFRESH_SECONDS = 10
@@ -40,8 +41,10 @@ class StatusPage:
         *,
         now: Callable[[], float] = time.monotonic,
         usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
+        gangs: Callable[[], GangCoordinator | None] | None = None,
     ) -> None:
         self.usage_history = usage_history
+        self.gangs = gangs
         self.tracker = tracker
         self.config = config
         self.now = now
@@ -55,7 +58,12 @@ class StatusPage:
 
     def _report(self) -> dict[str, Any]:
         t = self.tracker
-        key = (t.state.version, len(t.pending), id(self.config()))
+        coordinator = self.gangs() if self.gangs is not None else None
+        plans = tuple(
+            (k, v.arrived, v.complete)
+            for k, v in (coordinator.plan_views() if coordinator else {}).items()
+        )
+        key = (t.state.version, len(t.pending), id(self.config()), plans)
         now = self.now()
         if self._cached is not None:
             old_key, at, data = self._cached
@@ -67,6 +75,7 @@ class StatusPage:
             pending=t.pending_queue(),
             mix=t.mix(),
             unreadable=t.unreadable,
+            gangs=[g.as_dict() for g in coordinator.statuses(self.config())] if coordinator else (),
         )
         self._cached = (key, now, data)
         return data
@@ -85,11 +94,13 @@ def add_routes(
     config: Callable[[], FairShareConfig],
     *,
     usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
+    gangs: Callable[[], GangCoordinator | None] | None = None,
 ) -> StatusPage:
     """``GET /status`` and ``GET /status.json`` on ``app``; ``usage_history`` gives the
     leader's usage history (``scheduler_plugin.usagehistory``), shown under
-    ``usageHistory`` while it is kept."""
-    page = StatusPage(tracker, config, usage_history=usage_history)
+    ``usageHistory`` while it is kept; ``gangs`` the extender's pod groups and their live
+    plans (``ganging.GangCoordinator``), shown under ``gangs`` while any exists."""
+    page = StatusPage(tracker, config, usage_history=usage_history, gangs=gangs)
     app.router.add_get("/status", page.html)
     app.router.add_get("/status.json", page.json)
     return page

@@ -1,0 +1,304 @@
+"""Where each pod group (gang) stands and why it waits: ``fairshare status``/``explain``,
+the extender's status page, its metrics and its Events on a group's pods.
+
+Pure: no network, no clock. Every judgement is the one the extender makes at a member's
+filter (``scheduler_plugin.ganging``), on the same state: the group's ``min_count`` (the
+PodGroup's ``spec.minMember``, else the members' ``fairshare.io/gang-min-members``), the
+members that exist, the fair-share gate for the whole group (``gangs.gang_gate``) and the
+all-or-nothing plan (``gangs.plan_gang``, on the nodes the first waiting member may use).
+The extender also passes its live plans (``LivePlanView``); ``fairshare status`` has none
+(plans live in the extender's memory) and says what the next member's filter would find.
+
+A group's **state**:
+
+* ``running``: ``min_count`` members are bound (later members are placed one by one);
+* ``planned``: the extender holds a plan (its room reserved); kube-scheduler is taking the
+  members to their planned nodes, and binds are held until every needed member is there;
+* ``waiting``: no plan, and ``reason`` says why: too few members, no size known, the gate
+  (the tenant it yields to is ``waiting_for``), or the group does not fit whole (which
+  member fits where not); ``fits whole now`` when the next filter would plan it.
+
+``actionable``: the reason is one the group's owner can act on (create the missing
+members, give the group a size, make a group that can fit the cluster at all); the
+extender records an Event on the group's pending pods for those (``REASON_GANG``).
+Waiting for room or for the fair-share gate is fairness at work and gets no Event.
+
+``held_gpus``: GPUs a group that is not running holds: its bound members (a group
+bound in part, e.g. by a member bound before the group was planned) and its plan's
+reservations; what an incomplete gang keeps from everyone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from fairshare import fairness, gangs, gating
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest
+from fairshare.resources import MILLI_GPU
+from fairshare.state.cluster import ClusterState
+
+__all__ = [
+    "REASON_GANG",
+    "GroupStatus",
+    "LivePlanView",
+    "group_statuses",
+    "never_whole",
+]
+
+REASON_GANG: Final = "FairShareGang"
+"""The Event reason on a group's pods when it waits for something its owner can change."""
+
+FITS_NOW: Final = "fits whole now: the next member's filter plans it"
+
+
+@dataclass(frozen=True)
+class LivePlanView:
+    """What the extender's live plan of a group says (``ganging.LivePlan``)."""
+
+    nodes: Mapping[str, str]
+    """Planned node per member uid."""
+    arrived: int
+    """Members that reached bind."""
+    needed: int
+    """Members that must reach bind before the group binds."""
+    complete: bool
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    key: gangs.GroupKey
+    tenant: str | None
+    min_count: int | None
+    min_source: str
+    """``PodGroup``, ``annotation`` or "" (unknown)."""
+    members: int
+    """Members that exist (not finished)."""
+    bound: int
+    state: str
+    """``running``, ``planned`` or ``waiting``."""
+    reason: str
+    waiting_for: str | None = None
+    """The tenant the group yields to at the fair-share gate."""
+    actionable: bool = False
+    held_gpus: float = 0.0
+    pending: tuple[str, ...] = ()
+    """Uids of the members not bound yet."""
+    planned: Mapping[str, str] | None = None
+    """Planned node per member name (``planned`` only)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "group": str(self.key),
+            "tenant": self.tenant,
+            "minCount": self.min_count,
+            "minCountFrom": self.min_source or None,
+            "members": self.members,
+            "bound": self.bound,
+            "state": self.state,
+            "reason": self.reason,
+            "heldGpus": round(self.held_gpus, 3),
+            "actionable": self.actionable,
+        }
+        if self.waiting_for is not None:
+            out["waitingFor"] = self.waiting_for
+        if self.planned is not None:
+            out["planned"] = dict(sorted(self.planned.items()))
+        return out
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def _held_gpus(state: ClusterState, uids: Collection[str]) -> float:
+    col = state.gpu_col
+    milli = 0.0
+    for uid in uids:
+        for key in (uid, gangs.RESERVATION_PREFIX + uid):
+            bp = state.pods.get(key)
+            if bp is not None and col < len(bp.row):
+                milli += bp.row[col]
+    return milli / MILLI_GPU
+
+
+def group_statuses(
+    *,
+    config: FairShareConfig,
+    state: ClusterState,
+    pods: Mapping[str, Mapping[str, Any]],
+    pending: Mapping[str, PodRequest],
+    podgroups: Mapping[gangs.GroupKey, int | None] | None = None,
+    plans: Mapping[gangs.GroupKey, LivePlanView] | None = None,
+    judge: bool = True,
+    fair: Mapping[str, fairness.FairShare] | None = None,
+) -> list[GroupStatus]:
+    """Every group among ``pods`` (uid -> pod, the non-finished ones), sorted by key.
+
+    ``podgroups``: ``spec.minMember`` per group that has a PodGroup (None: it has one
+    without a positive ``minMember``); a group missing here is sized by its annotation.
+    ``plans``: the extender's live plans. ``judge``: False skips the gate and the plan
+    (the cheap figures for metrics: state, members, held GPUs)."""
+    members: dict[gangs.GroupKey, list[str]] = {}
+    for uid, pod in pods.items():
+        key = gangs.group_of(pod)
+        if key is not None:
+            members.setdefault(key, []).append(uid)
+    if not members:
+        return []
+    sizes = podgroups or {}
+    live = plans or {}
+    queue = list(pending.values())
+    if judge and fair is None:
+        fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    out = []
+    for key in sorted(members):
+        uids = members[key]
+        out.append(
+            _one(
+                key,
+                uids,
+                config=config,
+                state=state,
+                pods=pods,
+                pending=pending,
+                queue=queue,
+                sizes=sizes,
+                plan=live.get(key),
+                judge=judge,
+                fair=fair,
+            )
+        )
+    return out
+
+
+def _one(
+    key: gangs.GroupKey,
+    uids: Sequence[str],
+    *,
+    config: FairShareConfig,
+    state: ClusterState,
+    pods: Mapping[str, Mapping[str, Any]],
+    pending: Mapping[str, PodRequest],
+    queue: Sequence[PodRequest],
+    sizes: Mapping[gangs.GroupKey, int | None],
+    plan: LivePlanView | None,
+    judge: bool,
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> GroupStatus:
+    bound = [u for u in uids if u in state.pods]
+    waiting = tuple(sorted(u for u in uids if u not in state.pods))
+    tenant = next((state.pods[u].tenant for u in bound if state.pods[u].tenant), None)
+    if tenant is None:
+        tenant = next((pending[u].tenant for u in waiting if u in pending), None)
+    if key in sizes:
+        n, source = sizes[key], "PodGroup"
+    else:
+        n = next((m for u in uids if (m := gangs.annotated_min_count(pods[u]))), None)
+        source = "annotation" if n is not None else ""
+    base = GroupStatus(
+        key=key,
+        tenant=tenant,
+        min_count=n,
+        min_source=source,
+        members=len(uids),
+        bound=len(bound),
+        state="waiting",
+        reason="",
+        pending=waiting,
+    )
+    if n is not None and len(bound) >= n:
+        return replace(base, state="running")
+    held = _held_gpus(state, uids)
+    if plan is not None:
+        by_name = {_name(pods[u]) or u: node for u, node in plan.nodes.items() if u in pods}
+        reason = (
+            f"planned; {plan.arrived} of {plan.needed} members reached bind, the group "
+            "binds whole once all have"
+        )
+        return replace(
+            base,
+            state="planned",
+            reason=reason,
+            held_gpus=held,
+            planned=by_name,
+        )
+    if n is None:
+        if key in sizes:
+            reason = f"gang {key}: its PodGroup has no positive spec.minMember"
+        else:
+            reason = (
+                f"gang {key}: no PodGroup {gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION} "
+                f"{key} and no {gangs.ANN_MIN_MEMBERS} annotation on its pods"
+            )
+        return replace(
+            base,
+            state="waiting",
+            reason=reason,
+            actionable=True,
+            held_gpus=held,
+        )
+    gang = gangs.gang_of(key, n, pods={u: pods[u] for u in uids}, pending=pending, bound=bound)
+    if gang.members < n:
+        reason = (
+            f"gang {key} has {gang.members} of its {n} members; it holds nothing until all exist"
+        )
+        return replace(
+            base,
+            state="waiting",
+            reason=reason,
+            actionable=True,
+            held_gpus=held,
+        )
+    if not judge:
+        return replace(base, held_gpus=held)
+    decision = gangs.gang_gate(state, config, gang, pending=queue, fair=fair)
+    if decision is not None and not decision.allowed:
+        return replace(
+            base,
+            state="waiting",
+            reason=f"gang {gang.describe()}: {decision.reason}",
+            waiting_for=decision.waiting_for,
+            held_gpus=held,
+        )
+    first = gang.waiting[0] if gang.waiting else None
+    rows = state.eligible_rows(first.constraints) if first is not None else None
+    planned = gangs.plan_gang(state, gang, rows=rows)
+    if isinstance(planned, gangs.Refusal):
+        never = never_whole(state, gang, rows)
+        reason = planned.reason + (f"; {never}" if never else "")
+        return replace(
+            base,
+            state="waiting",
+            reason=reason,
+            actionable=bool(never),
+            held_gpus=held,
+        )
+    return replace(base, reason=FITS_NOW, held_gpus=held)
+
+
+def never_whole(state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None) -> str:
+    """Why the group could never be placed whole as the nodes are ("" if it might): a
+    member that fits no node even empty, or a group asking more of a resource than the
+    nodes its members may use have in all."""
+    for req in gang.waiting:
+        if not gating.pod_fits_drained(state, req):
+            return f"{req.namespace}/{req.name} fits no node even empty: it can never run"
+    n_res = state.n_res
+    chosen = range(len(state.nodes)) if rows is None else rows
+    total = [0.0] * n_res
+    for i in chosen:
+        for k in range(n_res):
+            total[k] += state.capacity[i * n_res + k]
+    demand = gang.demand_row()
+    for k, v in enumerate(demand[:n_res]):
+        if v > total[k] + 1e-9:
+            name = state.index.names[k] if k < len(state.index.names) else str(k)
+            return (
+                f"the group asks more {name} than the nodes its members may use have in all: "
+                "it can never run as it is"
+            )
+    return ""
