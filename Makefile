@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 OPENB ?= $(firstword $(wildcard ../shared/data/openb) $(wildcard $(HOME)/openb))
 
-.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels bench-cluster \
+.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels bench-cluster bench-gangs \
         soak cluster-bins clean
 
 install: $(VENV)/.installed
@@ -51,7 +51,8 @@ lint: install
 demo: install build
 	$(VENV)/bin/fairshare simulate --demo
 
-# All benchmarks in one run (kernels, servers, the real control plane); figures only.
+# All benchmarks in one run (kernels, servers, memory, gangs, the real control plane);
+# figures only.
 # The [bench] extra brings py-spy for `bench-cluster PROFILE=1`.
 bench: install build
 	-$(PY) -m pip install --quiet -e '.[bench]'
@@ -67,6 +68,10 @@ bench-cluster: install build
 
 bench-kernels: install build
 	$(PY) -m tests.bench.bench_kernels
+
+# The extender's verbs for the members of a 64-pod group at 1,000 nodes (in process).
+bench-gangs: install build
+	$(PY) -m tests.bench.bench_gangs $(if $(QUICK),--quick)
 
 # The webhook soak at a steady load for 10 minutes (bounded; loopback only).
 soak: install build

@@ -212,10 +212,11 @@ Pick = Callable[[PodRequest, Sequence[int]], int]
 def best_fit(state: ClusterState) -> Pick:
     """The fitting row with the fewest free GPUs (packs a group, leaving whole nodes
     for the next one); ties to the first row given."""
-    col = state.gpu_col
+    col, width = state.gpu_col, state.n_res  # for one plan: no node or resource changes
 
     def pick(_req: PodRequest, rows: Sequence[int]) -> int:
-        return min(rows, key=lambda i: state.free[i * state.n_res + col])
+        free = state.free
+        return min(rows, key=lambda i: free[i * width + col])
 
     return pick
 
@@ -223,8 +224,11 @@ def best_fit(state: ClusterState) -> Pick:
 def _place(
     state: ClusterState, req: PodRequest, rows: Sequence[int] | None, pick: Pick
 ) -> Placement | str:
-    fr = filter_nodes(state, req, rows=rows, explain=True)
+    # The failure texts are built only when no node fits (they would cost more than the
+    # fit itself on every member of a large group).
+    fr = filter_nodes(state, req, rows=rows, explain=False)
     if not fr.fits:
+        fr = filter_nodes(state, req, rows=rows, explain=True)
         reasons = sorted({f.reason for f in fr.failed})
         return "; ".join(reasons[:3]) or "no candidate node"
     i = pick(req, fr.fits)

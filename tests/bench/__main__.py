@@ -1,10 +1,12 @@
 """``make bench``: every benchmark in one run, figures printed and written, never asserted.
 
-    python -m tests.bench [--quick] [--only kernels|servers|memory|cluster ...] [--keep-cluster]
+    python -m tests.bench [--quick] [--only kernels|servers|memory|gangs|cluster ...]
+                          [--keep-cluster]
 
 Runs, in order: the kernel micro-benchmark (``bench_kernels``: C against the pure twin
 and NumPy), the extender and webhook servers alone on loopback (``bench_servers``), the
-extender's peak memory holding a large cluster (``bench_memory``), and the real control
+extender's peak memory holding a large cluster (``bench_memory``), the extender's verbs
+for the members of a 64-pod group at 1,000 nodes (``bench_gangs``), and the real control
 plane (``bench_cluster``: scheduler throughput with and without the
 extender, admission overhead). Each part merges its section into
 ``bench/results/<date>.json`` and ``bench/results/<date>.md`` (the quality results of
@@ -29,7 +31,7 @@ from typing import Any
 from tests.bench import common
 from tests.bench.common import progress
 
-PARTS = ("kernels", "servers", "memory", "cluster")
+PARTS = ("kernels", "servers", "memory", "gangs", "cluster")
 
 
 def run_kernels(quick: bool) -> None:
@@ -96,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                 from tests.bench import bench_memory
 
                 bench_memory.run(args.quick)
+            elif part == "gangs":
+                from tests.bench import bench_gangs
+
+                bench_gangs.run(args.quick)
             elif part == "cluster":
                 from tests.bench import bench_cluster
 
