@@ -475,7 +475,12 @@ def explain_pod(
         verdict = f"held by the fair-share gate: {gate.reason}"
     else:
         verdict = f"schedulable on {len(fr.fits)} node(s)"
-    if gang is not None and not req.unschedulable:
+    # kube-scheduler's verdict on a member is often the group's own refusal (the
+    # extender's "gang ns/name ..." reasons): then the group's standing says more.
+    own_verdict = (
+        req.unschedulable and gang is not None and f"gang {gang['group']}" in req.unschedulable
+    )
+    if gang is not None and (not req.unschedulable or own_verdict):
         extender["gang"] = dict(gang)
         if gang["state"] == "waiting":
             verdict = f"waits with its group: {gang['reason']}"

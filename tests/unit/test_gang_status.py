@@ -342,3 +342,25 @@ def test_status_quota_and_explain_count_the_room_a_gang_holds():
     )
     nxt = member("a", "job", 2, min_members=5)
     assert cli.explain_report(s, tracker, usage, nxt)["webhook"]["allowed"]
+
+
+def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
+    """kube-scheduler writes the extender's refusal of a member into its PodScheduled
+    condition; explain then says why the group waits, not 'unschedulable by
+    kube-scheduler'."""
+    short = "gang a/short has 2 of its 3 members; it holds nothing until all exist"
+    pods = [member("a", "short", i, min_members=3) for i in range(2)]
+    for p in pods:
+        p["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": f"0/2 nodes are available: 2 {short}. preemption: 0/2 nodes are "
+                "available: 2 Preemption is not helpful for scheduling.",
+            }
+        ]
+    s = snap(pods)
+    tracker, usage = cli.feed_trackers(s)
+    out = cli.explain_report(s, tracker, usage, pods[0])
+    assert out["extender"]["verdict"] == f"waits with its group: {short}"
