@@ -222,12 +222,9 @@ class ExtenderTracker:
     """Known DeviceTaintRules by name (``resource.k8s.io/v1beta2``, where served)."""
     slice_gpus: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
     """The DRA GPUs per node the slices and classes give (``dra.slice_capacity``)."""
-    _slice_counts: dict[str, dra.SliceCount] = field(default_factory=dict, init=False, repr=False)
-    """Each known slice's GPUs under ``_matches`` (a slice event counts only its slice)."""
-    _matches: (
-        tuple[tuple[str, ...], tuple[tuple[str, dra.DeviceMatch], ...], dict[str, str]] | None
-    ) = field(default=None, init=False, repr=False)
-    """(configured GPU classes, their device matches, problems) the counts were made with."""
+    _book: dra.SliceBook | None = field(default=None, init=False, repr=False)
+    """The slices' counts per pool, over the three dicts above (a slice event counts only
+    its slice and combines only its pool)."""
     claim_users: dict[str, set[str]] = field(default_factory=dict)
     """Per claim (``namespace/name``), the pods that reference it (``claim_pods`` inverted)."""
     carried: dict[str, str] = field(default_factory=dict)
@@ -244,6 +241,9 @@ class ExtenderTracker:
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     """Recently deleted or finished pods: a late scheduler call must not revive them."""
     _fair: tuple[Any, dict[str, fairness.FairShare]] | None = field(default=None, init=False)
+    _demand_version: int = field(default=0, init=False)
+    """Counts pending pods read again with another row (their claims allocated or counted
+    again): the queue's uids alone do not say the fair allocation is stale."""
     _fair_inputs: (
         tuple[
             int,
@@ -303,7 +303,11 @@ class ExtenderTracker:
             before = self._columns_of
             self._columns_of = config
             self._declare_capacity(config)
-            if before is not None and before.dra != config.dra and self.resource_slices:
+            dra_changed = before is not None and (before.dra, before.mig) != (
+                config.dra,
+                config.mig,
+            )
+            if dra_changed and self.resource_slices:
                 self._recount_slices()  # other GPU classes: other DRA capacity
             return
         fresh = self._rebuilt(config)
@@ -529,34 +533,25 @@ class ExtenderTracker:
         """Derive the DRA GPUs per node again (counting the devices of ``changed_slice``
         alone when only that slice changed); re-apply the known nodes whose count changed
         (their GPU capacity; pods bound there stay counted)."""
-        classes = tuple(self.config().dra.gpu_device_classes)
-        held = self._matches
-        if changed_slice is None or held is None or held[0] != classes:
-            matches, problems = dra.gpu_matches(self.device_classes, classes)
-            self._matches = (classes, matches, problems)
-            self._slice_counts = {
-                name: dra.count_slice(rs, matches) for name, rs in self.resource_slices.items()
-            }
-        elif changed_slice in self.resource_slices:
-            rs = self.resource_slices[changed_slice]
-            self._slice_counts[changed_slice] = dra.count_slice(rs, held[1])
-        else:
-            self._slice_counts.pop(changed_slice, None)
-        assert self._matches is not None
-        before, devices_before = self.slice_gpus.node_gpus, self.slice_gpus.devices
-        rules = [r for r in map(dra.taint_rule_selector, self.taint_rules.values()) if r]
-        self.slice_gpus = dra.combine_slices(
-            self._slice_counts.values(), self._matches[2], self.config().mig_fractions(), rules
-        )
-        after = self.slice_gpus.node_gpus
-        if self.slice_gpus.devices != devices_before and self.claim_objects:
+        book = self._book
+        if book is None or book.slices is not self.resource_slices:
+            book = self._book = dra.SliceBook(
+                self.resource_slices, self.device_classes, self.taint_rules
+            )
+            changed_slice = None
+        config = self.config()
+        before = self.slice_gpus.node_gpus
+        changed = book.recount(config.dra.gpu_device_classes, config.mig_fractions(), changed_slice)
+        self.slice_gpus = book.capacity
+        if (changed is None or changed) and self.claim_objects:
             self._recount_claims()
-        changed = False
+        after = self.slice_gpus.node_gpus
+        reapplied = False
         for name in sorted(set(before) | set(after)):
             if before.get(name, 0) != after.get(name, 0) and name in self.nodes:
                 self._node(self.nodes[name])
-                changed = True
-        if changed and self.claim_users:
+                reapplied = True
+        if reapplied and self.claim_users:
             self._sync_carried(list(self.claim_users))
             self._recount_dra()
         # A GPU class that counts nothing is worth saying once a driver publishes slices.
@@ -940,6 +935,9 @@ class ExtenderTracker:
                     self.on_change()
             else:
                 req = self._claim_devices(uid, req, bound=False)[0]
+                before = self.pending.get(uid)
+                if before is not None and (before.row, before.tenant) != (req.row, req.tenant):
+                    self._demand_version += 1
                 self.pending[uid] = self._with_verdict(uid, req)
                 self._keep_read(pod, config, tenant, req)
         except (StateError, resources.DemandError) as exc:
@@ -1037,7 +1035,7 @@ class ExtenderTracker:
         or config do): a bind moves a pod's request from pending to bound, which mostly
         leaves every tenant's demand as it was."""
         state = self.state
-        key = (state.version, tuple(self.pending), id(config))
+        key = (state.version, tuple(self.pending), self._demand_version, id(config))
         if self._fair is not None and self._fair[0] == key:
             return self._fair[1]
         rows = gating.demand_rows(state, self.pending.values())

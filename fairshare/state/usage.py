@@ -93,6 +93,7 @@ class UsageTracker:
     slice_devices: dra.SliceCapacity = field(default_factory=lambda: dra.SliceCapacity({}))
     """The GPU devices the ResourceSlices publish (a MIG partition counts its fraction, a
     share of a shareable GPU its part: ``dra.claim_gpus``)."""
+    _book: dra.SliceBook | None = field(default=None, init=False, repr=False)
     unreadable: dict[str, str] = field(default_factory=dict)
     memory_pods: dict[str, tuple[str, resources.PodDemand, str | None]] = field(
         default_factory=dict
@@ -167,29 +168,26 @@ class UsageTracker:
                 held.pop(name, None)
             else:
                 held[name] = obj
-            self._recount_devices()
+            self._recount_devices(name if kind == dra.KIND_SLICE else None)
 
     def dra_devices(self) -> dra.SliceCapacity:
         """The GPU devices the ResourceSlices publish (for a claim judged at admission)."""
         return self.slice_devices
 
-    def _recount_devices(self) -> None:
-        """Derive the device index again; count the claims again if it changed."""
+    def _recount_devices(self, changed_slice: str | None = None) -> None:
+        """Derive the device index again (``changed_slice``: only that slice changed);
+        count the claims again if the devices changed."""
+        if self._book is None:
+            self._book = dra.SliceBook(self.resource_slices, self.device_classes)
+            changed_slice = None
         config = self.config()
-        devices = dra.slice_capacity(
-            self.resource_slices.values(),
-            self.device_classes,
-            frozenset(config.dra.gpu_device_classes),
-            config.mig_fractions(),
+        changed = self._book.recount(
+            config.dra.gpu_device_classes, config.mig_fractions(), changed_slice
         )
-        if devices.devices == self.slice_devices.devices and (
-            devices.class_shapes == self.slice_devices.class_shapes
-        ):
-            self.slice_devices = devices
-            return
-        self.slice_devices = devices
-        for claim in list(self.claim_objects.values()):
-            self._resource_claim(claim, deleted=False, seen=False)
+        self.slice_devices = self._book.capacity
+        if changed is None or changed:
+            for claim in list(self.claim_objects.values()):
+                self._resource_claim(claim, deleted=False, seen=False)
 
     def _node(self, node: dict[str, Any], *, deleted: bool, recount: bool) -> None:
         name = str(_meta(node).get("name", ""))

@@ -348,3 +348,34 @@ def test_the_tracker_follows_device_taint_rules_live():
     assert tr.state.total_capacity()[tr.state.gpu_col] == 8000
     tr.on_resync(dra.KIND_TAINT_RULE, [rule, taint_rule("two", pool="n1", device="gpu-4")])
     assert tr.state.total_capacity()[tr.state.gpu_col] == 6000
+
+
+def test_the_fair_allocation_follows_a_pending_pods_claim_when_it_is_allocated():
+    """kube-scheduler writes a claim's allocation (PreBind) before it calls the extender's
+    bind: the pending pod's demand changes from its estimate (an unallocated MIG claim
+    counts the class's smallest partition, 1/7) to the partition it got (2g.20gb: 2/7),
+    and the fair allocation the bind's gate judges must follow. It was cached by the
+    queue's pods and the bound state only, so the bind refused the pod: "tenant a above
+    its fair share (0.29 > 0.14)" (found by tests/reliability/test_differential_dra.py)."""
+    config = config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": [
+                {"name": "a", "namespaces": ["a"], "guaranteed": {GPU: "1"}},
+                {"name": "b", "namespaces": ["b"]},
+            ],
+        }
+    )
+    tr = ExtenderTracker(lambda: config)
+    tr.on_resync(dra.KIND_DEVICE_CLASS, list(CLASSES.values()))
+    tr.on_resync(dra.KIND_SLICE, nv.partitioned_slices("n1", 1))
+    tr.on_resync("Node", [dra_node("n1")])
+    two_g = claim("m", "a", nv.MIG_CLASS)
+    tr.on_resync(dra.KIND_CLAIM, [two_g])
+    tr.on_resync("Pod", [claim_pod("p", "a", ["m"], None)])
+    assert tr.fair_shares(config)["a"].share == 1 / 7
+    done = claim("m", "a", nv.MIG_CLASS, allocated=[("n1", "gpu-0-mig-9-4-4")])
+    tr.on_event(dra.KIND_CLAIM, "MODIFIED", done)
+    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(1, 2)
+    assert tr.fair_shares(config)["a"].share == 1 / 2
