@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from fairshare import fairness, gangs, gating
 from fairshare.config.schema import FairShareConfig
-from fairshare.placement import PodRequest
+from fairshare.placement import PodRequest, filter_nodes
 from fairshare.resources import MILLI_GPU
 from fairshare.state.cluster import ClusterState
 
@@ -88,6 +88,9 @@ class GroupStatus:
     """Uids of the members not bound yet."""
     planned: Mapping[str, str] | None = None
     """Planned node per member name (``planned`` only)."""
+    misfit: tuple[str, Mapping[str, str]] | None = None
+    """When the group does not fit whole: the first member (``ns/name``) that fits no node
+    beside the members placed before it, and why not, per node."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -106,6 +109,11 @@ class GroupStatus:
             out["waitingFor"] = self.waiting_for
         if self.planned is not None:
             out["planned"] = dict(sorted(self.planned.items()))
+        if self.misfit is not None:
+            out["misfit"] = {
+                "member": self.misfit[0],
+                "nodes": dict(sorted(self.misfit[1].items())),
+            }
         return out
 
 
@@ -276,8 +284,44 @@ def _one(
             reason=reason,
             actionable=bool(never),
             held_gpus=held,
+            misfit=misfit(state, gang, rows),
         )
     return replace(base, reason=FITS_NOW, held_gpus=held)
+
+
+MISFIT_MAX_MEMBERS: Final = 64
+"""Groups with more waiting members are not searched for their first misfit."""
+
+
+def misfit(
+    state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None
+) -> tuple[str, dict[str, str]] | None:
+    """The first member, in the order ``plan_gang`` places them, that fits no node once the
+    members before it are placed, with each node's reason; None when every member fits
+    (the group falls short elsewhere) or the group is too large to search. The state is
+    left as it was."""
+    order = sorted(gang.waiting, key=lambda p: (-p.gpu_count, -sum(p.row), p.name, p.uid))
+    if not order or len(order) > MISFIT_MAX_MEMBERS:
+        return None
+    before: gangs.GangPlan | None = None
+    for k in range(1, len(order) + 1):
+        prefix = replace(gang, min_count=k, bound=(), waiting=tuple(order[:k]))
+        got = gangs.plan_gang(state, prefix, rows=rows)
+        if isinstance(got, gangs.Refusal):
+            break
+        before = got
+    else:
+        return None
+    req = order[k - 1]
+    if before is not None:
+        gangs.reserve(state, before)
+    try:
+        fr = filter_nodes(state, req, rows=rows, explain=True)
+        why = {f.node: f.reason for f in fr.failed}
+    finally:
+        if before is not None:
+            gangs.release(state, before)
+    return f"{req.namespace}/{req.name}", why
 
 
 def never_whole(state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None) -> str:

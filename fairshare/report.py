@@ -733,6 +733,10 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
             f"  gang: {g['group']}, {g['members']} of {n} members, {g['bound']} bound, "
             f"{g['state']}" + (f", yields to {g['waitingFor']}" if g.get("waitingFor") else "")
         )
+        if g.get("misfit"):
+            m = g["misfit"]
+            lines.append(f"  {m['member']} fits no node beside the members placed before it:")
+            lines += [f"    {node}: {why}" for node, why in m["nodes"].items()]
     gate = ext.get("gate")
     if gate is not None:
         after = "-" if gate["shareAfter"] is None else f"{gate['shareAfter']:.4f}"

@@ -364,3 +364,27 @@ def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
     tracker, usage = cli.feed_trackers(s)
     out = cli.explain_report(s, tracker, usage, pods[0])
     assert out["extender"]["verdict"] == f"waits with its group: {short}"
+
+
+def test_which_member_does_not_fit_where():
+    """Two 4-GPU nodes with 2 GPUs free each: of a 3 × 2-GPU group two members place, the
+    third fits no node beside them; status and explain name it and each node's reason."""
+    pods = [
+        bound(member("b", "x", 0, gpus=2) | {"metadata": {"name": "x0", "namespace": "b",
+                                                            "uid": "b-x0"}}, "n1"),
+        bound(member("b", "x", 1, gpus=2) | {"metadata": {"name": "x1", "namespace": "b",
+                                                            "uid": "b-x1"}}, "n2"),
+        *(member("a", "ja", i, min_members=3) for i in range(3)),
+    ]  # fmt: skip
+    s = snap(pods)
+    g = statuses(s)["a/ja"]
+    assert "does not fit whole: 2 of 3 members placed" in g.reason
+    full = "Insufficient nvidia.com/gpu (free 0, requested 2)"
+    assert g.misfit == ("a/ja-2", {"n1": full, "n2": full})
+    assert g.as_dict()["misfit"] == {"member": "a/ja-2", "nodes": {"n1": full, "n2": full}}
+    tracker, usage = cli.feed_trackers(s)
+    before = tracker.state.total_free()
+    text = report.render_explain_text(cli.explain_report(s, tracker, usage, pods[2]))
+    assert "  a/ja-2 fits no node beside the members placed before it:\n" in text
+    assert f"    n1: {full}\n    n2: {full}\n" in text
+    assert tracker.state.total_free() == before  # the search leaves the state as it was
