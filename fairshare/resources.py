@@ -369,10 +369,12 @@ def to_kernel_units(name: str, amount: Fraction) -> float:
 
 
 def from_kernel_units(name: str, value: float) -> Fraction:
-    """Inverse of :func:`to_kernel_units` (exact for integral kernel values)."""
+    """Inverse of :func:`to_kernel_units` (exact for integral kernel values; others, such
+    as the 142.857 milli-GPU of a 1/7 MIG partition or a sum's float error, round to the
+    nearest unit instead of truncating)."""
     if name in (GPU, CPU):
-        return Fraction(int(value), 1000)
-    return Fraction(int(value))
+        return Fraction(round(value), 1000)
+    return Fraction(round(value))
 
 
 @dataclass(frozen=True)
