@@ -1,12 +1,13 @@
 """``make bench``: every benchmark in one run, figures printed and written, never asserted.
 
-    python -m tests.bench [--quick] [--only kernels|servers|memory|gangs|cluster ...]
+    python -m tests.bench [--quick] [--only kernels|servers|memory|gangs|dra|cluster ...]
                           [--keep-cluster]
 
 Runs, in order: the kernel micro-benchmark (``bench_kernels``: C against the pure twin
 and NumPy), the extender and webhook servers alone on loopback (``bench_servers``), the
 extender's peak memory holding a large cluster (``bench_memory``), the extender's verbs
-for the members of a 64-pod group at 1,000 nodes (``bench_gangs``), and the real control
+for the members of a 64-pod group at 1,000 nodes (``bench_gangs``), its verbs on 500 DRA
+GPU nodes against the same fleet on the device plugin (``bench_dra``), and the real control
 plane (``bench_cluster``: scheduler throughput with and without the
 extender, admission overhead). Each part merges its section into
 ``bench/results/<date>.json`` and ``bench/results/<date>.md`` (the quality results of
@@ -31,7 +32,7 @@ from typing import Any
 from tests.bench import common
 from tests.bench.common import progress
 
-PARTS = ("kernels", "servers", "memory", "gangs", "cluster")
+PARTS = ("kernels", "servers", "memory", "gangs", "dra", "cluster")
 
 
 def run_kernels(quick: bool) -> None:
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                 from tests.bench import bench_gangs
 
                 bench_gangs.run(args.quick)
+            elif part == "dra":
+                from tests.bench import bench_dra
+
+                bench_dra.run(args.quick)
             elif part == "cluster":
                 from tests.bench import bench_cluster
 

@@ -263,7 +263,7 @@ def write_results(section: str, data: dict[str, Any], markdown: str) -> tuple[Pa
     doc["sections"][section] = {"data": data, "markdown": markdown}
     doc["machine"] = machine()
     jpath.write_text(_portable(json.dumps(doc, indent=2, default=str)) + "\n")
-    order = ["kernels", "quality", "servers", "memory", "gangs", "cluster"]
+    order = ["kernels", "quality", "servers", "memory", "gangs", "dra", "cluster"]
     names = sorted(doc["sections"], key=lambda n: (order.index(n) if n in order else 99, n))
     m = doc["machine"]
     head = (
