@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -163,6 +164,7 @@ def build_status(
     shares = gating.current_shares(state, config)
     fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
     weights = tenancy.tenant_weights(config)
+    groups = {str(g["group"]): g for g in gangs}
     names = sorted(set(weights) | set(shares) | set(fair))
     running: dict[str, int] = {}
     for bp in state.pods.values():
@@ -191,7 +193,13 @@ def build_status(
             judged[shape] = (fits, why, decision)
         fits, why, gate = judged[shape]
         entry: dict[str, Any] = {"pod": _pod_name(req), "tenant": req.tenant, "fitsNodes": fits}
-        if req.unschedulable:
+        group = _own_gang_verdict(req.unschedulable, groups)
+        if group is not None:
+            # kube-scheduler's verdict is the extender's refusal of the pod's group
+            entry["reason"] = f"waits with its group: {group['reason'] or group['state']}"
+            entry["waiting"] = False
+            unplaced.append(entry)
+        elif req.unschedulable:
             # kube-scheduler's own plugins refused every node: its verdict, not fairshare's
             # fit or gate, says why the pod waits (and it holds no other tenant back).
             entry["reason"] = f"{UNSCHEDULABLE_BY_KUBE_SCHEDULER}: {req.unschedulable}"
@@ -244,6 +252,23 @@ def build_status(
         "unreadable": dict(sorted((unreadable or {}).items())),
         **({"gangs": [dict(g) for g in gangs]} if gangs else {}),
     }
+
+
+_GANG_VERDICT = re.compile(r"gang (\S+?/\S+?)[ :]")
+
+
+def _own_gang_verdict(
+    message: str | None, groups: Mapping[str, Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The group (a ``gangs`` row) whose refusal by the extender kube-scheduler's
+    verdict ``message`` repeats, if any."""
+    if not message or not groups:
+        return None
+    for found in _GANG_VERDICT.finditer(message):
+        row = groups.get(found.group(1))
+        if row is not None:
+            return row
+    return None
 
 
 def _tree_order(config: FairShareConfig, names: Sequence[str]) -> list[str]:

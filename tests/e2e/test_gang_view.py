@@ -113,6 +113,14 @@ async def test_a_short_gang_is_told_and_shown_then_runs(
         "heldGpus": 0.0,
         "actionable": True,
     }
+
+    async def listed_with_group() -> bool:
+        # once kube-scheduler has written the group's refusal as its verdict on the pod
+        data = await asyncio.to_thread(cli_json, kc, "status")
+        reasons = [p["reason"] for p in data["pendingPods"] if p["pod"] == f"{ns}/m-0"]
+        return reasons == [f"waits with its group: {short}"]
+
+    await wait_for(listed_with_group, timeout=30, what="m-0 pending with its group")
     explained = await asyncio.to_thread(cli_json, kc, "explain", f"{ns}/m-0")
     assert explained["extender"]["verdict"] == f"waits with its group: {short}"
 

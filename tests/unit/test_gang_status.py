@@ -364,6 +364,15 @@ def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
     tracker, usage = cli.feed_trackers(s)
     out = cli.explain_report(s, tracker, usage, pods[0])
     assert out["extender"]["verdict"] == f"waits with its group: {short}"
+    # and status lists the members as waiting with their group, not as kube-scheduler's
+    data = report.build_status(
+        config=s.config,
+        state=tracker.state,
+        pending=tracker.pending_queue(),
+        mix=tracker.mix(),
+        gangs=[g.as_dict() for g in cli.gang_statuses(s, tracker, s.config)],
+    )
+    assert [p["reason"] for p in data["pendingPods"]] == [f"waits with its group: {short}"] * 2
 
 
 def test_which_member_does_not_fit_where():

@@ -325,3 +325,27 @@ def test_the_min_members_annotation_is_accepted_and_checked():
     resp = c.admit(bad)
     assert not resp.allowed and resp.status is not None and resp.status.code == 400
     assert f'annotation {ANN_MIN_MEMBERS}="0": not a positive integer' in resp.status.message
+
+
+async def test_with_shared_reservations_a_replica_judges_and_holds_the_group():
+    """``--shared-reservations``: the gang's account lives in the replica's book; its
+    first member's admission holds the room for the rest there too."""
+    from tests.unit.test_webhook_shared import MemoryStore
+    from webhook import coordination
+
+    c = Cluster(limit=10)
+    shared = coordination.SharedReservations(MemoryStore(), ttl=30.0)
+
+    async def admit(obj: dict[str, Any]) -> wire.AdmissionResponse:
+        return await shared.admit(
+            request(obj), view=c.tracker, config=c.config, gang=review.GangContext(c.book)
+        )
+
+    refused = await admit(pod("big-0", 3, group="big", min_members=4))
+    assert not refused.allowed and "gang ml/big (4 members" in (
+        refused.status.message if refused.status else ""
+    )
+    assert (await admit(pod("job-0", min_members=5))).allowed
+    assert not (await admit(pod("stray", 1, group=None))).allowed
+    for i in range(1, 5):
+        assert (await admit(pod(f"job-{i}", min_members=5))).allowed
