@@ -18,6 +18,8 @@ from typing import Any
 from fairshare import history
 from fairshare.placement import build_workload_mix, class_key, cluster_fragmentation
 from fairshare.resources import CPU
+from fairshare.simulator import drapool
+from fairshare.simulator.drapool import DraSimulation
 from fairshare.simulator.engine import (
     Policy,
     Simulation,
@@ -30,10 +32,19 @@ from fairshare.simulator.scenario import LoadedScenario
 
 def run_scenario(loaded: LoadedScenario, *, policy: Policy = "ours", seed: int = 0) -> Simulation:
     """Replay ``loaded`` and return the finished simulation."""
-    sim = Simulation(loaded.config, policy=policy, seed=seed)
+    pools = loaded.dra_pools()
+    dra_sim = DraSimulation(loaded.config, policy=policy, seed=seed) if loaded.uses_dra() else None
+    sim = dra_sim or Simulation(loaded.config, policy=policy, seed=seed)
     sim.namespace_labels.update(loaded.scenario.namespaces)
     for name, alloc, labels, unhealthy in loaded.node_specs():
-        sim.add_node(name, alloc, labels)
+        pool = pools.get(name)
+        if dra_sim is not None and pool is not None:
+            slices = drapool.node_slices(
+                name, gpus=pool.gpus, partitionable=pool.partitionable, shareable=pool.shareable
+            )
+            dra_sim.add_dra_node(name, alloc, labels, slices)
+        else:
+            sim.add_node(name, alloc, labels)
         if unhealthy:
             sim.state.set_health(name, False, unhealthy)
     specs = loaded.pod_specs()
@@ -42,7 +53,19 @@ def run_scenario(loaded: LoadedScenario, *, policy: Policy = "ours", seed: int =
         pod = requests_pod(
             name=name, namespace=w.namespace, requests=w.requests, annotations=w.annotations
         )
-        reqs.append((w, sim.request_for(pod, uid=name)))
+        if w.node_selector:
+            pod["spec"]["nodeSelector"] = dict(w.node_selector)
+        if dra_sim is None:
+            reqs.append((w, sim.request_for(pod, uid=name)))
+            continue
+        claim = None
+        if w.claim is not None:
+            c = w.claim
+            claim = drapool.claim_object(
+                f"{name}-gpu", w.namespace, count=c.gpus, mig=c.mig, memory=c.memory
+            )
+            pod = drapool.claim_pod(pod, f"{name}-gpu")
+        reqs.append((w, dra_sim.dra_request(pod, claim, uid=name)))
     cpu_col = sim.index.column(CPU)
     sim.mix = build_workload_mix(
         (class_key(r, cpu_col=cpu_col) for _, r in reqs), model_ids=sim.state.model_ids
