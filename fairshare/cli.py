@@ -583,14 +583,17 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def podgroup_sizes(snap: Any) -> dict[Any, int | None]:
-    """``spec.minMember`` of the snapshot's PodGroups, by group (None: it has none)."""
+    """``min_count`` of the snapshot's PodGroups, by group (None: it has none)."""
     from fairshare import gangs
     from fairshare.state.snapshot import PODGROUP
 
     sizes: dict[gangs.GroupKey, int | None] = {}
     for pg in snap.objects.get(PODGROUP, []):
         meta = pg.get("metadata") or {}
-        key = gangs.GroupKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        native = str(pg.get("apiVersion", "")).startswith(gangs.NATIVE_GROUP + "/")
+        key = gangs.GroupKey(
+            str(meta.get("namespace") or "default"), str(meta.get("name") or ""), native
+        )
         sizes[key] = gangs.podgroup_min_count(pg)
     return sizes
 

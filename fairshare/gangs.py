@@ -12,10 +12,16 @@ Conventions read (``../shared/GANGS.md``):
   ``scheduling.x-k8s.io/pod-group: <name>`` and a ``scheduling.x-k8s.io/v1alpha1``
   PodGroup ``<name>`` in the pod's namespace whose ``spec.minMember`` is ``min_count``;
 * without that PodGroup, the annotation ``fairshare.io/gang-min-members: "<n>"`` on the
-  members (fairshare's own fallback, for clusters without the coscheduling CRD).
-
-The native ``scheduling.k8s.io/v1alpha2`` path (``spec.schedulingGroup``) is not read
-here yet.
+  members (fairshare's own fallback, for clusters without the coscheduling CRD);
+* Kubernetes' native pod groups (v1.36, alpha: gates ``GenericWorkload`` and
+  ``GangScheduling``, API ``scheduling.k8s.io/v1alpha2``): the pod's immutable
+  ``spec.schedulingGroup.podGroupName`` names a ``PodGroup`` in its namespace whose
+  ``spec.schedulingPolicy.gang.minCount`` is ``min_count`` (a ``basic`` policy: no gang,
+  ``min_count`` 1). kube-scheduler's pod-group cycle then calls the extender once per
+  member with tentative placements it does not report; the plan made at the first
+  member's filter answers each member with its planned node, so those calls agree with
+  each other (no device or quota counted twice), and binding starts only once the whole
+  group is permitted.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ ANN_MIN_MEMBERS: Final = "fairshare.io/gang-min-members"
 PODGROUP_GROUP: Final = "scheduling.x-k8s.io"
 PODGROUP_VERSION: Final = "v1alpha1"
 PODGROUP_PLURAL: Final = "podgroups"
+NATIVE_GROUP: Final = "scheduling.k8s.io"
+"""The native PodGroup's API group (``v1alpha2`` in v1.36; ``NATIVE_VERSION``)."""
+NATIVE_VERSION: Final = "v1alpha2"
 RESERVATION_PREFIX: Final = "gang-reservation/"
 """The uid prefix of a planned member's reservation in the ``ClusterState``."""
 
@@ -51,9 +60,18 @@ RESERVATION_PREFIX: Final = "gang-reservation/"
 class GroupKey:
     namespace: str
     name: str
+    native: bool = False
+    """A native ``scheduling.k8s.io`` PodGroup (else the coscheduling convention)."""
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def api(self) -> tuple[str, str, str]:
+        """(group, version, plural) of the PodGroup object that sizes this group."""
+        if self.native:
+            return (NATIVE_GROUP, NATIVE_VERSION, PODGROUP_PLURAL)
+        return (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -62,8 +80,14 @@ def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def group_of(pod: Mapping[str, Any]) -> GroupKey | None:
-    """The pod's group (label ``scheduling.x-k8s.io/pod-group`` in its namespace), or None."""
+    """The pod's group in its namespace, or None: the native ``spec.schedulingGroup
+    .podGroupName`` first, else the label ``scheduling.x-k8s.io/pod-group``."""
     meta = _meta(pod)
+    spec = pod.get("spec")
+    sched = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    native = sched.get("podGroupName") if isinstance(sched, Mapping) else None
+    if isinstance(native, str) and native:
+        return GroupKey(str(meta.get("namespace") or "default"), native, native=True)
     labels = meta.get("labels")
     name = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
     if not isinstance(name, str) or not name:
@@ -89,9 +113,19 @@ def annotated_min_count(pod: Mapping[str, Any]) -> int | None:
 
 
 def podgroup_min_count(podgroup: Mapping[str, Any]) -> int | None:
-    """A coscheduling PodGroup's ``spec.minMember`` (None: absent or not positive)."""
+    """A PodGroup's ``min_count`` (None: absent or not positive): a coscheduling
+    PodGroup's ``spec.minMember``; a native one's ``spec.schedulingPolicy.gang.minCount``
+    (its ``basic`` policy: 1, each pod on its own)."""
     spec = podgroup.get("spec")
-    return _positive(spec.get("minMember")) if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return None
+    policy = spec.get("schedulingPolicy")
+    if isinstance(policy, Mapping):
+        gang = policy.get("gang")
+        if isinstance(gang, Mapping):
+            return _positive(gang.get("minCount"))
+        return 1 if isinstance(policy.get("basic"), Mapping) else None
+    return _positive(spec.get("minMember"))
 
 
 @dataclass(frozen=True)

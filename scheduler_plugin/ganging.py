@@ -95,29 +95,10 @@ class LivePlan:
 
 
 def api_fetcher(api_client: Any) -> FetchPodGroup:
-    """Read PodGroups ``scheduling.x-k8s.io/v1alpha1`` through the API (404: None; a
-    cluster without the CRD answers 404 as well)."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
+    """Read a group's PodGroup through the API (``informers.podgroup_fetcher``)."""
+    from fairshare.state import informers
 
-    api = client.CustomObjectsApi(api_client)
-
-    async def fetch(key: gangs.GroupKey) -> Mapping[str, Any] | None:
-        try:
-            obj = await api.get_namespaced_custom_object(
-                gangs.PODGROUP_GROUP,
-                gangs.PODGROUP_VERSION,
-                key.namespace,
-                gangs.PODGROUP_PLURAL,
-                key.name,
-                _request_timeout=2,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj if isinstance(obj, Mapping) else None
-
+    fetch: FetchPodGroup = informers.podgroup_fetcher(api_client)
     return fetch
 
 
@@ -213,12 +194,16 @@ class GangCoordinator:
             if obj is not None:
                 n = gangs.podgroup_min_count(obj)
                 if n is None:
-                    return f"gang {key}: its PodGroup has no positive spec.minMember"
+                    field_ = (
+                        "spec.schedulingPolicy.gang.minCount" if key.native else "spec.minMember"
+                    )
+                    return f"gang {key}: its PodGroup has no positive {field_}"
                 return n
         n = gangs.annotated_min_count(pod)
         if n is None:
+            group, version, _ = key.api
             return (
-                f"gang {key}: no PodGroup {gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION} "
+                f"gang {key}: no PodGroup {group}/{version} "
                 f"{key} and no {gangs.ANN_MIN_MEMBERS} annotation on the pod"
             )
         return n
@@ -279,9 +264,14 @@ class GangCoordinator:
                 self._tell(
                     key,
                     n,
-                    f"Create PodGroup {key} ({gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION}) "
-                    f"with spec.minMember, or give its pods the {gangs.ANN_MIN_MEMBERS} "
-                    "annotation",
+                    (
+                        f"Create PodGroup {key} ({gangs.NATIVE_GROUP}/{gangs.NATIVE_VERSION}) "
+                        "with spec.schedulingPolicy.gang.minCount"
+                        if key.native
+                        else f"Create PodGroup {key} ({gangs.PODGROUP_GROUP}/"
+                        f"{gangs.PODGROUP_VERSION}) with spec.minMember, or give its pods "
+                        f"the {gangs.ANN_MIN_MEMBERS} annotation"
+                    ),
                 )
                 return _refuse(args, names, n, unresolvable=True)
             live_or_answer = self._plan(args, key, n, config, names)

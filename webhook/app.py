@@ -340,29 +340,11 @@ def publish_tenant_metrics(deps: WebhookDeps) -> None:
 
 
 def podgroup_fetcher(api_client: Any) -> FetchPodGroup:
-    """Read PodGroups ``scheduling.x-k8s.io/v1alpha1`` through the API (404, also from a
-    cluster without the CRD: None)."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
+    """Read a gang's PodGroup through the API (``informers.podgroup_fetcher``: the
+    coscheduling or the native object; 404: None)."""
+    from fairshare.state import informers
 
-    api = client.CustomObjectsApi(api_client)
-
-    async def fetch(key: gangs.GroupKey) -> Mapping[str, Any] | None:
-        try:
-            obj = await api.get_namespaced_custom_object(
-                gangs.PODGROUP_GROUP,
-                gangs.PODGROUP_VERSION,
-                key.namespace,
-                gangs.PODGROUP_PLURAL,
-                key.name,
-                _request_timeout=2,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj if isinstance(obj, Mapping) else None
-
+    fetch: FetchPodGroup = informers.podgroup_fetcher(api_client)
     return fetch
 
 

@@ -576,3 +576,27 @@ async def _json_lines(content: Any) -> AsyncIterator[dict[str, Any]]:
         del buffer[:start]
     if bytes(buffer).strip():
         yield json.loads(bytes(buffer))
+
+
+def podgroup_fetcher(api_client: Any) -> Callable[[Any], Awaitable[Mapping[str, Any] | None]]:
+    """Read a gang's PodGroup (``fairshare.gangs.GroupKey``) through the API: the
+    coscheduling ``scheduling.x-k8s.io/v1alpha1`` object, or the native
+    ``scheduling.k8s.io/v1alpha2`` one for a native group. 404 (also from a cluster
+    without the CRD or the API): None."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+
+    async def fetch(key: Any) -> Mapping[str, Any] | None:
+        group, version, plural = key.api
+        try:
+            obj = await api.get_namespaced_custom_object(
+                group, version, key.namespace, plural, key.name, _request_timeout=2
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, Mapping) else None
+
+    return fetch

@@ -129,6 +129,7 @@ _KEPT_SPEC: Final = (
     "resourceClaims",
     "schedulerName",
     "schedulingGates",
+    "schedulingGroup",
 )
 _KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 _KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")

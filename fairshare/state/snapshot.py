@@ -194,7 +194,8 @@ async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
 
 
 PODGROUP: Final = "PodGroup"
-"""The coscheduling PodGroups (``scheduling.x-k8s.io/v1alpha1``) of the snapshot's gangs."""
+"""The PodGroups of the snapshot's gangs: coscheduling (``scheduling.x-k8s.io/v1alpha1``)
+and native (``scheduling.k8s.io/v1alpha2``), told apart by their ``apiVersion``."""
 
 
 async def _podgroups(api_client: Any, snap: Snapshot) -> list[dict[str, Any]]:
@@ -208,21 +209,27 @@ async def _podgroups(api_client: Any, snap: Snapshot) -> list[dict[str, Any]]:
     if not any(gangs.group_of(p) for p in snap.objects.get("Pod", [])):
         return []
     api = client.CustomObjectsApi(api_client)
-    try:
-        listed = await api.list_cluster_custom_object(
-            gangs.PODGROUP_GROUP, gangs.PODGROUP_VERSION, gangs.PODGROUP_PLURAL
-        )
-    except Exception as exc:
-        status = _status_of(exc)
-        if status == 404:
-            return []
-        snap.warnings.append(
-            f"PodGroups {gangs.PODGROUP_PLURAL}.{gangs.PODGROUP_GROUP} cannot be listed "
-            f"({status or exc}): gangs are sized by their {gangs.ANN_MIN_MEMBERS} annotation"
-        )
-        return []
-    items = listed.get("items") if isinstance(listed, dict) else None
-    return [{**i, "kind": PODGROUP} for i in items or [] if isinstance(i, dict)]
+    found: list[dict[str, Any]] = []
+    for native in (False, True):
+        group, version, plural = gangs.GroupKey("", "", native).api
+        try:
+            listed = await api.list_cluster_custom_object(group, version, plural)
+        except Exception as exc:
+            status = _status_of(exc)
+            if status == 404:
+                continue
+            snap.warnings.append(
+                f"PodGroups {plural}.{group} cannot be listed ({status or exc}): "
+                f"their gangs are sized by their {gangs.ANN_MIN_MEMBERS} annotation"
+            )
+            continue
+        items = listed.get("items") if isinstance(listed, dict) else None
+        found += [
+            {**i, "kind": PODGROUP, "apiVersion": f"{group}/{version}"}
+            for i in items or []
+            if isinstance(i, dict)
+        ]
+    return found
 
 
 async def take_snapshot(

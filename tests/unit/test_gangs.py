@@ -190,3 +190,33 @@ def test_gate_holds_a_tenant_above_its_share_for_a_waiting_tenant():
     )
     assert decision is not None and not decision.allowed
     assert decision.reason == "tenant a above its fair share (0.75 > 0.50) while b waits"
+
+
+# -- the native pod-group convention (scheduling.k8s.io/v1alpha2) ---------------------------
+
+
+def test_native_pod_groups_are_read_before_the_coscheduling_label():
+    from fairshare.state import objects as state_objects
+
+    p = {
+        "metadata": {"name": "w-0", "namespace": "ml", "labels": {gangs.POD_GROUP_LABEL: "old"}},
+        "spec": {"schedulingGroup": {"podGroupName": "job"}, "containers": []},
+    }
+    key = gangs.group_of(p)
+    assert key == gangs.GroupKey("ml", "job", native=True)
+    assert key.api == ("scheduling.k8s.io", "v1alpha2", "podgroups")
+    assert gangs.GroupKey("ml", "job").api == ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+    # The extender's slimmed pod keeps the field, so its tracker groups the pod too.
+    assert gangs.group_of(state_objects.slim_pod(p)) == key
+    del p["spec"]["schedulingGroup"]
+    assert gangs.group_of(p) == gangs.GroupKey("ml", "old")
+
+
+def test_native_podgroup_min_count():
+    gang = {"spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}
+    assert gangs.podgroup_min_count(gang) == 4
+    assert gangs.podgroup_min_count({"spec": {"schedulingPolicy": {"basic": {}}}}) == 1
+    assert (
+        gangs.podgroup_min_count({"spec": {"schedulingPolicy": {"gang": {"minCount": 0}}}}) is None
+    )
+    assert gangs.podgroup_min_count({"spec": {"minMember": 3}}) == 3
