@@ -922,19 +922,21 @@ class ExtenderTracker:
                 self._memory_uids.add(uid)
             else:
                 self._memory_uids.discard(uid)
-            key = class_key(req, cpu_col=self.state.index.column(CPU))
+            bound = objects.is_bound(pod)
+            # A pod's claims are part of its shape (the mix) and demand (the gate).
+            held_req, group = self._claim_devices(uid, req, bound=bound)
+            key = class_key(held_req, cpu_col=self.state.index.column(CPU))
             self.class_keys[uid] = key
             if key[1:] not in self._mix_shapes:
                 self._mix_stale = True
-            if objects.is_bound(pod):
+            if bound:
                 self.pending.pop(uid, None)
                 self.gated.discard(uid)
-                held_req, group = self._claim_devices(uid, req, bound=True)
                 objects.apply_pod(self.state, pod, config, tenant, request=held_req, group=group)
                 if self.on_change is not None and share:
                     self.on_change()
             else:
-                req = self._claim_devices(uid, req, bound=False)[0]
+                req = held_req
                 before = self.pending.get(uid)
                 if before is not None and (before.row, before.tenant) != (req.row, req.tenant):
                     self._demand_version += 1

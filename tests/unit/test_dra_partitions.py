@@ -379,3 +379,23 @@ def test_the_fair_allocation_follows_a_pending_pods_claim_when_it_is_allocated()
     tr.on_event(dra.KIND_CLAIM, "MODIFIED", done)
     assert tr.pending["uid-p"].demand.get(GPU) == Fraction(1, 2)
     assert tr.fair_shares(config)["a"].share == 1 / 2
+
+
+def test_a_claim_pods_shape_in_the_workload_mix_is_its_claims_gpus():
+    """The mix (the FGD task classes the score weighs) sees a pod's claim GPUs: a pod
+    with a 2-GPU claim is of the class of a pod asking nvidia.com/gpu: 2, not of a
+    GPU-less pod (pending, and bound on a DRA node)."""
+    tr = _tracker([nv.resource_slice("n1", 8)], ["n1"])
+    two = claim("c", "a")
+    two["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    tr.on_resync(dra.KIND_CLAIM, [two])
+    tr.on_resync(
+        "Pod",
+        [
+            claim_pod("p", "a", ["c"], None),
+            pod("k", ns="a", gpu=2, phase="Pending"),
+            pod("z", ns="a", phase="Pending"),
+        ],
+    )
+    keys = tr.class_keys
+    assert keys["uid-p"][1:] == keys["uid-k"][1:] != keys["uid-z"][1:]
