@@ -28,6 +28,17 @@ vector and device ledger until ``filter_nodes`` accepts ``p`` there, then pruned
 victim whose release is not needed is put back). The node needing the fewest victims
 wins (ties: node name). This is a greedy minimal set, not a global minimum.
 
+Pod groups (gangs, ``fairshare.gangs.group_of``; ``groups`` maps a bound pod to its group)
+are victims as whole units: a distributed job that loses one member is lost, so evicting
+one member means evicting every bound member of its group, on whatever node, or none.
+A unit is taken only while its tenant stays at or above its guarantee with all its
+members gone (the group's guaranteed share is protected as a whole); on the node judged,
+its members there free room, and its members elsewhere free room on their own nodes
+(counted for later beneficiaries of the round). Within a tenant, lone pods are tried
+before groups (then the youngest); the node chosen evicts the fewest pods, then the
+fewest units, then the most preferred ones. Pods outside a group are units of one, so
+without groups the choice is exactly the per-pod one above.
+
 Why it cannot loop: a beneficiary only gains up to its guarantee, and a victim's tenant
 never drops below its guarantee, so what one reclaim gave can never be reclaimed back,
 and a victim's tenant never becomes a beneficiary through our evictions. On top of
@@ -78,10 +89,25 @@ class Eviction:
     beneficiary_tenant: str
     toward: str = "guarantee"
     """What the beneficiary is brought up to: "guarantee" or "fair share"."""
+    group: str = ""
+    """The victim's pod group ("" for a lone pod): all its bound members go together."""
+    group_size: int = 1
+    """How many members of ``group`` this plan evicts (all that are bound)."""
 
     @property
     def message(self) -> str:
         """Event text for the victim."""
+        return self._message() + self._group_note()
+
+    def _group_note(self) -> str:
+        if not self.group:
+            return ""
+        return (
+            f"; with all {self.group_size} bound members of its pod group {self.group} "
+            "(a gang that loses one member is lost)"
+        )
+
+    def _message(self) -> str:
         if self.toward == "fair share":
             return (
                 f"evicted from {self.node} to bring tenant {self.beneficiary_tenant} up to its "
@@ -190,6 +216,14 @@ class _Ledger:
     """Tree of tenants: tenant -> (tenant, parent, ..., top); absent = (tenant,)."""
     members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Tree of tenants: tenant -> its subtree (itself first); absent = (tenant,)."""
+    units: Mapping[str, tuple[BoundPod, ...]] = field(default_factory=dict)
+    """A grouped bound pod -> every bound member of its group not already leaving."""
+    group_of: Mapping[str, str] = field(default_factory=dict)
+    """A grouped bound pod -> its group's name."""
+
+    def unit_of(self, pod: BoundPod) -> tuple[BoundPod, ...]:
+        """What evicting ``pod`` evicts: its whole group, or the pod alone."""
+        return self.units.get(pod.uid, (pod,))
 
     def levels_of(self, tenant: str) -> tuple[str, ...]:
         return self.levels.get(tenant, (tenant,))
@@ -307,6 +341,7 @@ def plan_reclaim(
     releasing: frozenset[str] = frozenset(),
     protected: frozenset[str] = frozenset(),
     node_selectors: Mapping[str, Mapping[str, str]] | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> ReclaimPlan:
     """The evictions that give under-guarantee tenants room (see the module docstring).
 
@@ -319,6 +354,8 @@ def plan_reclaim(
     for nodes whose labels match. The pod's own ``constraints`` (node selector, required
     node affinity, taints vs tolerations) limit the nodes too, and a pod that is not
     ``waiting`` (scheduling gates, another scheduler) is never a beneficiary.
+    ``groups``: pod uid -> the name of its pod group; a bound member is a victim only
+    with all its group's other bound members (those not ``releasing``), or not at all.
     """
     if state.n_nodes == 0 or not pending:
         return ReclaimPlan()
@@ -330,6 +367,9 @@ def plan_reclaim(
     for bound in state.pods.values():
         by_node.setdefault(bound.node, []).append(bound)
     led = _Ledger(state, guaranteed, {}, {}, set(), {}, by_node)
+    if groups:
+        led.group_of = groups
+        led.units = _units(state, groups, releasing)
     if config.is_hierarchical():
         names = [t.name for t in config.all_tenants()]
         led.levels = {n: (n, *(a.name for a in config.ancestors(n))) for n in names}
@@ -504,7 +544,7 @@ def _toward_fair_share(
             continue
         blocked = _blocked_pairs(t, last_evictions, now=now, cooldown=cooldown)
         failed = filter_nodes(state, req, rows=rows, explain=True).failed
-        best: tuple[tuple[int, tuple[_Key, ...], str], list[BoundPod]] | None = None
+        best: tuple[_Cost, list[_Unit]] | None = None
         for node in sorted(f.node for f in failed if not f.unresolvable):
             found, _ = _victims_on(
                 led,
@@ -519,31 +559,14 @@ def _toward_fair_share(
             )
             if found is None:
                 continue
-            cost = (len(found), tuple(sorted(_key(p, over, ages) for p in found)), node)
+            cost = _cost(found, node, over, ages)
             if best is None or cost < best[0]:
                 best = (cost, found)
-        if best is None or len(best[1]) > budget - len(evictions):
+        if best is None or best[0][0] > budget - len(evictions):
             continue
-        (_, _, node), chosen = best
+        node, chosen = best[0][-1], best[1]
+        _take(led, chosen, req, toward="fair share", evictions=evictions)
         sim = led.sim(node)
-        for victim in chosen:
-            assert victim.tenant is not None
-            _release(sim, victim)
-            led.add(led.removed, victim.tenant, victim.row)
-            led.released.add(victim.uid)
-            evictions.append(
-                Eviction(
-                    victim.uid,
-                    victim.name,
-                    victim.tenant,
-                    node,
-                    req.uid,
-                    req.name,
-                    req.namespace,
-                    t,
-                    toward="fair share",
-                )
-            )
         _reserve(sim, req)
         led.add(led.gained, t, req.row)
         room[req.uid] = node
@@ -619,7 +642,7 @@ def _plan_one(
         return (WAIT_BUDGET, "the eviction rate limit is reached for now")
     failed = filter_nodes(state, req, rows=rows, explain=True).failed
     nodes = sorted(f.node for f in failed if not f.unresolvable)
-    best: tuple[tuple[int, tuple[_Key, ...], str], list[BoundPod]] | None = None
+    best: tuple[_Cost, list[_Unit]] | None = None
     cooled = False
     for node in nodes:
         found, hit_cooldown = _victims_on(
@@ -628,8 +651,7 @@ def _plan_one(
         cooled = cooled or hit_cooldown
         if found is None:
             continue
-        # Fewest victims, then the most preferred ones (youngest of the most over-share).
-        cost = (len(found), tuple(sorted(_key(p, over, ages) for p in found)), node)
+        cost = _cost(found, node, over, ages)
         if best is None or cost < best[0]:
             best = (cost, found)
     if best is None:
@@ -639,32 +661,78 @@ def _plan_one(
             WAIT_NO_VICTIMS,
             "no node frees a place without taking a tenant below its guarantee",
         )
-    (_, _, node), chosen = best
-    if len(chosen) > budget:
-        return (WAIT_BUDGET, f"needs {len(chosen)} eviction(s), {max(budget, 0)} left now")
+    node, chosen = best[0][-1], best[1]
+    if best[0][0] > budget:
+        return (WAIT_BUDGET, f"needs {best[0][0]} eviction(s), {max(budget, 0)} left now")
+    _take(led, chosen, req, toward="guarantee", evictions=evictions)
     sim = led.sim(node)
-    for victim in chosen:
-        assert victim.tenant is not None
-        _release(sim, victim)
-        led.add(led.removed, victim.tenant, victim.row)
-        led.released.add(victim.uid)
-        ev = Eviction(
-            victim.uid, victim.name, victim.tenant, node, req.uid, req.name, req.namespace, t
-        )
-        evictions.append(ev)
     _reserve(sim, req)
     led.add(led.gained, t, req.row)
     room[req.uid] = node
     return None
 
 
-_Key = tuple[float, str, float, str]
+_Key = tuple[float, str, int, float, str]
+_Unit = tuple[BoundPod, ...]
+_Cost = tuple[int, int, tuple[_Key, ...], str]
+"""(pods evicted, units, unit preferences, node): the lowest wins."""
 
 
-def _key(pod: BoundPod, over: Mapping[str, float], ages: Mapping[str, float]) -> _Key:
-    """Victim preference: most over-share tenant, then youngest pod, then uid."""
-    tenant = pod.tenant or ""
-    return (-over.get(tenant, 0.0), tenant, -ages.get(pod.uid, -math.inf), pod.uid)
+def _key(unit: _Unit, over: Mapping[str, float], ages: Mapping[str, float]) -> _Key:
+    """Victim preference: most over-share tenant, then smaller units (a lone pod before
+    a group), then youngest (a group: its youngest member), then uid."""
+    tenant = unit[0].tenant or ""
+    youngest = max(ages.get(p.uid, -math.inf) for p in unit)
+    return (-over.get(tenant, 0.0), tenant, len(unit), -youngest, min(p.uid for p in unit))
+
+
+def _cost(
+    units: Sequence[_Unit], node: str, over: Mapping[str, float], ages: Mapping[str, float]
+) -> _Cost:
+    """Fewest pods evicted, then fewest units (one job lost rather than two), then the
+    most preferred (youngest of the most over-share), then node name. Without groups this
+    is the per-pod order: fewest victims, then preference, then node."""
+    keys = tuple(sorted(_key(u, over, ages) for u in units))
+    return (sum(len(u) for u in units), len(units), keys, node)
+
+
+def _units(
+    state: ClusterState, groups: Mapping[str, str], releasing: frozenset[str]
+) -> dict[str, _Unit]:
+    """Each grouped bound pod -> its group's bound members (not already leaving), in a
+    fixed order (node, uid)."""
+    by_group: dict[str, list[BoundPod]] = {}
+    for uid, name in groups.items():
+        pod = state.pods.get(uid)
+        if pod is not None and uid not in releasing:
+            by_group.setdefault(name, []).append(pod)
+    out: dict[str, _Unit] = {}
+    for members in by_group.values():
+        unit = tuple(sorted(members, key=lambda p: (p.node, p.uid)))
+        for p in unit:
+            out[p.uid] = unit
+    return out
+
+
+def _take(
+    led: _Ledger, units: Sequence[_Unit], req: PodRequest, *, toward: str,
+    evictions: list[Eviction],
+) -> None:  # fmt: skip
+    """Evict ``units`` for ``req``: each member frees its own node's room in the round."""
+    assert req.tenant is not None
+    for unit in units:
+        for victim in unit:
+            assert victim.tenant is not None
+            _release(led.sim(victim.node), victim)
+            led.add(led.removed, victim.tenant, victim.row)
+            led.released.add(victim.uid)
+            group = led.group_of.get(victim.uid, "")
+            ev = Eviction(
+                victim.uid, victim.name, victim.tenant, victim.node, req.uid, req.name,
+                req.namespace, req.tenant, toward=toward, group=group,
+                group_size=len(unit) if group else 1,
+            )  # fmt: skip
+            evictions.append(ev)
 
 
 def _victims_on(
@@ -679,13 +747,17 @@ def _victims_on(
     skip: frozenset[str],
     fair_floor: tuple[Callable[[str, Sequence[float]], float], Mapping[str, fairness.FairShare]]
     | None = None,
-) -> tuple[list[BoundPod] | None, bool]:
-    """A minimal victim set on ``node`` (None if none frees a place); and whether the
-    cool-down ruled out a victim that would otherwise have been considered. Victims are
-    outside the subtree of ``level`` (the level under its guarantee: the beneficiary's
-    tenant or an ancestor), so a guarantee shared by siblings never moves pods among them."""
+) -> tuple[list[_Unit] | None, bool]:
+    """A minimal set of victim units with a member on ``node`` (None if none frees a
+    place there); and whether the cool-down ruled out a victim that would otherwise have
+    been considered. Victims are outside the subtree of ``level`` (the level under its
+    guarantee: the beneficiary's tenant or an ancestor), so a guarantee shared by
+    siblings never moves pods among them. A unit is a lone pod or a whole group: its
+    members on ``node`` free room here, and all of them count against their tenant's
+    guarantee (and fair share)."""
     inside = led.members_of(level)
-    pool: list[BoundPod] = []
+    pool: list[_Unit] = []
+    seen: set[str] = set()
     cooled = False
     for pod in led.by_node.get(node, ()):
         if pod.tenant is None or pod.tenant in inside:
@@ -695,30 +767,52 @@ def _victims_on(
         if pod.tenant in blocked:
             cooled = True
             continue
-        pool.append(pod)
-    pool.sort(key=lambda p: _key(p, over, ages))
+        unit = led.unit_of(pod)
+        if unit[0].uid in seen:
+            continue
+        seen.add(unit[0].uid)
+        if any(
+            m.tenant is None or m.tenant in inside or m.uid in skip or m.uid in led.released
+            for m in unit
+        ):
+            continue  # a member is protected (or not a victim): the group stays whole
+        if any(m.tenant in blocked for m in unit):
+            cooled = True
+            continue
+        pool.append(unit)
+    pool.sort(key=lambda u: _key(u, over, ages))
     base = led.sim(node)
     trial = _clone(base)
-    chosen: list[BoundPod] = []
-    for pod in pool:
-        if not led.keeps_guarantee(pod, chosen, gain=req):
-            continue
-        if fair_floor is not None and not led.keeps_fair_share(
-            pod, chosen, beneficiary=req.tenant or "", share_of=fair_floor[0], fair=fair_floor[1]
-        ):
-            continue
-        chosen.append(pod)
-        _release(trial, pod)
-        if _fits(trial, req):
-            break
+    chosen: list[_Unit] = []
+    gone: list[BoundPod] = []
+    for unit in pool:
+        after = list(gone)
+        for m in unit:
+            if not led.keeps_guarantee(m, after, gain=req):
+                break
+            if fair_floor is not None and not led.keeps_fair_share(
+                m, after, beneficiary=req.tenant or "", share_of=fair_floor[0], fair=fair_floor[1]
+            ):
+                break
+            after.append(m)
+        else:
+            chosen.append(unit)
+            gone = after
+            for m in unit:
+                if m.node == node:
+                    _release(trial, m)
+            if _fits(trial, req):
+                break
     else:
         return None, cooled
-    # Prune: put back (latest first) every victim the place does not need.
-    for pod in list(reversed(chosen)):
-        rest = [p for p in chosen if p.uid != pod.uid]
+    # Prune: put back (latest first) every unit the place does not need.
+    for unit in list(reversed(chosen)):
+        rest = [u for u in chosen if u is not unit]
         sim = _clone(base)
-        for p in rest:
-            _release(sim, p)
+        for u in rest:
+            for m in u:
+                if m.node == node:
+                    _release(sim, m)
         if _fits(sim, req):
             chosen = rest
     return chosen, cooled

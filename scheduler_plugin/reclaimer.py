@@ -17,6 +17,14 @@ Every ``interval`` seconds, while it holds the leader Lease:
    (``ReclaimedFor``), and once per pod and reason on pods left waiting;
 4. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
 
+Pod groups (``gangs.group_of``: the coscheduling label or the native
+``spec.schedulingGroup``) are evicted whole: the planner chooses a group's bound members
+together, and the controller evicts them one after the other as one decision (one log
+line and one ``ReclaimedFor`` Event on the pod it made room for; a ``Reclaimed`` Event on
+each member, and each eviction counted). A PodDisruptionBudget that refuses the first
+member protects the whole group and nothing of it is evicted; one that refuses a later
+member (the group is lost already) leaves that member protected while the others go.
+
 Leader election (``scheduler_plugin.leader.LeaseElector``, shared with the extender): a
 ``coordination.k8s.io/v1`` Lease, read, then created or updated with the read
 ``resourceVersion`` (compare-and-swap: a 409 means another replica won). A holder renews
@@ -39,8 +47,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from fairshare import gangs, reclaim
 from fairshare import metrics as metrics_mod
-from fairshare import reclaim
 from fairshare.config.schema import FairShareConfig
 from scheduler_plugin.leader import (
     KubeLeaseApi,
@@ -156,8 +164,14 @@ class Reclaimer:
             for uid in self.tracker.pending
             if isinstance(sel := (pods.get(uid, {}).get("spec") or {}).get("nodeSelector"), dict)
         }
+        state = self.tracker.state
+        groups = {
+            uid: str(key)
+            for uid, p in pods.items()
+            if uid in state.pods and (key := gangs.group_of(p)) is not None
+        }
         return reclaim.plan_reclaim(
-            self.tracker.state,
+            state,
             config=self.config(),
             pending=self.tracker.pending_queue(),
             now=now,
@@ -168,6 +182,7 @@ class Reclaimer:
             releasing=self._releasing(now),
             protected=frozenset(self.protected),
             node_selectors=selectors,
+            groups=groups,
         )
 
     async def tick(self) -> reclaim.ReclaimPlan:
@@ -178,8 +193,11 @@ class Reclaimer:
             plan = self.plan(now)
             self._track_deficits(plan, now)
             blocked = False
-            for ev in plan.evictions:
-                blocked |= not await self._evict(ev, now)
+            for batch in _decisions(plan.evictions):
+                if len(batch) == 1 and not batch[0].group:
+                    blocked |= not await self._evict(batch[0], now)
+                else:
+                    blocked |= not await self._evict_group(batch, now)
             if not blocked:
                 break
         await self._explain_waiting(plan)
@@ -236,6 +254,75 @@ class Reclaimer:
             return False
         log.warning("eviction of %s/%s failed: %s", ns, name, result.message)
         return True
+
+    async def _evict_group(self, batch: list[reclaim.Eviction], now: float) -> bool:
+        """Evict every bound member of one pod group for one pod; False when a
+        PodDisruptionBudget refused a member (see the module docstring)."""
+        first = batch[0]
+        beneficiary = self.tracker.pods.get(first.beneficiary_uid)
+        labels = {"tenant": first.victim_tenant, "beneficiary": first.beneficiary_tenant}
+        done: list[str] = []
+        refused = False
+        for ev in batch:
+            victim = self.tracker.pods.get(ev.victim_uid)
+            if victim is None:
+                continue
+            meta = victim.get("metadata") or {}
+            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            result = await self.api.evict(ns, name, self.grace_period)
+            self.metrics.count_reclaim_eviction(result.outcome, **labels)
+            if result.outcome == "evicted":
+                self.in_flight[ev.victim_uid] = now
+                self.recent.append(now)
+                self.last_evictions[(ev.victim_tenant, ev.beneficiary_tenant)] = now
+                done.append(f"{ns}/{name}")
+                await self.api.record_event(
+                    victim, reason=reclaim.REASON_RECLAIMED, message=ev.message
+                )
+                continue
+            if result.outcome != "blocked":
+                log.warning("eviction of %s/%s failed: %s", ns, name, result.message)
+                continue
+            refused = True
+            self.protected[ev.victim_uid] = now + PDB_BACKOFF
+            if done:
+                log.warning(
+                    "eviction of %s/%s (pod group %s) refused after %d member(s) went: %s",
+                    ns, name, ev.group, len(done), result.message,
+                )  # fmt: skip
+                continue
+            for other in batch:
+                self.protected[other.victim_uid] = now + PDB_BACKOFF
+            log.info("eviction of %s/%s refused: %s; its pod group %s stays whole",
+                     ns, name, result.message, ev.group)  # fmt: skip
+            if beneficiary is not None:
+                text = (
+                    f"eviction of {ns}/{name} (tenant {ev.victim_tenant}, pod group "
+                    f"{ev.group}) refused by a PodDisruptionBudget ({result.message}); "
+                    "the group stays whole; choosing another victim or waiting"
+                )
+                await self.api.record_event(
+                    beneficiary, reason=REASON_BLOCKED, message=text, warning=True
+                )
+            return False
+        if done:
+            log.info(
+                "evicted pod group %s (%d pods: %s) for %s/%s",
+                first.group, len(done), ", ".join(done),
+                first.beneficiary_namespace, first.beneficiary_name,
+            )  # fmt: skip
+            if beneficiary is not None:
+                nodes = ", ".join(sorted({ev.node for ev in batch}))
+                goal = "its guaranteed share" if first.toward == "guarantee" else "its fair share"
+                text = (
+                    f"evicted pod group {first.group} ({len(done)} pods: {', '.join(done)}; "
+                    f"tenant {first.victim_tenant}) on {nodes} to give tenant "
+                    f"{first.beneficiary_tenant} {goal}"
+                )
+                await self.api.record_event(
+                    beneficiary, reason=reclaim.REASON_MADE_ROOM, message=text
+                )
+        return not refused
 
     async def _explain_waiting(self, plan: reclaim.ReclaimPlan) -> None:
         for w in plan.waiting:
@@ -434,6 +521,23 @@ async def serve(
         await loop_task
         await runner.cleanup()
         await api_client.close()
+
+
+def _decisions(evictions: tuple[reclaim.Eviction, ...]) -> list[list[reclaim.Eviction]]:
+    """The plan's evictions as decisions: a lone pod, or every member of one pod group
+    evicted for one pod (the planner lists a group's members one after the other)."""
+    out: list[list[reclaim.Eviction]] = []
+    for ev in evictions:
+        prev = out[-1][-1] if out else None
+        if (
+            prev is not None
+            and ev.group
+            and (prev.group, prev.beneficiary_uid) == (ev.group, ev.beneficiary_uid)
+        ):
+            out[-1].append(ev)
+        else:
+            out.append([ev])
+    return out
 
 
 def plan_summary(plan: reclaim.ReclaimPlan) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from fairshare import fairness, gating, resources, tenancy
+from fairshare import fairness, gangs, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -352,6 +352,15 @@ def preempt_result(
     left without victims. ``pods`` (the known pods, for priorities and ages) and ``fair``
     (the fair allocation; computed over the bound pods, ``pending`` and the preemptor
     when None) come from the tracker. ``on_judged(preemptor, text)`` hears what fairshare changed.
+
+    Pod groups (``gangs.group_of``) are victims whole or not at all: a job that loses one
+    member is lost. kube-scheduler evicts the victims of the one node it picks, and only
+    pods running on that node (``HTTPExtender.convertToVictims`` fails the whole
+    preemption on a victim found elsewhere), so a group with a bound member on another
+    node is never offered (the reclaimer evicts groups across nodes); a group all of whose
+    bound members run on the node is offered with every one of them; a group that the
+    rules above would split (one member refused, e.g. the group as a whole would take its
+    tenant below its guarantee) is spared whole, and the node judged again without it.
     """
     labels = namespace_labels or {}
     known = pods or {}
@@ -374,23 +383,36 @@ def preempt_result(
     pre_priority = _priority(args.pod)
     result: dict[str, wire.MetaVictims] = {}
     notes: list[str] = []
-    for node, meta in sorted(args.meta_victims().items()):
-        victims = _victims(meta.pod_uids, full, state=state, config=config, namespace_labels=labels)
-        kept = preemption.protect_guaranteed(
-            victims,
-            usage=usage,
-            guaranteed=guaranteed,
-            preemptor_tenant=pre_tenant,
-            preemptor_row=pre_row,
-            ancestors=ancestors,
-        )
-        if rule is not None:
-            judged = preemption.fair_share_victims(victims, rule, kept_by_guarantee=kept)
-            kept = judged.uids
-            notes += [f"{_victim_name(state, u)} on {node}: {why}" for u, why in judged.refused]
-            own_first = rule.within != "Never" and rule.others != "Any"
-            if pre is not None and len(kept) < len(victims) and own_first:
-                kept = _substitute(state, pre, node, kept, known, pre_priority)
+    proposed = args.meta_victims()
+    groups = _victim_groups(state, proposed, full, known)
+    for node, meta in sorted(proposed.items()):
+        uids = _whole_groups(state, node, meta.pod_uids, groups, notes)
+        while True:
+            victims = _victims(uids, full, state=state, config=config, namespace_labels=labels)
+            kept = preemption.protect_guaranteed(
+                victims,
+                usage=usage,
+                guaranteed=guaranteed,
+                preemptor_tenant=pre_tenant,
+                preemptor_row=pre_row,
+                ancestors=ancestors,
+            )
+            refused: tuple[tuple[str, str], ...] = ()
+            if rule is not None:
+                judged = preemption.fair_share_victims(victims, rule, kept_by_guarantee=kept)
+                kept, refused = judged.uids, judged.refused
+                own_first = rule.within != "Never" and rule.others != "Any"
+                if pre is not None and len(kept) < len(victims) and own_first:
+                    kept = _substitute(state, pre, node, kept, known, pre_priority)
+            going = {groups.of[u] for u in kept if u in groups.of}
+            split = {groups.of[u] for u in uids if u in groups.of and u not in kept} & going
+            if not split:
+                break
+            # A refused member spares its whole group: judge the node again without it.
+            uids = [u for u in uids if groups.of.get(u) not in split]
+            notes += [f"pod group {k} on {node}: a member may not go, so none goes"
+                      for k in sorted(split)]  # fmt: skip
+        notes += [f"{_victim_name(state, u)} on {node}: {why}" for u, why in refused]
         if not kept:
             continue
         if set(kept) != set(meta.pod_uids) and not _room_left(state, pre, node, kept):
@@ -401,6 +423,81 @@ def preempt_result(
         chosen = "; ".join(notes[:5]) + (f" (and {len(notes) - 5} more)" if len(notes) > 5 else "")
         on_judged(pre, chosen)
     return wire.ExtenderPreemptionResult(result)
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The pod groups among the proposed victims: victim or member uid -> group, and each
+    group's bound members (empty when no victim is in a group)."""
+
+    of: Mapping[str, gangs.GroupKey] = field(default_factory=dict)
+    members: Mapping[gangs.GroupKey, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _victim_groups(
+    state: ClusterState,
+    proposed: Mapping[str, wire.MetaVictims],
+    full: Mapping[str, Mapping[str, Any]],
+    known: Mapping[str, Mapping[str, Any]],
+) -> _Groups:
+    """Which proposed victims are in a pod group, and every bound member of those groups
+    (the known pods are scanned only when some victim is in a group)."""
+    of: dict[str, gangs.GroupKey] = {}
+    for meta in proposed.values():
+        for uid in meta.pod_uids:
+            pod = full.get(uid) or known.get(uid)
+            key = gangs.group_of(pod) if pod is not None else None
+            if key is not None:
+                of[uid] = key
+    if not of:
+        return _Groups()
+    wanted = set(of.values())
+    members: dict[gangs.GroupKey, list[str]] = {k: [] for k in wanted}
+    for uid, pod in known.items():
+        if uid in state.pods and (key := gangs.group_of(pod)) in wanted:
+            assert key is not None
+            members[key].append(uid)
+            of[uid] = key
+    return _Groups(of, {k: tuple(sorted(v)) for k, v in members.items()})
+
+
+def _whole_groups(
+    state: ClusterState,
+    node: str,
+    uids: Sequence[str],
+    groups: _Groups,
+    notes: list[str],
+) -> list[str]:
+    """``uids`` (one node's proposed victims) with each group in them made whole: its
+    bound members on ``node`` added, or, when one runs on another node, the group left
+    out (kube-scheduler evicts on one node only)."""
+    if not groups.of:
+        return list(uids)
+    out: list[str] = []
+    spared: set[gangs.GroupKey] = set()
+    added: set[str] = set(uids)
+    for uid in uids:
+        key = groups.of.get(uid)
+        if key is None:
+            out.append(uid)
+            continue
+        if key in spared:
+            continue
+        members = groups.members.get(key, ())
+        elsewhere = sorted({state.pods[u].node for u in members if state.pods[u].node != node})
+        if elsewhere:
+            spared.add(key)
+            notes.append(
+                f"pod group {key} on {node}: it also runs on {', '.join(elsewhere)}, and a "
+                "preemption evicts on one node only; the group is evicted whole or not at all"
+            )
+            continue
+        out.append(uid)
+        for m in members:
+            if m not in added:
+                added.add(m)
+                out.append(m)
+    return [u for u in out if groups.of.get(u) not in spared]
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
@@ -499,6 +596,7 @@ def _substitute(
         for bp in state.pods.values()
         if bp.node == node and bp.tenant == pre.tenant and bp.uid not in kept
         and bp.uid in pods and _priority(pods[bp.uid]) < priority
+        and gangs.group_of(pods[bp.uid]) is None  # a group goes whole: never one member
     ]  # fmt: skip
     own.sort(key=lambda bp: (_priority(pods[bp.uid]), _neg(_created(pods[bp.uid])), bp.uid))
     chosen = list(kept)
