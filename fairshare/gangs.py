@@ -22,6 +22,13 @@ Conventions read (``../shared/GANGS.md``):
   member's filter answers each member with its planned node, so those calls agree with
   each other (no device or quota counted twice), and binding starts only once the whole
   group is permitted.
+
+A group may have a **topology key**, a node label: its members then land in one domain of
+that label (the nodes sharing one value of it; a node without the label is in none), e.g.
+a rack or an NVLink clique (``nvidia.com/gpu.clique``). It is the native PodGroup's
+``spec.schedulingConstraints.topology[0].key`` (v1.36: gate
+``TopologyAwareWorkloadScheduling``), else the members' annotation
+``fairshare.io/gang-topology-key`` (the coscheduling PodGroup has no such field).
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ PODGROUP_PLURAL: Final = "podgroups"
 NATIVE_GROUP: Final = "scheduling.k8s.io"
 """The native PodGroup's API group (``v1alpha2`` in v1.36; ``NATIVE_VERSION``)."""
 NATIVE_VERSION: Final = "v1alpha2"
+ANN_TOPOLOGY_KEY: Final = "fairshare.io/gang-topology-key"
+"""A node label whose one domain holds the whole group (groups without a native PodGroup
+topology constraint)."""
 RESERVATION_PREFIX: Final = "gang-reservation/"
 """The uid prefix of a planned member's reservation in the ``ClusterState``."""
 
@@ -128,6 +138,30 @@ def podgroup_min_count(podgroup: Mapping[str, Any]) -> int | None:
     return _positive(spec.get("minMember"))
 
 
+def annotated_topology_key(pod: Mapping[str, Any]) -> str | None:
+    """``fairshare.io/gang-topology-key`` (None: absent or empty)."""
+    ann = _meta(pod).get("annotations")
+    key = ann.get(ANN_TOPOLOGY_KEY) if isinstance(ann, Mapping) else None
+    return (key.strip() or None) if isinstance(key, str) else None
+
+
+def podgroup_topology_key(podgroup: Mapping[str, Any] | None) -> str | None:
+    """A native PodGroup's ``spec.schedulingConstraints.topology[0].key`` (the API allows
+    one constraint), None without one."""
+    spec = podgroup.get("spec") if isinstance(podgroup, Mapping) else None
+    cons = spec.get("schedulingConstraints") if isinstance(spec, Mapping) else None
+    topo = cons.get("topology") if isinstance(cons, Mapping) else None
+    first = topo[0] if isinstance(topo, list) and topo else None
+    key = first.get("key") if isinstance(first, Mapping) else None
+    return key if isinstance(key, str) and key else None
+
+
+def topology_key(podgroup: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> str | None:
+    """The group's topology key: its native PodGroup's constraint, else ``pod``'s
+    annotation (None: the group may spread over any nodes)."""
+    return podgroup_topology_key(podgroup) or annotated_topology_key(pod)
+
+
 @dataclass(frozen=True)
 class Gang:
     """A group as the extender sees it now."""
@@ -139,6 +173,8 @@ class Gang:
     """Uids of members already bound to a node."""
     waiting: tuple[PodRequest, ...]
     """Members not bound yet whose resources could be read, by name."""
+    topology_key: str | None = None
+    """A node label: every member lands in one domain of it (None: anywhere)."""
 
     @property
     def members(self) -> int:
@@ -181,11 +217,14 @@ def gang_of(
     pods: Mapping[str, Mapping[str, Any]],
     pending: Mapping[str, PodRequest],
     bound: Collection[str],
+    topology_key: str | None = None,
 ) -> Gang:
     """The group ``key`` from the known pods (uid -> pod), the pending requests and the
     uids of the bound pods. A member that is neither (unreadable) is left out."""
     members = [uid for uid, pod in pods.items() if group_of(pod) == key]
-    return gang_from(key, min_count, members, pending=pending, bound=bound)
+    return gang_from(
+        key, min_count, members, pending=pending, bound=bound, topology_key=topology_key
+    )
 
 
 def gang_from(
@@ -195,6 +234,7 @@ def gang_from(
     *,
     pending: Mapping[str, PodRequest],
     bound: Collection[str],
+    topology_key: str | None = None,
 ) -> Gang:
     """The group ``key`` from the uids of its members (found by whatever index the caller
     keeps: ``gang_of`` scans the pods, the simulator knows its jobs' pods)."""
@@ -205,7 +245,7 @@ def gang_from(
         key=lambda p: (p.name, p.uid),
     )
     tenant = next((p.tenant for p in waiting if p.tenant is not None), None)
-    return Gang(key, min_count, tenant, done, tuple(waiting))
+    return Gang(key, min_count, tenant, done, tuple(waiting), topology_key)
 
 
 @dataclass(frozen=True)
@@ -292,7 +332,8 @@ def plan_gang(
     ``rows``: the candidate node rows (all nodes when None). Refused when the group has
     fewer than ``min_count`` members, or when fewer than ``gang.needed`` members fit;
     members beyond ``needed`` that do not fit are left out of the plan (they are placed
-    one by one once the group runs)."""
+    one by one once the group runs). A group with a ``topology_key`` is placed inside one
+    domain of it (``_plan_in_domain``)."""
     if gang.members < gang.min_count:
         return Refusal(
             f"gang {gang.key} has {gang.members} of its {gang.min_count} members; "
@@ -300,6 +341,21 @@ def plan_gang(
         )
     choose = pick or best_fit(state)
     order = sorted(gang.waiting, key=lambda p: (-p.gpu_count, -sum(p.row), p.name, p.uid))
+    if gang.topology_key is not None:
+        return _plan_in_domain(state, gang, order, rows, choose, gang.topology_key)
+    placed, missing = _place_all(state, order, rows, choose)
+    if len(placed) < gang.needed:
+        return Refusal(
+            f"gang {gang.describe()} does not fit whole: {_short(gang, placed, missing)}"
+        )
+    return GangPlan(gang.key, tuple(placed))
+
+
+def _place_all(
+    state: ClusterState, order: Sequence[PodRequest], rows: Sequence[int] | None, choose: Pick
+) -> tuple[list[Placement], list[str]]:
+    """Each member in ``order`` against what those before it took: the placements and,
+    for the members that fit nowhere, ``ns/name: why``. The state is left as it was."""
     placed: list[Placement] = []
     missing: list[str] = []
     try:
@@ -313,13 +369,110 @@ def plan_gang(
     finally:
         for p in placed:
             state.unbind(p.reservation)
-    if len(placed) < gang.needed:
+    return placed, missing
+
+
+def _short(gang: Gang, placed: Sequence[Placement], missing: Sequence[str]) -> str:
+    return f"{len(placed)} of {gang.needed} members placed, {missing[0]}" + (
+        f" (and {len(missing) - 1} more)" * (len(missing) > 1)
+    )
+
+
+DOMAINS_SHOWN: Final = 4
+"""Domains a refusal describes one by one (the rest are counted)."""
+
+
+def domains_of(
+    state: ClusterState, key: str, rows: Sequence[int] | None
+) -> tuple[dict[str, list[int]], int]:
+    """The candidate rows by their value of node label ``key`` (a domain), and how many
+    candidate rows have no such label (they are in no domain)."""
+    out: dict[str, list[int]] = {}
+    unlabelled = 0
+    nodes = state.nodes
+    for i in range(state.n_nodes) if rows is None else rows:
+        value = nodes[i].labels.get(key)
+        if value is None:
+            unlabelled += 1
+        else:
+            out.setdefault(value, []).append(i)
+    return out, unlabelled
+
+
+def _gpu_floor(gang: Gang, order: Sequence[PodRequest]) -> float:
+    """Milli-GPU the group takes at least, whatever nodes it gets: the ``needed``
+    smallest whole or fractional GPU requests (MIG and memory requests count 0)."""
+    takes = sorted(
+        float(p.demand.gpu.total) * 1000 if p.demand.gpu.source in ("device", "fraction") else 0
+        for p in order
+    )
+    return sum(takes[: gang.needed])
+
+
+def _plan_in_domain(
+    state: ClusterState,
+    gang: Gang,
+    order: Sequence[PodRequest],
+    rows: Sequence[int] | None,
+    choose: Pick,
+    key: str,
+) -> GangPlan | Refusal:
+    """Every needed member inside one domain of node label ``key``. A group with bound
+    members stays in their domain. Otherwise the domains are tried best-fit first: the
+    fewest free GPUs, then the fewest GPUs, then the fewest nodes (a small domain that
+    holds the group is used before a large one, which stays whole for a group that needs
+    it; kube-scheduler's own placement score, MostAllocated over the placement, leans the
+    same way), and the first the group fits whole in is the plan."""
+    domains, unlabelled = domains_of(state, key, rows)
+    head = f"gang {gang.describe()} does not fit whole in one domain of node label {key}"
+    where = {state.pods[u].node for u in gang.bound if u in state.pods}
+    if where:
+        held = {state.nodes[i].labels.get(key) for i in state.rows_of(sorted(where)) if i >= 0}
+        if len(held) != 1 or None in held:
+            shown = ", ".join(sorted(str(v) for v in held if v is not None)) or "none"
+            return Refusal(
+                f"{head}: its bound members are on nodes of {len(held)} domains "
+                f"({shown}{', and without the label' * (None in held)})"
+            )
+        (value,) = held
+        assert value is not None
+        domains = {value: domains.get(value, [])}
+    if not any(domains.values()):
+        count = state.n_nodes if rows is None else len(rows)
         return Refusal(
-            f"gang {gang.describe()} does not fit whole: {len(placed)} of {gang.needed} "
-            f"members placed, {missing[0]}"
-            + (f" (and {len(missing) - 1} more)" * (len(missing) > 1))
+            f"{head}: none of the {count} candidate node(s) has that label"
+            if not where
+            else f"{head}: no candidate node is in the domain of its bound members"
         )
-    return GangPlan(gang.key, tuple(placed))
+    col, width = state.gpu_col, state.n_res
+    free, cap = state.free, state.capacity
+
+    def gpus(values: Sequence[float], i_rows: Sequence[int]) -> float:
+        return sum(values[i * width + col] for i in i_rows) if col >= 0 else 0.0
+
+    ranked = sorted(
+        domains.items(),
+        key=lambda kv: (gpus(free, kv[1]), gpus(cap, kv[1]), len(kv[1]), kv[0]),
+    )
+    floor = _gpu_floor(gang, order)
+    failed: list[str] = []
+    for value, i_rows in ranked:
+        room = gpus(free, i_rows)
+        if room + 1e-9 < floor:
+            failed.append(
+                f"{key}={value}: {room / 1000:g} free GPU on {len(i_rows)} node(s), "
+                f"the group needs {floor / 1000:g}"
+            )
+            continue
+        placed, missing = _place_all(state, order, i_rows, choose)
+        if len(placed) >= gang.needed:
+            return GangPlan(gang.key, tuple(placed))
+        failed.append(f"{key}={value}: {_short(gang, placed, missing)}")
+    more = len(failed) - DOMAINS_SHOWN
+    text = "; ".join(failed[:DOMAINS_SHOWN]) + (f"; and {more} more domain(s)" * (more > 0))
+    if unlabelled and not where:
+        text += f"; {unlabelled} candidate node(s) without the label"
+    return Refusal(f"{head}: {text}")
 
 
 def _hold(state: ClusterState, p: Placement) -> None:

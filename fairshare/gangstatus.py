@@ -249,7 +249,16 @@ def _one(
             actionable=True,
             held_gpus=held,
         )
-    gang = gangs.gang_of(key, n, pods={u: pods[u] for u in uids}, pending=pending, bound=bound)
+    # the annotated topology key (a native PodGroup's constraint is not read here)
+    topology = next((t for u in uids if (t := gangs.annotated_topology_key(pods[u]))), None)
+    gang = gangs.gang_of(
+        key,
+        n,
+        pods={u: pods[u] for u in uids},
+        pending=pending,
+        bound=bound,
+        topology_key=topology,
+    )
     if gang.members < n:
         reason = (
             f"gang {key} has {gang.members} of its {n} members; it holds nothing until all exist"
@@ -345,4 +354,32 @@ def never_whole(state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | Non
                 f"the group asks more {name} than the nodes its members may use have in all: "
                 "it can never run as it is"
             )
+    if gang.topology_key is not None:
+        return _never_in_domain(state, gang, gang.topology_key, chosen, demand)
     return ""
+
+
+def _never_in_domain(
+    state: ClusterState,
+    gang: gangs.Gang,
+    key: str,
+    rows: Sequence[int],
+    demand: Sequence[float],
+) -> str:
+    """Why no domain of node label ``key`` among ``rows`` could ever hold the group
+    ("" if one might)."""
+    domains, _ = gangs.domains_of(state, key, rows)
+    if not domains:
+        return f"no node its members may use has the label {key}: it can never run as it is"
+    n_res = state.n_res
+    for members in domains.values():
+        total = [0.0] * n_res
+        for i in members:
+            for k in range(n_res):
+                total[k] += state.capacity[i * n_res + k]
+        if all(v <= total[k] + 1e-9 for k, v in enumerate(demand[:n_res])):
+            return ""
+    return (
+        f"the group asks more than any one domain of {key} has in all ({len(domains)} "
+        "domain(s) its members may use): it can never run as it is"
+    )

@@ -8,7 +8,8 @@ and binds them concurrently. This keeps a group whole around it:
   ``spec.minMember``, read from the API; else the members' ``fairshare.io/gang-min-members``
   annotation), the fair-share gate for the whole group's demand (``gangs.gang_gate``), and
   a node for every member not bound yet against capacity and GPU devices
-  (``gangs.plan_gang``, over the nodes kube-scheduler passed for that member). A group
+  (``gangs.plan_gang``, over the nodes kube-scheduler passed for that member; inside one
+  domain of the group's topology key when it has one, ``gangs.topology_key``). A group
   that cannot be placed whole is refused for every member, with a reason naming it, and
   holds nothing. A placed group becomes a plan: its room is reserved in the tracker's
   ``ClusterState`` (``gangs.reserve``) so no other pod's filter (another group's included)
@@ -208,6 +209,12 @@ class GangCoordinator:
             )
         return n
 
+    def topology_key(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> str | None:
+        """The group's topology key (``gangs.topology_key``): its native PodGroup's
+        constraint, as ``min_count`` read it last, else the pod's annotation."""
+        held = self._podgroups.get(key)
+        return gangs.topology_key(held[1] if held is not None else None, pod)
+
     # -- plans -------------------------------------------------------------------------
 
     def _drop(self, key: gangs.GroupKey, why: str) -> None:
@@ -312,7 +319,12 @@ class GangCoordinator:
         tracker = self.tracker
         state = tracker.state
         gang = gangs.gang_of(
-            key, min_count, pods=tracker.pods, pending=tracker.pending, bound=state.pods
+            key,
+            min_count,
+            pods=tracker.pods,
+            pending=tracker.pending,
+            bound=state.pods,
+            topology_key=self.topology_key(key, args.pod),
         )
         uid = objects.pod_uid(args.pod)
         if gang.running or all(p.uid != uid for p in gang.waiting):

@@ -60,6 +60,7 @@ __all__ = [
     "ScoringWeights",
     "Tenant",
     "UsageHistory",
+    "is_label_key",
     "is_label_value",
     "validate_resource_name",
 ]
@@ -101,6 +102,12 @@ LABEL_VALUE_MAX: Final = 63
 def is_label_value(value: str) -> bool:
     """A valid Kubernetes label value (the empty one included)."""
     return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.fullmatch(value))
+
+
+def is_label_key(value: str) -> bool:
+    """A valid Kubernetes label key: ``[prefix/]name``, the prefix a DNS subdomain, the
+    name up to 63 characters (``topology.kubernetes.io/zone``, ``rack``)."""
+    return _is_qualified_name(value)
 
 
 # --- validators for the annotated field types --------------------------------------------

@@ -23,7 +23,7 @@ SHARES = "fairshare.io/gpu-fraction, fairshare.io/gpu-memory"
 KNOWN = (
     SHARES
     + ", fairshare.io/gpu-container, fairshare.io/gpu-configmap, fairshare.io/gpu-models"
-    + ", fairshare.io/gang-min-members"
+    + ", fairshare.io/gang-min-members, fairshare.io/gang-topology-key"
 )
 ALLOWED_FRAC = 'a multiple of 0.05 from 0.05 to 0.95 (e.g. "0.5"), or a whole nvidia.com/gpu'
 

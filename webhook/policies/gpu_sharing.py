@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from fairshare import gangs, quantities
-from fairshare.config.schema import FairShareConfig, is_label_value
+from fairshare.config.schema import FairShareConfig, is_label_key, is_label_value
 from fairshare.resources import (
     ANN_GPU_CONFIGMAP,
     ANN_GPU_CONTAINER,
@@ -77,10 +77,12 @@ OTHER_ANNOTATIONS: Final = (
     ANN_GPU_CONFIGMAP,
     ANN_GPU_MODELS,
     gangs.ANN_MIN_MEMBERS,
+    gangs.ANN_TOPOLOGY_KEY,
 )
 """Other ``fairshare.io/`` annotations a pod may carry at create: the container that gets
 the shared GPU, the handoff's ConfigMap (the mutating webhook sets it), the GPU products a
-GPU pod may run on, and the size of the pod's group (gangs without a PodGroup)."""
+GPU pod may run on, the size of the pod's group (gangs without a PodGroup) and the node
+label one domain of which holds its group."""
 IGNORED_ANNOTATIONS: Final = (ANN_REQUEUED,)
 """Accepted and ignored at create: the extender's requeue stamp means nothing on a new pod,
 but a copy of a pod the gate once held carries it."""
@@ -289,6 +291,17 @@ def check_gpu_sharing(
         if gangs.annotated_min_count(pod) is None:
             subject = f"annotation {gangs.ANN_MIN_MEMBERS}"
             return Rejection(subject, raw, "not a positive integer", 'e.g. "4"')
+    if gangs.ANN_TOPOLOGY_KEY in annotations:
+        raw = str(annotations[gangs.ANN_TOPOLOGY_KEY])
+        if not is_label_key(raw):
+            subject = f"annotation {gangs.ANN_TOPOLOGY_KEY}"
+            return Rejection(
+                subject,
+                raw,
+                "not a valid node label key",
+                'a label key such as "topology.kubernetes.io/rack" or "nvidia.com/gpu.clique"'
+                " ([prefix/]name, the name up to 63 of A-Z a-z 0-9 - _ .)",
+            )
     canonical: dict[str, str] = {}
     if ANN_GPU_FRACTION in annotations:
         checked = _check_fraction(str(annotations[ANN_GPU_FRACTION]), config)
