@@ -78,11 +78,15 @@ def _per_device(
     """GPUs an unallocated request takes: ``count`` devices, each the smallest part of a
     GPU that a device its class selects can give it (a MIG partition its fraction, a
     shareable GPU the capacity the request asks of it); 1 each while the class's devices
-    are unknown."""
+    are unknown. A request whose selectors name a MIG ``profile`` (``device.attributes
+    ['<domain>'].profile == '3g.40gb'``) takes a partition of that profile."""
     n = _count(req, all_devices)
     shapes = devices.class_shapes.get(str(req.get("deviceClassName", ""))) if devices else None
     if not n or not shapes:
         return Fraction(n)
+    profile = _asked_profile(req)
+    if profile:
+        shapes = tuple(s for s in shapes if s.profile == profile) or shapes
     asked = _quantities(_map(req.get("capacity")).get("requests"))
     best = min(
         GpuDevice(None, "", s.fraction, s.shareable, dict(s.capacity)).share(asked)
@@ -91,6 +95,14 @@ def _per_device(
         for s in shapes
     )
     return best * n
+
+
+def _asked_profile(req: Mapping[str, Any]) -> str:
+    """The MIG profile a request's selectors require ("" when none, or unreadable)."""
+    got = device_match({"spec": {"selectors": _list(req.get("selectors"))}})
+    if isinstance(got, str):
+        return ""
+    return next((value for _, name, value in got.attributes if name == "profile"), "")
 
 
 def _request_gpus(
@@ -472,6 +484,8 @@ class ClassShape:
     fraction: Fraction
     shareable: bool
     capacity: tuple[tuple[str, Fraction], ...]
+    profile: str = ""
+    """The MIG profile of a partition ("" for others)."""
 
 
 @dataclass(frozen=True)
@@ -693,7 +707,9 @@ def combine_pool(
                 continue
             (dead if raw.tainted else live).setdefault(raw.node, set()).add(gpu)
             if not raw.tainted:
-                shape = ClassShape(dev.fraction, dev.shareable, tuple(sorted(dev.capacity.items())))
+                shape = ClassShape(
+                    dev.fraction, dev.shareable, tuple(sorted(dev.capacity.items())), raw.profile
+                )
                 for name in raw.classes:
                     shapes.setdefault(name, set()).add(shape)
     return PoolCount(

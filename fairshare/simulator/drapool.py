@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -429,6 +429,10 @@ class DraSimulation(Simulation):
     """Devices allocated to each bound pod (its claim's, or KEP-5004's generated claim's)."""
     planned: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     """The devices each bound pod's bind chose (the extender's Binding annotation)."""
+    on_allocation: Callable[[str, str, list[Result]], None] | None = None
+    """Called with (pod uid, node, devices) once DynamicResources has allocated a pod's
+    devices, before fairshare's bind: where a driver of the simulator writes the claim's
+    allocation for others to see (as kube-scheduler's PreBind does)."""
     _fair_rows: dict[str, list[float]] = field(default_factory=dict, init=False, repr=False)
     refused: dict[str, tuple[str, list[Result]]] = field(default_factory=dict)
     """Pods whose bind fairshare refused after DynamicResources had allocated their
@@ -593,6 +597,8 @@ class DraSimulation(Simulation):
             # which reads the pod again: its demand is now the devices it got.
             claim = self.claims[uid] = allocated(claim, results)
             req = self._repend(uid, claim)
+        if self.on_allocation is not None and results:
+            self.on_allocation(uid, node, results)
         bind_fr = filter_nodes(self.state, req, rows=[best], explain=False)
         why = "" if bind_fr.fits else "no room"
         if not why and claim is not None:

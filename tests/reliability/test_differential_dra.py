@@ -406,8 +406,17 @@ class Run:
         cols = [st_.index.column(c) for c in ("cpu", "memory") if st_.index.has(c)]
         return all(free[c] >= req.row[c] for c in cols)
 
+    def sync_mix(self) -> None:
+        """The simulator scores against the extender's workload mix (rebuilt lazily, also
+        when a pending pod's claim is allocated: ``test_differential_extender``)."""
+        mix = self.deps.tracker.mix()
+        if self.sim.mix is not mix:
+            self.sim.mix = mix
+            self.sim._ctx = None  # the simulator caches its score context per mix
+
     async def attempt(self, uid: str) -> bool:
         self.attempts += 1
+        self.sync_mix()
         sim, pod = self.sim, self.pods[uid]
         req: PodRequest = sim.pods[uid]
         sent = self.sent(uid)
@@ -429,6 +438,9 @@ class Run:
                 if name not in passing and name in sim.dra_nodes and self.cpu_memory_fit(req, name):
                     why = failed.get(name, "")
                     self.refuse(ctx, kind, f"DRA node {name} refused: {why}", name)
+        # kube-scheduler asks for the node (``--pick-in-filter``) before DynamicResources
+        # allocates (which may change the extender's mix): the extender's pick, now.
+        picked = await self.pick(pod, sent) if passing else []
         out = sim.try_place(uid)
         if out.status != "running":
             reason = sim.last_reason.get(uid, "")
@@ -449,27 +461,24 @@ class Run:
             f"{ctx}: extender filter passes {sorted(passing)}, simulator fits "
             f"{sorted(sim_fits)} (FailedNodes {failed})"
         )
-        await self.check_pick(ctx, pod, sent, chosen)
+        assert picked == [chosen], f"{ctx}: --pick-in-filter answers {picked}, simulator {chosen}"
         await self.bind(uid, pod, chosen, ctx)
         return True
 
-    async def check_pick(
-        self, ctx: str, pod: Mapping[str, Any], sent: list[str], chosen: str
-    ) -> None:
+    async def pick(self, pod: Mapping[str, Any], sent: list[str]) -> list[str]:
+        """The node the extender's filter answers with ``--pick-in-filter``."""
         self.deps.pick_in_filter = True
         try:
-            picked = (await self.post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": sent}))[
-                "NodeNames"
-            ]
+            got = await self.post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": sent})
         finally:
             self.deps.pick_in_filter = False
-        assert picked == [chosen], f"{ctx}: --pick-in-filter answers {picked}, simulator {chosen}"
+        return list(got["NodeNames"] or [])
 
-    def kube_scheduler_allocates(self, uid: str, node: str) -> dict[str, Any]:
-        """DynamicResources' PreBind: the claim's allocation written (or KEP-5004's
-        generated claim created, allocated); returns the pod as the binder sends it."""
+    def kube_scheduler_allocates(self, uid: str, node: str, results: list[drapool.Result]) -> None:
+        """DynamicResources' PreBind (the simulator's ``on_allocation``): the claim's
+        allocation written (or KEP-5004's generated claim created, allocated), before the
+        extender's bind; the simulator then scores with the mix the extender has."""
         pod = copy.deepcopy(self.pods[uid])
-        results = self.sim.held.get(uid, [])
         if uid in self.sim.claims and uid in self.claims:
             claim = self.sim.claims[uid]
             claim["metadata"]["uid"] = self.claims[uid]["metadata"]["uid"]
@@ -490,12 +499,12 @@ class Run:
                 ],
             }
             self.seen["bound: KEP-5004 on a DRA node"] += 1
-        return pod
+        self.pods[uid] = pod
+        self.sync_mix()
 
     async def bind(self, uid: str, pod: Mapping[str, Any], chosen: str, ctx: str) -> None:
         req = self.sim.pods[uid]
-        pod = self.kube_scheduler_allocates(uid, chosen)
-        self.pods[uid] = pod
+        pod = self.pods[uid]
         bind = {"PodName": req.name, "PodNamespace": req.namespace, "PodUID": uid, "Node": chosen}
         result = await self.post("/bind", bind)
         assert result == {"Error": ""}, f"{ctx}: bind to {chosen} refused: {result}"
@@ -525,16 +534,17 @@ class Run:
     ) -> bool:
         """The simulator's bind refused the node after the allocation: the extender's must
         too (kube-scheduler then undoes its allocation)."""
-        node, results = self.sim.refused[uid]
+        node, _ = self.sim.refused[uid]
         assert set(passing) == sim_fits, f"{ctx}: extender passes {passing}, simulator {sim_fits}"
         req = self.sim.pods[uid]
-        claim = copy.deepcopy(self.claims[uid])
-        self.event(dra.KIND_CLAIM, "MODIFIED", drapool.allocated(claim, results))
+        claim = copy.deepcopy(self.claims[uid])  # allocated by ``kube_scheduler_allocates``
+        claim.pop("status", None)
         bind = {"PodName": req.name, "PodNamespace": req.namespace, "PodUID": uid, "Node": node}
         result = await self.post("/bind", bind)
         assert result["Error"], (
             f"{ctx}: the simulator refuses the bind to {node}, extender {result}"
         )
+        self.claims[uid] = claim
         self.event(dra.KIND_CLAIM, "MODIFIED", claim)  # kube-scheduler's Unreserve
         reason, error = self.sim.last_reason[uid], result["Error"]
         self.log.append(f"{uid} bind to {node} refused after allocation: {error}")
@@ -582,10 +592,6 @@ class Run:
             ext_fair = {t: f.share for t, f in tracker.fair_shares(self.config).items()}
             sim_fair = {t: f.share for t, f in sim.fair_shares().items()}
             assert ext_fair == sim_fair, f"fair shares: extender {ext_fair}, simulator {sim_fair}"
-            mix = tracker.mix()
-            if sim.mix is not mix:
-                sim.mix = mix
-                sim._ctx = None
             placed = False
             for uid in list(sim.pending):
                 placed |= await self.attempt(uid)
@@ -664,6 +670,7 @@ async def drive(case: Case) -> Run:
     tracker.on_resync("Pod", [])
     async with TestClient(TestServer(ext_app.make_app(deps))) as client:
         run = Run(config, case.fleet, client, deps, simulation(config, case.fleet), plans)
+        run.sim.on_allocation = run.kube_scheduler_allocates
         run.compare_states("at start")
         for wave in case.waves:
             for spec in wave.arrivals:
@@ -735,9 +742,10 @@ OPEN = {
     # A partition counts the largest share it takes of any dimension of its GPU's counters:
     # 1g.10gb 14/98 multiprocessors = 1/7, 3g.40gb 4/8 memory slices = 1/2. Four 1g.10gb
     # (4/7) and a 3g.40gb at memory slice 4 fit an A100 (8 of 8 memory slices, 98 of 98
-    # multiprocessors), but count 15/14: kube-scheduler allocates the 3g.40gb and the
-    # extender's bind refuses it ("Insufficient nvidia.com/gpu (free 0.428571, requested
-    # 0.5)"), every retry alike. Where the bind finds room on another slot, the watch then
+    # multiprocessors), but count 15/14: fairshare's filter refuses the node the 3g.40gb
+    # fits ("Insufficient nvidia.com/gpu (free 0.428571, requested 0.5)"; while a pending
+    # claim counted the class's smallest partition, kube-scheduler allocated it and the
+    # extender's bind refused it, every retry alike). Where another slot has room, the watch then
     # puts the partition in its GPU's group all the same: that slot holds 15/14 (and seven
     # 1g.10gb, 1001 milli), the node's GPU column falls short, and a pod asking the
     # node's remaining whole GPUs is refused ("free 1.92857, requested 2").

@@ -381,6 +381,36 @@ def test_the_fair_allocation_follows_a_pending_pods_claim_when_it_is_allocated()
     assert tr.fair_shares(config)["a"].share == 1 / 2
 
 
+def test_an_unallocated_claim_of_a_named_mig_profile_counts_that_profile():
+    """A claim whose selector names a MIG profile counts a partition of that profile
+    while pending, not the class's smallest: a 3g.40gb claim counted 1/7 until it was
+    allocated (1/2), so the webhook admitted seven against a limit of 1 GPU and the
+    extender's gate judged the pod by 1/7 (found by the DRA differential test: "bind
+    gated after allocation")."""
+    got = capacity(nv.partitioned_slices("n1", 1))
+    three = claim("m", "a", nv.MIG_CLASS)
+    exactly = three["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["selectors"] = [
+        {"cel": {"expression": f"device.attributes['{nv.DRIVER}'].profile == '3g.40gb'"}}
+    ]
+    assert dra.claim_gpus(three, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 2)
+    # A profile no device offers, or a selector fairshare does not read: the smallest.
+    exactly["selectors"][0]["cel"]["expression"] = (
+        f"device.attributes['{nv.DRIVER}'].profile == '7g.80gb'"
+    )
+    assert dra.claim_gpus(three, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 7)
+    exactly["selectors"][0]["cel"]["expression"] = "device.capacity['x'].memory > 1"
+    assert dra.claim_gpus(three, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 7)
+    # The extender's pending demand follows.
+    tr = _tracker(nv.partitioned_slices("n1", 1), ["n1"])
+    exactly["selectors"][0]["cel"]["expression"] = (
+        f"device.attributes['{nv.DRIVER}'].profile == '3g.40gb'"
+    )
+    tr.on_resync(dra.KIND_CLAIM, [three])
+    tr.on_resync("Pod", [claim_pod("p", "a", ["m"], None)])
+    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(1, 2)
+
+
 def test_a_claim_pods_shape_in_the_workload_mix_is_its_claims_gpus():
     """The mix (the FGD task classes the score weighs) sees a pod's claim GPUs: a pod
     with a 2-GPU claim is of the class of a pod asking nvidia.com/gpu: 2, not of a
