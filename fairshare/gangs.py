@@ -520,11 +520,13 @@ def gang_gate(
     *,
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
+    groups: gating.GroupFits | None = None,
 ) -> fairness.GateDecision | None:
     """The fair-share gate for the whole group: ``gating.check_fair_gate`` with one
     request of the waiting members' summed demand (the members themselves left out of
-    ``pending``). A group is indivisible, so a tenant still below its fair share before
-    the group may start it even when the whole group takes it past that share (two
+    ``pending``; ``groups``: how other tenants' waiting groups count, ``gangwait``).
+    A group is indivisible, so a tenant still below its fair share before the group
+    may start it even when the whole group takes it past that share (two
     tenants whose groups each exceed their share would otherwise hold each other back
     forever): the gate then answers None."""
     if gang.tenant is None or not gang.waiting:
@@ -535,7 +537,9 @@ def gang_gate(
     )
     members = {p.uid for p in gang.waiting}
     queue = [p for p in pending if p.uid not in members]
-    decision = gating.check_fair_gate(state, config=config, req=whole, pending=queue, fair=fair)
+    decision = gating.check_fair_gate(
+        state, config=config, req=whole, pending=queue, fair=fair, groups=groups
+    )
     if decision is None or decision.allowed:
         return decision
     share_now = gating.current_shares(state, config).get(gang.tenant, 0.0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -113,6 +113,11 @@ def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, l
 ShapeKey = RequestShape
 """What decides whether a pending pod fits now: kernel row, GPU demand (count, share or
 memory), allowed GPU models and node constraints. Two pods with one key fit alike."""
+
+
+GroupFits = Callable[[ClusterState, PodRequest], bool | None]
+"""For a waiting pod: whether its pod group counts as waiting and fitting now (the rule
+of ``fairshare.gangwait``), or None for a pod judged alone (no group, or one that runs)."""
 
 
 def shape_key(p: PodRequest) -> ShapeKey:
@@ -236,6 +241,7 @@ def fitting_pending(
     *,
     memo: dict[ShapeKey, bool] | None = None,
     blocked: dict[str, PodRequest] | None = None,
+    groups: GroupFits | None = None,
 ) -> dict[str, bool]:
     """For each of ``tenants``: does it have a pod waiting that could run now?
 
@@ -250,6 +256,9 @@ def fitting_pending(
     With ``blocked`` (``holdForBlockedTenants``), the same walk also puts there, for a
     tenant, its first waiting pod met before any that fits now that fits no node now but
     would fit a drained one (``_DrainedFit``).
+
+    With ``groups``, a member of a pod group counts as its group does (``GroupFits``):
+    a group is waiting work as a whole, never one member at a time.
     """
     out = dict.fromkeys(tenants, False)
     open_ = set(out)
@@ -264,6 +273,14 @@ def fitting_pending(
     for p in queue:
         u = p.tenant
         if u not in open_ or not p.waiting or p.uid in pods:
+            continue
+        whole = groups(state, p) if groups is not None else None
+        if whole is not None:
+            if whole:
+                out[u] = True
+                open_.discard(u)
+                if not open_:
+                    break
             continue
         key = p.shape
         fits = known.get(key)
@@ -364,11 +381,13 @@ def check_fair_gate(
     req: PodRequest,
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
+    groups: GroupFits | None = None,
 ) -> fairness.GateDecision | None:
     """The gate's decision for ``req``; None when it does not apply.
 
     ``pending`` is every pod waiting to be placed (``req`` is counted once whether or
     not it is listed). ``fair`` may be passed when the caller caches the allocation.
+    ``groups``: how a waiting member of a pod group counts (``fitting_pending``).
     """
     t = req.tenant
     if t is None:
@@ -415,6 +434,7 @@ def check_fair_gate(
         queue,
         memo=memo,
         blocked=blocked if hold else None,
+        groups=groups,
     )
     contenders = [
         fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))

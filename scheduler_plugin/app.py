@@ -283,6 +283,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         pick=deps.pick_in_filter,
         mix=deps.tracker.mix() if deps.pick_in_filter else None,
         context=deps.tracker.context() if deps.pick_in_filter else None,
+        groups=deps.gangs.group_fits(config) if deps.gangs is not None else None,
     )
     # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
     # last Unschedulable verdict is out of date (``ExtenderTracker.note_asked``).

@@ -68,12 +68,18 @@ def filter_pod(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
+    groups: gating.GroupFits | None = None,
 ) -> FilterOutcome:
-    """Fit ``req`` against the candidate ``names``, then apply the fair-share gate."""
-    fast = _filter_rows(state, config=config, req=req, names=names, pending=pending, fair=fair)
+    """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
+    (``groups``: how waiting pod groups count there, ``fairshare.gangwait``)."""
+    fast = _filter_rows(
+        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
+    )
     if fast is not None:
         return fast
-    return _filter_names(state, config=config, req=req, names=names, pending=pending, fair=fair)
+    return _filter_names(
+        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
+    )
 
 
 def _filter_names(
@@ -84,6 +90,7 @@ def _filter_names(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
+    groups: gating.GroupFits | None = None,
 ) -> FilterOutcome:
     """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
@@ -99,7 +106,9 @@ def _filter_names(
         (unresolvable if f.unresolvable else failed)[f.node] = f.reason
     gate = None
     if fits:
-        gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+        gate = check_fair_gate(
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups
+        )
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(fits, gate.reason))
             fits = {}
@@ -115,6 +124,7 @@ def _filter_rows(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
+    groups: gating.GroupFits | None = None,
 ) -> FilterOutcome | None:
     """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
     None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""
@@ -136,7 +146,9 @@ def _filter_rows(
             k = ok.find(0, k + 1)
     gate = None
     if passing:
-        gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+        gate = check_fair_gate(
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups
+        )
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(passing, gate.reason))
             return FilterOutcome((), failed, unresolvable, gate, {})

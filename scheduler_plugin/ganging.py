@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import gangs, gangstatus
+from fairshare import gangs, gangstatus, gangwait, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
 from scheduler_plugin import verbs, wire
@@ -215,6 +215,24 @@ class GangCoordinator:
         held = self._podgroups.get(key)
         return gangs.topology_key(held[1] if held is not None else None, pod)
 
+    def group_fits(self, config: FairShareConfig) -> gating.GroupFits | None:
+        """How other tenants' waiting groups count at the fair-share gate
+        (``gangwait.RULE``, the simulator's rule): each group whole, sized by its
+        PodGroup as read last, else its pods' annotation (neither: it counts as nothing,
+        as its filter refuses it)."""
+        t = self.tracker
+        sizes = self.sizes()
+
+        def size(key: gangs.GroupKey, uid: str) -> int | None:
+            n = sizes.get(key)
+            return n if n is not None else gangs.annotated_min_count(t.pods.get(uid) or {})
+
+        def topology(key: gangs.GroupKey, uid: str) -> str | None:
+            return self.topology_key(key, t.pods.get(uid) or {})
+
+        lookup = gangwait.lookup_over(t.group_members(), t.pending, t.state.pods, size, topology)
+        return gangwait.group_fits(config, lookup, fair=t.fair_shares(config))
+
     # -- plans -------------------------------------------------------------------------
 
     def _drop(self, key: gangs.GroupKey, why: str) -> None:
@@ -336,6 +354,7 @@ class GangCoordinator:
                 gang,
                 pending=tracker.pending_queue(),
                 fair=tracker.fair_shares(config),
+                groups=self.group_fits(config),
             )
             req = tracker.pending.get(uid)
             if req is not None:

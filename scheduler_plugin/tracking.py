@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from fairshare import dra, eligibility, fairness, gating, resources, tenancy
+from fairshare import dra, eligibility, fairness, gangs, gangwait, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -256,6 +256,9 @@ class ExtenderTracker:
     ) = field(default=None, init=False, repr=False)
     """The last allocation and what it was computed from: (nodes version, columns,
     config, demand rows, allocation)."""
+    _group_members: (
+        tuple[tuple[int, tuple[int, int]], dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]] | None
+    ) = field(default=None, init=False, repr=False)
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _mix_shapes: set[tuple[float, int, frozenset[str]]] = field(default_factory=set, init=False)
@@ -1060,6 +1063,22 @@ class ExtenderTracker:
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
 
+    def group_members(self) -> dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]:
+        """Each known pod of a pod group -> (its group, the uids of the group's known
+        pods); kept until a pod or the state changes (``gangwait.lookup_over``)."""
+        key = (self.queue_version, self.state.version)
+        held = self._group_members
+        if held is not None and held[0] == key:
+            return held[1]
+        by: dict[gangs.GroupKey, list[str]] = {}
+        for uid, pod in self.pods.items():
+            g = gangs.group_of(pod)
+            if g is not None:
+                by.setdefault(g, []).append(uid)
+        out = {uid: (g, tuple(uids)) for g, uids in by.items() for uid in uids}
+        self._group_members = (key, out)
+        return out
+
     def note_preempted(self, uid: str, victims: Mapping[str, Sequence[str]]) -> None:
         """Remember the victims the preempt verb answered for preemptor ``uid``."""
         self.preempted[uid] = {node: tuple(v) for node, v in victims.items()}
@@ -1111,17 +1130,19 @@ class ExtenderTracker:
     def _with_verdict(self, uid: str, req: PodRequest) -> PodRequest:
         """``req`` with ``waiting`` and ``unschedulable`` as the pod's verdict says."""
         message = self.verdicts.get(uid, "")
-        if message:
+        if message and not gangwait.is_group_refusal(message):
             if req.unschedulable == message and not req.waiting:
                 return req
             return dataclasses.replace(req, waiting=False, unschedulable=message)
-        if not req.unschedulable:
+        if req.unschedulable == message:
             return req
+        # no verdict, or the extender's own refusal of the pod's group, which keeps the
+        # member waiting with its group (``gangwait``; the message stays for the views)
         slim = self.pods.get(uid) or {}
         spec = slim.get("spec")
         served = eligibility.served_schedulers(self.config().scheduler_name)
         waiting = eligibility.is_waiting(spec if isinstance(spec, dict) else {}, served)
-        return dataclasses.replace(req, waiting=waiting, unschedulable="")
+        return dataclasses.replace(req, waiting=waiting, unschedulable=message)
 
     def note_asked(self, uid: str, answers: Iterable[str] = ()) -> None:
         """kube-scheduler asked the extender's filter about pod ``uid``: its plugins passed

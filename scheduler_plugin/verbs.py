@@ -102,6 +102,7 @@ def filter_result(
     pick: bool = False,
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
+    groups: gating.GroupFits | None = None,
 ) -> wire.ExtenderFilterResult:
     """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
@@ -121,7 +122,7 @@ def filter_result(
         reason = f"pod resources cannot be read: {exc}"
         return _filter_result(args, (), {}, dict.fromkeys(names, reason))
     out = filtering.filter_pod(
-        state, config=config, req=req, names=names, pending=pending, fair=fair
+        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
     )
     if on_gate is not None:
         on_gate(req, out.gate)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import fairness, gangs, gating
+from fairshare import fairness, gangs, gangwait, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.simulator.engine import Outcome, Simulation, requests_pod
@@ -110,14 +110,37 @@ class GangSimulation(Simulation):
     of each tenant and shape, in creation order (``gate_queue``), gives the same answer as
     the whole queue, which on a saturated replay holds thousands of pods."""
 
-    _firsts: dict[tuple[str | None, object, bool], dict[str, tuple[int, PodRequest]]] = field(
+    _firsts: dict[tuple[str | None, object, bool, int], dict[str, tuple[int, PodRequest]]] = field(
         default_factory=dict, init=False
     )
     _seq: int = field(default=0, init=False)
+    group_rule: gangwait.Rule = "pod"
+    """How a waiting group counts at the gate (``gangwait``): the policy ``ours`` sets it."""
+    members: dict[str, tuple[gangs.GroupKey, tuple[str, ...]]] = field(
+        default_factory=dict, init=False
+    )
+    """Pod uid -> its group and all the group's uids (``Replay`` fills it)."""
+    min_counts: dict[gangs.GroupKey, int] = field(default_factory=dict, init=False)
+    """A group's ``min_count`` when it is not all its pods (none in a replayed trace)."""
 
-    @staticmethod
-    def _key(req: PodRequest) -> tuple[str | None, object, bool]:
-        return (req.tenant, req.shape, req.waiting)
+    def _key(self, req: PodRequest) -> tuple[str | None, object, bool, int]:
+        # with groups counted whole, groups of another size answer differently
+        held = self.members.get(req.uid) if self.group_rule != "pod" else None
+        return (req.tenant, req.shape, req.waiting, len(held[1]) if held else 0)
+
+    def group_fits(self) -> gating.GroupFits | None:
+        """The gate's ``groups`` argument for the current state (``gangwait``)."""
+        if self.group_rule == "pod":
+            return None
+        lookup = gangwait.lookup_over(
+            self.members,
+            self.pending,
+            self.state.pods,
+            lambda key, uid: self.min_counts.get(key, len(self.members[uid][1])),
+        )
+        return gangwait.group_fits(
+            self.config, lookup, fair=self.fair_shares(), rule=self.group_rule
+        )
 
     def submit(self, req: PodRequest) -> Outcome:
         out = super().submit(req)
@@ -150,7 +173,8 @@ class GangSimulation(Simulation):
         self._forget(uid)
 
     def gate_queue(self) -> list[PodRequest]:
-        """The first pending pod of each tenant and shape, in creation order."""
+        """The first pending pod of each tenant and shape (and group size, when groups
+        count whole), in creation order."""
         firsts = [next(iter(held.values())) for held in self._firsts.values() if held]
         return [req for _, req in sorted(firsts, key=lambda x: x[0])]
 
@@ -163,6 +187,7 @@ class GangSimulation(Simulation):
             req=req,
             pending=self.gate_queue(),
             fair=self.fair_shares(),
+            groups=self.group_fits(),
         )
 
 
@@ -177,6 +202,7 @@ def place_gang(sim: GangSimulation, key: gangs.GroupKey, uids: Sequence[str], *,
             gang,
             pending=sim.gate_queue(),
             fair=sim.fair_shares(),
+            groups=sim.group_fits(),
         )
         if decision is not None and not decision.allowed:
             return decision.reason
@@ -200,11 +226,17 @@ class Replay:
         policy: GangPolicy,
         *,
         progress: Callable[[float, int, int], None] | None = None,
+        group_rule: gangwait.Rule = gangwait.RULE,
     ) -> None:
         if policy not in GANG_POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
+        if group_rule not in gangwait.RULES:
+            raise ValueError(
+                f"unknown group rule {group_rule!r}; choose from {', '.join(gangwait.RULES)}"
+            )
         self.policy: GangPolicy = policy
         self.sim = GangSimulation(config, policy="ours")
+        self.sim.group_rule = group_rule if policy == "ours" else "pod"
         for n in nodes:
             self.sim.add_node(n.name, dict(n.allocatable), dict(n.labels))
         self.jobs = sorted(jobs, key=lambda j: j.arrival)
@@ -228,6 +260,9 @@ class Replay:
         uids = tuple(f"{job.namespace}/{job.name}-{k}" for k in range(job.size))
         tenant: str | None = None
         gpus = 0.0
+        group = gangs.GroupKey(job.namespace, job.name)
+        for uid in uids:
+            self.sim.members[uid] = (group, uids)
         for k, uid in enumerate(uids):
             pod = requests_pod(
                 name=f"{job.name}-{k}", namespace=job.namespace, requests=dict(job.requests)
@@ -250,6 +285,7 @@ class Replay:
     def _finish(self, rec: JobRecord) -> None:
         for uid in rec.uids:
             self.sim.complete(uid)
+            self.sim.members.pop(uid, None)
 
     # -- placing -----------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from fairshare import fairness
+from fairshare import fairness, gangwait
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import API_VERSION, KIND, FairShareConfig
 from fairshare.simulator.gangsim import (
@@ -380,6 +380,7 @@ def replay_one(
     vcs: Sequence[str] | None = None,
     gpu_type: str = "v100",
     quiet: bool = False,
+    group_rule: gangwait.Rule = gangwait.RULE,
 ) -> dict[str, Any]:
     """One policy's replay of the trace, summarised (a worker process runs one)."""
     jobs, _, _ = load_jobs(folder, vcs=vcs, limit=limit, gpu_type=gpu_type)
@@ -387,7 +388,10 @@ def replay_one(
     t0 = time.monotonic()
     prog = None if quiet else Progress(policy)
     horizon = max(j.arrival + j.duration for j in jobs)
-    replay = Replay(config, make_nodes(nodes, gpus_per_node), jobs, policy, progress=prog)
+    replay = Replay(
+        config, make_nodes(nodes, gpus_per_node), jobs, policy, progress=prog,
+        group_rule=group_rule,
+    )  # fmt: skip
     result = replay.run(horizon=horizon)
     if not quiet:
         print(f"philly: {policy}: done in {time.monotonic() - t0:.0f} s", file=sys.stderr,
@@ -406,6 +410,7 @@ def run(
     gpu_type: str = "v100",
     quiet: bool = False,
     workers: int = 1,
+    group_rule: gangwait.Rule = gangwait.RULE,
 ) -> tuple[dict[str, dict[str, Any]], str]:
     """Replay the trace under each policy (``workers`` processes at once); the figures
     by policy and the header line."""
@@ -424,7 +429,7 @@ def run(
     )
     common: dict[str, Any] = dict(
         nodes=nodes, gpus_per_node=gpus_per_node, limit=limit, vcs=vcs, gpu_type=gpu_type,
-        quiet=quiet,
+        quiet=quiet, group_rule=group_rule,
     )  # fmt: skip
     if workers <= 1 or len(policies) <= 1:
         return {p: replay_one(folder, p, **common) for p in policies}, header
@@ -446,6 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--policies", default=",".join(GANG_POLICIES), help="comma-separated, of: "
         + ", ".join(GANG_POLICIES)
+    )  # fmt: skip
+    ap.add_argument(
+        "--group-rule", default=gangwait.RULE, choices=gangwait.RULES,
+        help="how a waiting group counts at the gate under ours (fairshare.gangwait; "
+        f"default {gangwait.RULE})",
     )  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="the first 1,500 jobs only")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -475,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             policies=policies,
             gpu_type=args.gpu_type,
             workers=args.workers,
+            group_rule=args.group_rule,
         )
     except TraceError as exc:
         print(f"philly: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ Design choices:
 
 from __future__ import annotations
 
+import copy
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -214,6 +215,26 @@ class ClusterState:
             declared_capacity=dict(self.declared_capacity),
         )
         self._drained = (self._nodes_version, twin)
+        return twin
+
+    def twin(self) -> ClusterState:
+        """A copy with the same nodes and bound pods that can be bound to and unbound
+        from without touching this state (its memos start empty). For probes: a plan
+        tried on the twin leaves this state's versions, and so its memos, as they were."""
+        twin = copy.copy(self)
+        twin.free = array("d", self.free)
+        twin.dev_free = array("d", self.dev_free)
+        twin.pods = dict(self.pods)
+        twin.tenant_usage = {t: list(row) for t, row in self.tenant_usage.items()}
+        twin.node_tenant_gpu = {n: dict(held) for n, held in self.node_tenant_gpu.items()}
+        twin.mig_used = {n: dict(held) for n, held in self.mig_used.items()}
+        twin.groups = {
+            g: replace(shared, members=set(shared.members)) for g, shared in self.groups.items()
+        }
+        twin.slot_group = dict(self.slot_group)
+        twin._used = list(self._used)
+        twin._eligible = dict(self._eligible)
+        twin._memos = {}
         return twin
 
     @property

@@ -1,0 +1,251 @@
+"""Pod groups as waiting work at the fair-share gate: one rule for extender and simulator.
+
+Pure: no network, no clock. The gate lets a tenant go past its fair share only while no
+tenant below it has work waiting that could run now (``gating.fitting_pending``, work
+conservation). Judged pod by pod, one member of a group that cannot start whole holds
+every tenant above it back, and the room that frees waits for that group (issue 33);
+if kube-scheduler's record of the group's refusal is read as its own verdict, the same
+group holds nobody. Here a group counts once, as a whole, by one of these rules
+(``RULES``; ``RULE`` is the one the extender and the simulator use):
+
+* ``pod``: each member alone (fairshare before this module: one member that fits some
+  node counts);
+* ``whole``: the group fits whole now (``gangs.plan_gang`` against the free room);
+* ``kept``: the group fits whole in the room the gate keeps for it: the free room plus
+  what the tenants above its tenant hold (those the gate holds back while it waits, so
+  the room they give back stays free for it);
+* ``owed``: the group fits whole now, or starting it keeps its tenant within its fair
+  share (the tenant is owed the room, so holding others back for it is the fair share
+  at work, not idle room for a group that would overshoot);
+* ``near``: as ``owed``, but an owed group that does not fit now counts only once half
+  the GPUs it needs are free on its nodes (room is kept for it only when it is close).
+
+Under every rule a group counts only with all ``min_count`` members present and when it
+could run whole on its nodes emptied (one that never can holds nobody back), and its
+members are never also counted one by one. A group that runs (``min_count`` members
+bound) has its later members counted like any pod.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Literal
+
+from fairshare import eligibility, fairness, gangs, gating, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest
+from fairshare.state.cluster import ClusterState
+
+Rule = Literal["pod", "whole", "kept", "owed", "near"]
+RULES: Final[tuple[Rule, ...]] = ("pod", "whole", "kept", "owed", "near")
+RULE: Final[Rule] = "owed"
+"""The rule in use: on the Philly replay it keeps the tenants as near their fair GPU-time
+as judging pod by pod did (``whole`` and ``near`` leave far less room free but let the
+large tenants take the small tenants' share); README, "Gangs in the simulator"."""
+
+Lookup = Callable[[str], "gangs.Gang | None"]
+"""The group of a waiting pod by uid (None: the pod is in no group)."""
+
+
+_GROUP_REFUSAL: Final = re.compile(r"gang \S+/\S+[ :]")
+
+
+def is_group_refusal(message: str) -> bool:
+    """Is kube-scheduler's ``PodScheduled`` verdict ``message`` only the extender's
+    refusal of the pod's group (``gang ns/name has 2 of its 3 members ...``, ``gang
+    ns/name (...) does not fit whole: ...``)? Such a member still waits with its group:
+    the group, judged whole here, decides whether it holds anyone back."""
+    reasons = eligibility.verdict_reasons(message)
+    return bool(reasons) and all(_GROUP_REFUSAL.match(r) for r in reasons or ())
+
+
+def group_fits(
+    config: FairShareConfig,
+    lookup: Lookup,
+    *,
+    fair: Mapping[str, fairness.FairShare] | None,
+    rule: Rule = RULE,
+) -> gating.GroupFits | None:
+    """The ``groups`` argument of ``gating.check_fair_gate`` for ``rule`` (None for
+    ``pod``: every member judged alone)."""
+    if rule == "pod":
+        return None
+    answers: dict[gangs.GroupKey, bool] = {}
+
+    def fits(state: ClusterState, p: PodRequest) -> bool | None:
+        gang = lookup(p.uid)
+        if gang is None or gang.running:
+            return None
+        got = answers.get(gang.key)
+        if got is None:
+            got = answers[gang.key] = counts(state, config, gang, fair=fair, rule=rule)
+        return got
+
+    return fits
+
+
+def counts(
+    state: ClusterState,
+    config: FairShareConfig,
+    gang: gangs.Gang,
+    *,
+    fair: Mapping[str, fairness.FairShare] | None,
+    rule: Rule = RULE,
+) -> bool:
+    """Does the waiting group ``gang`` count as work that could run now (so that the
+    tenants above its tenant are held back for it)? ``rule``: see the module."""
+    if gang.members < gang.min_count or not gang.waiting or gang.running:
+        return False
+    if rule == "pod":
+        return any(gating.pod_fits_somewhere(state, p) for p in gang.waiting)
+    if not fits_whole(state.drained(), gang):
+        return False  # can never run whole on its nodes
+    if rule == "whole":
+        return fits_whole(state, gang)
+    if rule == "kept":
+        return fits_whole(kept_room(state, config, gang.tenant), gang)
+    if fits_whole(state, gang):
+        return True
+    if rule == "near":
+        rows = state.eligible_rows(gang.waiting[0].constraints)
+        return owed(state, config, gang, fair) and not _too_few_gpus(state, gang, rows, 0.5)
+    return owed(state, config, gang, fair)
+
+
+def group_row(gang: gangs.Gang) -> tuple[float, ...]:
+    """What the group must get to start: the ``needed`` members it needs (largest GPU
+    demand first, as the plan places them), summed: ``min_count`` × the member's demand
+    for a group of one shape."""
+    order = sorted(gang.waiting, key=lambda p: (-p.gpu_count, -sum(p.row), p.name, p.uid))
+    width = max((len(p.row) for p in order), default=0)
+    total = [0.0] * width
+    for p in order[: gang.needed]:
+        for k, v in enumerate(p.row):
+            total[k] += v
+    return tuple(total)
+
+
+def owed(
+    state: ClusterState,
+    config: FairShareConfig,
+    gang: gangs.Gang,
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> bool:
+    """Would the group, started whole, keep its tenant within its fair share?"""
+    t = gang.tenant
+    if t is None or not fair or t not in fair:
+        return False
+    after = state.usage_of(t)
+    for k, v in enumerate(group_row(gang)):
+        after[k] += v
+    share = fairness.dominant_shares(
+        used={t: after},
+        capacity=state.total_capacity(),
+        res_weights=config.resource_weights(),
+        tenant_weights=tenancy.tenant_weights(config),
+    )[t]
+    return share <= fair[t].share + fairness.EPS
+
+
+def _shapes(gang: gangs.Gang) -> tuple[frozenset[tuple[object, int]], int, str | None]:
+    shapes = frozenset(Counter(p.shape for p in gang.waiting).items())
+    return shapes, gang.needed, gang.topology_key
+
+
+def _probe(state: ClusterState) -> ClusterState:
+    """A twin of ``state`` to plan on (kept while ``state`` does not change)."""
+    held: dict[str, ClusterState] = state.memo("gangwait.twin")
+    got = held.get("twin")
+    if got is None:
+        got = held["twin"] = state.twin()
+    return got
+
+
+def fits_whole(state: ClusterState, gang: gangs.Gang) -> bool:
+    """Would ``gangs.plan_gang`` place the group now (on the nodes its first member may
+    use)? Asked once per group shape and state; ``state`` is left as it was, versions
+    included (the plan is tried on a twin)."""
+    memo: dict[tuple[frozenset[tuple[object, int]], int, str | None], bool] = state.memo(
+        "gangwait.fits"
+    )
+    key = _shapes(gang)
+    got = memo.get(key)
+    if got is None:
+        rows = state.eligible_rows(gang.waiting[0].constraints) if gang.waiting else None
+        if _too_few_gpus(state, gang, rows):
+            got = memo[key] = False  # the plan would refuse it (and cost a search)
+        else:
+            twin = _probe(state)
+            got = memo[key] = not isinstance(gangs.plan_gang(twin, gang, rows=rows), gangs.Refusal)
+    return got
+
+
+def _too_few_gpus(
+    state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None, part: float = 1.0
+) -> bool:
+    """Fewer free GPUs on the group's nodes than ``part`` of what its ``needed``
+    smallest members ask."""
+    g, width = state.gpu_col, state.n_res
+    asks = sorted(p.row[g] for p in gang.waiting if len(p.row) > g)
+    want = part * sum(asks[: gang.needed])
+    if want <= 0:
+        return False
+    free = state.free
+    have = sum(
+        max(0.0, free[i * width + g]) for i in (range(state.n_nodes) if rows is None else rows)
+    )
+    return have + 1e-6 < want
+
+
+def kept_room(state: ClusterState, config: FairShareConfig, tenant: str | None) -> ClusterState:
+    """The state with the pods of every tenant whose share is above ``tenant``'s taken
+    off: the room the gate keeps for a group of ``tenant`` while it waits."""
+    if tenant is None:
+        return state
+    shares = gating.current_shares(state, config)
+    mine = shares.get(tenant, 0.0)
+    above = frozenset(u for u, s in shares.items() if u != tenant and s > mine + fairness.EPS)
+    held: dict[frozenset[str], ClusterState] = state.memo("gangwait.kept")
+    got = held.get(above)
+    if got is None:
+        got = held[above] = state.twin()
+        for uid, pod in list(got.pods.items()):
+            if pod.tenant in above:
+                got.unbind(uid)
+    return got
+
+
+def lookup_over(
+    members: Mapping[str, tuple[gangs.GroupKey, Sequence[str]]],
+    pending: Mapping[str, PodRequest],
+    bound: Mapping[str, object],
+    size: Callable[[gangs.GroupKey, str], int | None] | None = None,
+    topology: Callable[[gangs.GroupKey, str], str | None] | None = None,
+) -> Lookup:
+    """A ``Lookup`` over known groups: pod uid -> (its group, the uids of all the group's
+    known pods). ``size(group, a member's uid)``: the group's ``min_count`` (None: not
+    known, as when the extender finds no PodGroup and no annotation: such a group is
+    refused, and counts as nothing); without it, the count of its pods. ``topology``: the
+    group's topology key (``gangs.topology_key``), so it counts only where its plan would
+    place it, inside one domain."""
+    made: dict[gangs.GroupKey, gangs.Gang] = {}
+
+    def lookup(uid: str) -> gangs.Gang | None:
+        entry = members.get(uid)
+        if entry is None:
+            return None
+        key, uids = entry
+        gang = made.get(key)
+        if gang is None:
+            n = len(uids) if size is None else size(key, uid)
+            if n is None:
+                n = len(uids) + 1  # not known: planned as a group missing a member
+            topo = topology(key, uid) if topology is not None else None
+            gang = made[key] = gangs.gang_from(
+                key, n, uids, pending=pending, bound=bound, topology_key=topo
+            )
+        return gang
+
+    return lookup
