@@ -384,6 +384,7 @@ async def _bind_now(
                 req=req,
                 pending=deps.tracker.pending_queue(),
                 fair=deps.tracker.fair_shares(config),
+                groups=deps.gangs.group_fits(config) if deps.gangs is not None else None,
             )
             if gate is not None and not gate.allowed:
                 deps.tracker.note_filter(req, gate)  # held back: counts as gated
@@ -724,6 +725,7 @@ async def serve(
             patch=requeue.api_patch(api_client),
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),
+            groups=deps.gangs.group_fits if deps.gangs is not None else None,
         )
         deps.background.append(requeuer.background())
         from scheduler_plugin import events

@@ -50,10 +50,15 @@ Patch = Callable[[str, str, dict[str, Any]], Awaitable[None]]
 """``patch(namespace, name, merge_patch_body)``."""
 
 
-def lifted(tracker: ExtenderTracker, config: FairShareConfig) -> list[PodRequest]:
+def lifted(
+    tracker: ExtenderTracker,
+    config: FairShareConfig,
+    groups: gating.GroupFits | None = None,
+) -> list[PodRequest]:
     """The pending pods the gate refused at their last filter and would let through now,
     not yet nudged since (oldest uid order is not meaningful: the order of ``gated``
-    is the tracker's). Pods of one tenant and shape share one gate check."""
+    is the tracker's). Pods of one tenant and shape share one gate check. ``groups``:
+    how waiting pod groups count at the gate, as the filter counts them."""
     state = tracker.state
     queue = tracker.pending_queue()
     fair = tracker.fair_shares(config)
@@ -66,7 +71,7 @@ def lifted(tracker: ExtenderTracker, config: FairShareConfig) -> list[PodRequest
         key = (req.tenant, gating.shape_key(req))
         if key not in judged:
             judged[key] = gating.check_fair_gate(
-                state, config=config, req=req, pending=queue, fair=fair
+                state, config=config, req=req, pending=queue, fair=fair, groups=groups
             )
         gate = judged[key]
         if gate is None or gate.allowed:
@@ -92,9 +97,11 @@ class Requeuer:
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         on_nudge: Callable[[int], None] | None = None,
+        groups: Callable[[FairShareConfig], gating.GroupFits | None] | None = None,
     ) -> None:
         self.tracker, self.config, self.patch = tracker, config, patch
         self.synced, self.is_leader, self.on_nudge = synced, is_leader, on_nudge
+        self.groups = groups
         self._seen: tuple[Any, ...] | None = None
 
     def background(self) -> Callable[[Any], AsyncIterator[None]]:
@@ -119,7 +126,8 @@ class Requeuer:
         if key == self._seen:
             return 0
         self._seen = key
-        pods = lifted(t, config)[:BATCH]
+        groups = self.groups(config) if self.groups is not None else None
+        pods = lifted(t, config, groups)[:BATCH]
         if not pods:
             return 0
         body = requeue_patch(dt.datetime.now(dt.UTC))

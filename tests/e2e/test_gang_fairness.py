@@ -4,7 +4,8 @@ Three tenants of weights 1:1:2 each submit more 2-pod × 2-GPU groups than the c
 holds (four nodes of 4 GPUs: 16 GPUs, four groups). The gate weighs each group's whole
 demand and holds a tenant past its fair share while another tenant's waiting group fits
 whole (``fairshare.gangwait``), so the cluster ends split 4 : 4 : 8 GPUs, in whole
-groups, with no group partly bound.
+groups, with no group partly bound. And a waiting group that can never run whole holds
+no other tenant back, though one of its members alone would fit.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .conftest import (
     MakeNode,
     TenantNamespace,
     unique,
+    wait_event,
     wait_for,
 )
 
@@ -43,7 +45,7 @@ async def fairshare(fairshare: FairshareDev) -> FairshareDev:
     return fairshare
 
 
-def member(name: str, group: str, pool: str) -> dict[str, Any]:
+def member(name: str, group: str, pool: str, size: int = 2) -> dict[str, Any]:
     limits = {"cpu": "100m", "memory": "128Mi", GPU: "2"}
     return {
         "apiVersion": "v1",
@@ -51,7 +53,7 @@ def member(name: str, group: str, pool: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": {GROUP_LABEL: group},
-            "annotations": {ANN_MIN_MEMBERS: "2"},
+            "annotations": {ANN_MIN_MEMBERS: str(size)},
         },
         "spec": {
             "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"limits": limits}}],
@@ -131,3 +133,60 @@ async def test_gangs_of_weights_1_1_2_end_at_the_weighted_split_in_whole_gangs(
         partial = {t: [g for g, n in gs.items() if n not in (0, 2)] for t, gs in last.items()}
         assert not any(partial.values()), f"groups partly bound: {partial}"
         await asyncio.sleep(1)
+
+
+def lone(name: str, gpus: int, pool: str) -> dict[str, Any]:
+    pod = member(name, "", pool)
+    del pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    pod["spec"]["containers"][0]["resources"]["limits"][GPU] = str(gpus)
+    return pod
+
+
+async def test_a_group_that_can_never_run_whole_holds_no_tenant_back(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+):
+    """a runs 6 of 8 GPUs, above its fair share; b waits with a group of five 2-GPU
+    members, 10 GPUs, more than the nodes have. One member alone would fit the 2 free
+    GPUs, but the group never can: a's next pod runs."""
+    a, b = unique("gna"), unique("gnb")
+    await fairshare.set_config(api, CONFIG_HEAD + f"tenants:\n- name: {a}\n- name: {b}\n")
+    ns = {t: await tenant_namespace(t) for t in (a, b)}
+    pool = unique("gnpool")
+    for n in (unique("gn"), unique("gn")):
+        await make_gpu_node(n, gpus=4, cpu="16", memory="64Gi", labels={POOL: pool, OPEN: "yes"})
+    core = client.CoreV1Api(api)
+    for name, gpus in (("big", 4), ("mid", 2)):
+        await core.create_namespaced_pod(ns[a], lone(name, gpus, pool))
+
+    async def a_runs_six() -> bool:
+        pods = (await core.list_namespaced_pod(ns[a])).items
+        return sum(1 for p in pods if p.spec.node_name) == 2
+
+    await wait_for(a_runs_six, timeout=60, what="a's 6 GPUs bound")
+    for i in range(5):
+        await core.create_namespaced_pod(ns[b], member(f"huge-{i}", "huge", pool, size=5))
+    await wait_event(
+        api,
+        ns[b],
+        involved_name="huge-0",
+        reason="FailedScheduling",
+        contains=f"gang {ns[b]}/huge",
+    )
+    await core.create_namespaced_pod(ns[a], lone("next", 1, pool))
+
+    async def next_bound() -> bool:
+        pod = await core.read_namespaced_pod("next", ns[a])
+        return bool(pod.spec.node_name)
+
+    try:
+        await wait_for(next_bound, timeout=45, what="a's next pod bound beside b's group")
+    except AssertionError:
+        events = await core.list_namespaced_event(ns[a], field_selector="involvedObject.name=next")
+        status = await asyncio.to_thread(fairshare.extender_status)
+        raise AssertionError(
+            f"a's next pod not bound: {[e.message for e in events.items]}; "
+            f"extender: {status.get('heldPods')} {status.get('gangs')}"
+        ) from None

@@ -298,3 +298,17 @@ def test_requests_pod_helper_shapes_match():
         uid = p["metadata"]["uid"]
         a, b = t.pending[uid], sim.pods[uid]
         assert dataclasses.replace(a, unschedulable="").row == b.row
+
+
+def test_the_requeuer_counts_groups_as_the_filter_does():
+    """A pod the gate held while b's never-whole group waited is lifted (nudged) under
+    the group rule; without it the requeuer would still see one member fitting."""
+    from scheduler_plugin import requeue
+
+    pods = [*a_holds_six(), plain("a", "next", 1)]
+    pods += [member("b", "huge", i, min_members=5) for i in range(5)]
+    t = tracker(NODES, pods)
+    t.gated.add("a-next")
+    coord = ganging.GangCoordinator(t)
+    assert [p.uid for p in requeue.lifted(t, CONFIG, coord.group_fits(CONFIG))] == ["a-next"]
+    assert requeue.lifted(t, CONFIG) == []
