@@ -574,6 +574,7 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
         unreadable=tracker.unreadable,
         scheduling_gated=scheduling_gated(snap),
         gangs=[g.as_dict() for g in gang_statuses(snap, tracker, config)],
+        group_fits=group_fits(snap, tracker, config),
     )
     if snap.warnings:
         out["warnings"] = list(snap.warnings)
@@ -632,6 +633,21 @@ def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
         pods=tracker.pods,
         pending=tracker.pending,
         podgroups=podgroup_sizes(snap),
+    )
+
+
+def group_fits(snap: Any, tracker: Any, config: Any) -> Any:
+    """How waiting pod groups count at the gate (``gangwait.groups_for``), as the
+    extender's filter counts them."""
+    from fairshare import gangwait
+
+    return gangwait.groups_for(
+        config,
+        tracker.state,
+        tracker.pods,
+        tracker.pending,
+        fair=tracker.fair_shares(config),
+        sizes=podgroup_sizes(snap),
     )
 
 
@@ -811,6 +827,7 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         admission=admission,
         demand_error=error,
         gang=gang,
+        group_fits=group_fits(snap, tracker, config),
     )
 
 

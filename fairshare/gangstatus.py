@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from fairshare import fairness, gangs, gating
+from fairshare import fairness, gangs, gangwait, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes
 from fairshare.resources import MILLI_GPU
@@ -162,6 +162,10 @@ def group_statuses(
     queue = list(pending.values())
     if judge and fair is None:
         fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    # other tenants' waiting groups count at the gate as the extender counts them
+    groups = (
+        gangwait.groups_for(config, state, pods, pending, fair=fair, sizes=sizes) if judge else None
+    )
     out = []
     for key in sorted(members):
         uids = members[key]
@@ -178,6 +182,7 @@ def group_statuses(
                 plan=live.get(key),
                 judge=judge,
                 fair=fair,
+                groups=groups,
             )
         )
     return out
@@ -196,6 +201,7 @@ def _one(
     plan: LivePlanView | None,
     judge: bool,
     fair: Mapping[str, fairness.FairShare] | None,
+    groups: gating.GroupFits | None = None,
 ) -> GroupStatus:
     bound = [u for u in uids if u in state.pods]
     waiting = tuple(sorted(u for u in uids if u not in state.pods))
@@ -272,7 +278,7 @@ def _one(
         )
     if not judge:
         return replace(base, held_gpus=held)
-    decision = gangs.gang_gate(state, config, gang, pending=queue, fair=fair)
+    decision = gangs.gang_gate(state, config, gang, pending=queue, fair=fair, groups=groups)
     if decision is not None and not decision.allowed:
         return replace(
             base,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from fairshare import eligibility, fairness, gangs, gating, tenancy
 from fairshare.config.schema import FairShareConfig
@@ -215,6 +215,40 @@ def kept_room(state: ClusterState, config: FairShareConfig, tenant: str | None) 
             if pod.tenant in above:
                 got.unbind(uid)
     return got
+
+
+def groups_for(
+    config: FairShareConfig,
+    state: ClusterState,
+    pods: Mapping[str, Mapping[str, Any]],
+    pending: Mapping[str, PodRequest],
+    *,
+    fair: Mapping[str, fairness.FairShare] | None,
+    sizes: Mapping[gangs.GroupKey, int | None] | None = None,
+    rule: Rule = RULE,
+) -> gating.GroupFits | None:
+    """``group_fits`` over known pods (uid -> pod): each group sized by ``sizes`` (its
+    PodGroup's ``min_count``; None there: a PodGroup without one, which the extender
+    refuses) else its pods' annotation, with its pods' topology key annotation. For the
+    views (status, explain) that judge the gate as the extender's filter does."""
+    by: dict[gangs.GroupKey, list[str]] = {}
+    for uid, pod in pods.items():
+        g = gangs.group_of(pod)
+        if g is not None:
+            by.setdefault(g, []).append(uid)
+    members = {uid: (g, tuple(uids)) for g, uids in by.items() for uid in uids}
+    known = sizes or {}
+
+    def size(key: gangs.GroupKey, uid: str) -> int | None:
+        if key in known:
+            return known[key]
+        return gangs.annotated_min_count(pods.get(uid) or {})
+
+    def topology(key: gangs.GroupKey, uid: str) -> str | None:
+        return gangs.topology_key(None, pods.get(uid) or {})
+
+    lookup = lookup_over(members, pending, state.pods, size, topology)
+    return group_fits(config, lookup, fair=fair, rule=rule)
 
 
 def lookup_over(

@@ -149,6 +149,7 @@ def build_status(
     unreadable: Mapping[str, str] | None = None,
     scheduling_gated: Collection[str] = (),
     gangs: Sequence[Mapping[str, Any]] = (),
+    group_fits: gating.GroupFits | None = None,
 ) -> dict[str, Any]:
     """The status report: tenants, cluster GPU figures, nodes' devices, held pods, and
     the pod groups (``gangs``: ``gangstatus.GroupStatus.as_dict`` rows; the key is left
@@ -158,7 +159,8 @@ def build_status(
     webhook's usage (the ``quotaUsed`` column; None where no such view is kept, e.g. the
     extender's own page). ``scheduling_gated``: uids of pending pods that still have
     ``spec.schedulingGates`` (kube-scheduler does not try them yet; they still count as
-    demand and as contenders, as the extender counts them).
+    demand and as contenders, as the extender counts them). ``group_fits``: how waiting
+    pod groups count at the gate (``fairshare.gangwait``), as the extender's filter counts them.
     """
     queue = list(pending)
     shares = gating.current_shares(state, config)
@@ -188,7 +190,7 @@ def build_status(
             decision = None
             if fits:
                 decision = gating.check_fair_gate(
-                    state, config=config, req=req, pending=queue, fair=fair
+                    state, config=config, req=req, pending=queue, fair=fair, groups=group_fits
                 )
             judged[shape] = (fits, why, decision)
         fits, why, gate = judged[shape]
@@ -414,6 +416,7 @@ def explain_pod(
     admission: AdmissionVerdict,
     demand_error: str | None = None,
     gang: Mapping[str, Any] | None = None,
+    group_fits: gating.GroupFits | None = None,
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
 
@@ -470,7 +473,7 @@ def explain_pod(
                 )
     nodes.sort(key=lambda n: n["node"])
     extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits)}
-    gate = gating.check_fair_gate(state, config=config, req=req, pending=queue)
+    gate = gating.check_fair_gate(state, config=config, req=req, pending=queue, groups=group_fits)
     shares = gating.current_shares(state, config)
     if all(p.uid != req.uid for p in queue):
         queue.append(req)

@@ -224,8 +224,9 @@ class GangCoordinator:
         sizes = self.sizes()
 
         def size(key: gangs.GroupKey, uid: str) -> int | None:
-            n = sizes.get(key)
-            return n if n is not None else gangs.annotated_min_count(t.pods.get(uid) or {})
+            if key in sizes:  # None: a PodGroup without a size, which the filter refuses
+                return sizes[key]
+            return gangs.annotated_min_count(t.pods.get(uid) or {})
 
         def topology(key: gangs.GroupKey, uid: str) -> str | None:
             return self.topology_key(key, t.pods.get(uid) or {})

@@ -76,6 +76,7 @@ class StatusPage:
             mix=t.mix(),
             unreadable=t.unreadable,
             gangs=[g.as_dict() for g in coordinator.statuses(self.config())] if coordinator else (),
+            group_fits=coordinator.group_fits(self.config()) if coordinator else None,
         )
         self._cached = (key, now, data)
         return data

@@ -312,3 +312,26 @@ def test_the_requeuer_counts_groups_as_the_filter_does():
     coord = ganging.GangCoordinator(t)
     assert [p.uid for p in requeue.lifted(t, CONFIG, coord.group_fits(CONFIG))] == ["a-next"]
     assert requeue.lifted(t, CONFIG) == []
+
+
+def test_status_and_explain_count_groups_as_the_filter_does():
+    """fairshare status and explain judge a's next pod beside b's never-whole group as
+    the extender's filter does: not held (judged pod by pod, it was listed as held)."""
+    from fairshare import cli, report
+    from tests.unit.test_gang_status import snap
+
+    pods = [*a_holds_six(), plain("a", "next", 1)]
+    pods += [member("b", "huge", i, min_members=5) for i in range(5)]
+    s = snap(pods)
+    t, usage = cli.feed_trackers(s)
+    fits = cli.group_fits(s, t, s.config)
+    data = report.build_status(
+        config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix(), group_fits=fits
+    )
+    assert "a/next" not in [p["pod"] for p in data["heldPods"]]
+    before = report.build_status(
+        config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix()
+    )
+    assert "a/next" in [p["pod"] for p in before["heldPods"]]
+    out = cli.explain_report(s, t, usage, pods[2])
+    assert not out["extender"]["verdict"].startswith("held"), out["extender"]
