@@ -256,9 +256,13 @@ class ExtenderTracker:
     ) = field(default=None, init=False, repr=False)
     """The last allocation and what it was computed from: (nodes version, columns,
     config, demand rows, allocation)."""
-    _group_members: (
-        tuple[tuple[int, tuple[int, int]], dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]] | None
-    ) = field(default=None, init=False, repr=False)
+    _group_of: dict[str, gangs.GroupKey] = field(default_factory=dict, init=False, repr=False)
+    """Each known pod of a pod group: its group (kept as pods come and go)."""
+    _groups_version: int = field(default=0, init=False, repr=False)
+    """Counts changes of ``_group_of`` (the key of ``group_members``)."""
+    _group_members: tuple[int, dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]] | None = field(
+        default=None, init=False, repr=False
+    )
     _mix: WorkloadMix | None = field(default=None, init=False)
     _mix_changes: int = field(default=0, init=False)
     _mix_shapes: set[tuple[float, int, frozenset[str]]] = field(default_factory=set, init=False)
@@ -367,6 +371,7 @@ class ExtenderTracker:
             if held.node in new.node_index:
                 _rebind(new, held, cut(held.row))
         fresh.pods = dict(self.pods)
+        fresh._group_of = dict(self._group_of)
         fresh.pending = {
             uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
         }
@@ -842,6 +847,7 @@ class ExtenderTracker:
         had_claims = uid in self.claim_pods
         keys = self._set_claim_pod(uid, None) if had_claims else set()
         self.pods.pop(uid, None)
+        self._note_group(uid, None)
         self._read.pop(uid, None)
         self.gated.discard(uid)
         self.requeued.discard(uid)
@@ -894,6 +900,7 @@ class ExtenderTracker:
         # would be most of the process' memory.
         slim = objects.slim_pod(pod)
         self.queue_version += 1
+        self._note_group(uid, slim)
         self._judge_verdict(uid, slim)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
         inputs = _inputs(slim, tenant)
@@ -985,6 +992,7 @@ class ExtenderTracker:
                 # A pod body we cannot read is the scheduler's problem to report, not
                 # ours to crash on; it simply does not join the pending queue.
                 self.pods.pop(uid, None)
+                self._note_group(uid, None)
                 self.pending.pop(uid, None)
                 self.unreadable[uid] = f"{type(exc).__name__}: {exc}"
 
@@ -1065,19 +1073,28 @@ class ExtenderTracker:
 
     def group_members(self) -> dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]:
         """Each known pod of a pod group -> (its group, the uids of the group's known
-        pods); kept until a pod or the state changes (``gangwait.lookup_over``)."""
-        key = (self.queue_version, self.state.version)
+        pods); built again only when a pod joins or leaves a group
+        (``gangwait.lookup_over``)."""
         held = self._group_members
-        if held is not None and held[0] == key:
+        if held is not None and held[0] == self._groups_version:
             return held[1]
         by: dict[gangs.GroupKey, list[str]] = {}
-        for uid, pod in self.pods.items():
-            g = gangs.group_of(pod)
-            if g is not None:
-                by.setdefault(g, []).append(uid)
+        for uid, g in self._group_of.items():
+            by.setdefault(g, []).append(uid)
         out = {uid: (g, tuple(uids)) for g, uids in by.items() for uid in uids}
-        self._group_members = (key, out)
+        self._group_members = (self._groups_version, out)
         return out
+
+    def _note_group(self, uid: str, slim: Mapping[str, Any] | None) -> None:
+        """Keep ``_group_of`` for pod ``uid`` (``slim``: its reading; None: it is gone)."""
+        g = gangs.group_of(slim) if slim is not None else None
+        if self._group_of.get(uid) == g:
+            return
+        if g is None:
+            del self._group_of[uid]
+        else:
+            self._group_of[uid] = g
+        self._groups_version += 1
 
     def note_preempted(self, uid: str, victims: Mapping[str, Sequence[str]]) -> None:
         """Remember the victims the preempt verb answered for preemptor ``uid``."""

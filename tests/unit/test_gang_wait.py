@@ -335,3 +335,17 @@ def test_status_and_explain_count_groups_as_the_filter_does():
     assert "a/next" in [p["pod"] for p in before["heldPods"]]
     out = cli.explain_report(s, t, usage, pods[2])
     assert not out["extender"]["verdict"].startswith("held"), out["extender"]
+
+
+def test_the_trackers_group_index_follows_pods_coming_and_going():
+    pods = [member("b", "jb", i, min_members=2) for i in range(2)] + [plain("a", "x", 1)]
+    t = tracker(NODES, pods)
+    key = gangs.GroupKey("b", "jb")
+    assert t.group_members() == {
+        "b-jb-0": (key, ("b-jb-0", "b-jb-1")),
+        "b-jb-1": (key, ("b-jb-0", "b-jb-1")),
+    }
+    t.on_event("Pod", "DELETED", pods[0])
+    assert t.group_members() == {"b-jb-1": (key, ("b-jb-1",))}
+    t.on_event("Pod", "ADDED", member("b", "jb", 2, min_members=2))
+    assert set(t.group_members()) == {"b-jb-1", "b-jb-2"}
