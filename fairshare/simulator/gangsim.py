@@ -5,10 +5,11 @@ gang of ``size`` identical pods that arrives at ``arrival`` and, once all its po
 runs ``duration`` seconds. The policies:
 
 * ``ours``: what the extender does with a pod group (``fairshare.gangs``): the whole
-  group judged by the fair-share gate (``gangs.gang_gate``) and planned all or nothing
-  (``gangs.plan_gang``), the same functions the extender calls, then every member bound
-  to its planned node. Jobs are tried in arrival order, as kube-scheduler's queue
-  offers them.
+  group judged by the fair-share gate (``gangs.gang_gate``), other tenants' waiting
+  groups counted there whole by the extender's rule (``fairshare.gangwait``; another
+  with ``Replay(group_rule=...)``), and planned all or nothing (``gangs.plan_gang``), the
+  same functions the extender calls, then every member bound to its planned node. Jobs
+  are tried in arrival order, as kube-scheduler's queue offers them.
 * ``per-pod``: fairshare before gangs: each pod through the ordinary path of the
   simulator (filter, the per-pod fair-share gate, the score), alone. A job whose pods
   are only partly placed holds their GPUs and does not run until its last pod is placed.
