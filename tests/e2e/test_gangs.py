@@ -6,16 +6,18 @@ the extender's gang plans one job runs whole and the other waits whole, holding 
 and runs whole once the first is deleted.
 
 The coscheduling PodGroup CRD (``podgroups.scheduling.x-k8s.io``, ``v1alpha1``) is
-installed by the test when the cluster does not serve it: a minimal schema written here,
-``spec.minMember`` and ``spec.scheduleTimeoutSeconds``, status kept as it comes.
+installed by the test when the cluster does not serve it, from the manifest fairshare
+ships (``manifests/gangs/podgroup-crd.yaml``; ``make dev-up`` installs it too).
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -37,50 +39,10 @@ pytestmark = pytest.mark.e2e
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 OPEN = "fairshare-e2e/open"
 CRD_NAME = "podgroups.scheduling.x-k8s.io"
-PODGROUP_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": CRD_NAME},
-    "spec": {
-        "group": "scheduling.x-k8s.io",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "podgroups",
-            "singular": "podgroup",
-            "kind": "PodGroup",
-            "shortNames": ["pg", "pgs"],
-        },
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {
-                                    "minMember": {"type": "integer", "format": "int32"},
-                                    "scheduleTimeoutSeconds": {
-                                        "type": "integer",
-                                        "format": "int32",
-                                    },
-                                },
-                            },
-                            "status": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            },
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+PODGROUP_CRD: dict[str, Any] = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "manifests" / "gangs" / "podgroup-crd.yaml").read_text()
+)
+"""The CRD fairshare ships (``manifests/gangs``, the chart's ``crds/``), as users install it."""
 
 
 @pytest.fixture(autouse=True)

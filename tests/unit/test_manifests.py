@@ -958,3 +958,21 @@ def test_rendered_cert_manager_overlay() -> None:
             assert len(d["webhooks"]) >= 1  # the patch merged, it did not replace
     assert sum(d["kind"] == "Certificate" for d in docs) == 6
     assert any(d["metadata"]["name"] == "fairshare-scheduler" for d in docs)
+
+
+def test_the_podgroup_crd_serves_what_fairshare_reads() -> None:
+    """The coscheduling PodGroup CRD fairshare ships (manifests/gangs, the chart's crds/,
+    make dev-up) serves scheduling.x-k8s.io/v1alpha1 podgroups with spec.minMember, the
+    field ``gangs.podgroup_min_count`` reads."""
+    from fairshare import gangs
+
+    (crd,) = load(MANIFESTS / "gangs" / "podgroup-crd.yaml")
+    assert crd["spec"]["group"] == gangs.PODGROUP_GROUP
+    assert crd["spec"]["names"]["plural"] == gangs.PODGROUP_PLURAL
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == gangs.PODGROUP_VERSION and version["served"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["minMember"]["type"] == "integer"
+    assert gangs.podgroup_min_count({"spec": {"minMember": 3}}) == 3
+    chart = ROOT / "charts" / "fairshare" / "crds" / "podgroups.scheduling.x-k8s.io.yaml"
+    assert chart.read_text() == (MANIFESTS / "gangs" / "podgroup-crd.yaml").read_text()

@@ -255,6 +255,24 @@ def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
         "metadata": {"name": "fairshare-gpu-reporter", "namespace": RESERVATION_NAMESPACE},
     }
     apply(state, namespace, configmap(config_yaml), reservations, reporter)
+    ensure_podgroup_crd(state)
+
+
+PODGROUP_CRD = ROOT / "manifests" / "gangs" / "podgroup-crd.yaml"
+
+
+def ensure_podgroup_crd(state: dict[str, Any]) -> None:
+    """The coscheduling PodGroup CRD (``manifests/gangs``), created when the cluster has
+    none, so gangs of that convention can be sized by a PodGroup (the native
+    ``scheduling.k8s.io/v1alpha2`` PodGroup is served by the control plane itself)."""
+    found = kubectl(
+        state, "get", "crd", "podgroups.scheduling.x-k8s.io", "--ignore-not-found", "-o", "name"
+    ).stdout
+    if not found.strip():
+        import yaml
+
+        crd = yaml.safe_load(PODGROUP_CRD.read_text(encoding="utf-8"))
+        apply(state, crd)
 
 
 # --------------------------------------------------------------------------------------------

@@ -398,6 +398,11 @@ def render() -> dict[str, str]:
     files["files/fairshare-dashboard.json"] = (
         MANIFESTS / "monitoring" / "fairshare-dashboard.json"
     ).read_text(encoding="utf-8")
+    # Helm installs crds/ only when the CRD is absent (never replaces scheduler-plugins'
+    # own); `helm install --skip-crds` leaves it out.
+    files["crds/podgroups.scheduling.x-k8s.io.yaml"] = (
+        MANIFESTS / "gangs" / "podgroup-crd.yaml"
+    ).read_text(encoding="utf-8")
     files["values.yaml"] = _values()
     files["values.schema.json"] = json.dumps(_schema(), indent=2) + "\n"
     tag = _image_tag()
