@@ -68,6 +68,8 @@ class FakeKubectl:
             if any(h["name"] == "config.fairshare.io" for h in self.webhooks):
                 raise RuntimeError("unreachable in this fake")
             return _Proc(0, "")
+        if args[:2] == ("get", "crd"):  # the PodGroup CRD is there already
+            return _Proc(0, f"customresourcedefinition.apiextensions.k8s.io/{args[2]}")
         if args[:2] == ("get", "validatingwebhookconfiguration"):
             return _Proc(0, json.dumps({"webhooks": self.webhooks}))
         if args[0] == "patch":
