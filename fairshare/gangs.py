@@ -6,7 +6,7 @@ bound yet at once, against the capacity and GPU devices of the ``ClusterState``,
 keeps the plan as reservations in that state (``reserve``), so the filter of any other
 pod sees the room as taken; ``scheduler_plugin.ganging`` is the adapter around it.
 
-Conventions read (``../shared/GANGS.md``):
+Conventions read:
 
 * scheduler-plugins coscheduling (Kubeflow Trainer, the training operator): the pod label
   ``scheduling.x-k8s.io/pod-group: <name>`` and a ``scheduling.x-k8s.io/v1alpha1``
