@@ -140,9 +140,8 @@ def _claim_key(claim: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-DRA_GROUP_PREFIX: Final = "dra:"
-"""Shared-GPU group ids of DRA devices (MIG partitions, shares of a shareable GPU): the
-physical GPU their claims hold, so that they land on one device slot of the node."""
+DRA_GROUP_PREFIX: Final = objects.DRA_GROUP_PREFIX
+"""Shared-GPU group ids of DRA devices (``objects.DRA_GROUP_PREFIX``)."""
 
 
 def _slim_claim(claim: dict[str, Any]) -> dict[str, Any]:
@@ -652,11 +651,6 @@ class ExtenderTracker:
         ns_names = self.claim_pods.get(uid) or ns_names
         if ns_names is None:
             return req, None
-        gpu = req.demand.gpu
-        if gpu.source not in ("none", "device") or gpu.memory is not None:
-            return req, None
-        if gpu.count and gpu.per_device != 1:
-            return req, None
         ns = ns_names[0]
         keys = [f"{ns}/{name}" for name in ns_names[1]]
         whole = 0
@@ -691,33 +685,9 @@ class ExtenderTracker:
                 parts["pending"] = n
             else:
                 whole = math.ceil(n)
-        group: str | None = None
-        per_device = Fraction(1)
-        if parts and not whole and not gpu.count and len(parts) == 1:
-            ((key, part),) = parts.items()
-            per_device = min(Fraction(1), part)
-            whole = 1
-            group = DRA_GROUP_PREFIX + key if bound else None
-        else:
-            whole += len(parts)
-        if whole <= 0:
-            return req, None
-        total = per_device * whole
-        row = list(req.row)
-        row[self.state.gpu_col] += float(total * MILLI_GPU)
-        amounts = dict(req.demand.amounts)
-        amounts[resources.GPU] = amounts.get(resources.GPU, Fraction(0)) + total
-        demand = dataclasses.replace(
-            req.demand,
-            amounts=amounts,
-            gpu=dataclasses.replace(
-                gpu,
-                count=gpu.count + whole,
-                per_device=per_device,
-                source="device" if per_device == 1 else "dra",
-            ),
+        return objects.with_claim_gpus(
+            req, self.state.gpu_col, whole=whole, parts=parts, bound=bound
         )
-        return dataclasses.replace(req, demand=demand, row=tuple(row)), group
 
     def _claim(self, claim: dict[str, Any]) -> None:
         policy = self.config().dra

@@ -28,7 +28,6 @@ know which nodes kube-scheduler would send to the extender.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Any, Final
 
 from fairshare import dra, eligibility, fairness, gating, quantities, resources
 from fairshare.placement import PodRequest, candidates, choose_devices, fgd_raw, filter_nodes
-from fairshare.resources import GPU, MILLI_GPU
+from fairshare.resources import GPU
 from fairshare.simulator.engine import Outcome, Simulation
 from fairshare.state import objects
 
@@ -45,8 +44,8 @@ DRIVER: Final = "gpu.nvidia.com"
 GPU_CLASS: Final = "gpu.nvidia.com"
 MIG_CLASS: Final = "mig.nvidia.com"
 API: Final = "resource.k8s.io/v1"
-GROUP_PREFIX: Final = "dra:"
-"""Shared-GPU group of a physical GPU's parts (the extender's ``DRA_GROUP_PREFIX``)."""
+GROUP_PREFIX: Final = objects.DRA_GROUP_PREFIX
+"""Shared-GPU group of a physical GPU's parts (``objects.DRA_GROUP_PREFIX``)."""
 GPU_MEMORY: Final = "80Gi"
 GPU_SMS: Final = 98
 MEMORY_SLICES: Final = 8
@@ -359,52 +358,7 @@ def allocated(claim: Mapping[str, Any], results: Sequence[Result]) -> dict[str, 
 
 
 # -- the ledger: claims as GPU demand and devices (the extender's rule) ---------------------
-
-
-def with_claim_gpus(
-    req: PodRequest,
-    gpu_col: int,
-    *,
-    whole: int,
-    parts: Mapping[str, Fraction],
-    bound: bool,
-) -> tuple[PodRequest, str | None]:
-    """``req`` plus claim GPUs: ``whole`` devices and ``parts`` of physical GPUs (by GPU
-    key; a pending pod's unallocated part under any key); and the shared GPU the parts
-    take when bound (one GPU's parts alone: ``dra:<gpu>``). Parts of several GPUs, or
-    parts besides whole devices, take each GPU whole."""
-    gpu = req.demand.gpu
-    if gpu.source not in ("none", "device") or gpu.memory is not None:
-        return req, None
-    if gpu.count and gpu.per_device != 1:
-        return req, None
-    group: str | None = None
-    per_device = Fraction(1)
-    if parts and not whole and not gpu.count and len(parts) == 1:
-        ((key, part),) = parts.items()
-        per_device = min(Fraction(1), part)
-        whole = 1
-        group = GROUP_PREFIX + key if bound else None
-    else:
-        whole += len(parts)
-    if whole <= 0:
-        return req, None
-    total = per_device * whole
-    row = list(req.row)
-    row[gpu_col] += float(total * MILLI_GPU)
-    amounts = dict(req.demand.amounts)
-    amounts[GPU] = amounts.get(GPU, Fraction(0)) + total
-    demand = dataclasses.replace(
-        req.demand,
-        amounts=amounts,
-        gpu=dataclasses.replace(
-            gpu,
-            count=gpu.count + whole,
-            per_device=per_device,
-            source="device" if per_device == 1 else "dra",
-        ),
-    )
-    return dataclasses.replace(req, demand=demand, row=tuple(row)), group
+# ``objects.with_claim_gpus`` turns them into the request, as in the extender.
 
 
 @dataclass
@@ -494,12 +448,12 @@ class DraSimulation(Simulation):
             return req
         n = self._claim_gpus(claim)
         if 0 < n < 1:
-            return with_claim_gpus(
+            return objects.with_claim_gpus(
                 req, self.state.gpu_col, whole=0, parts={"pending": n}, bound=False
             )[0]
-        return with_claim_gpus(req, self.state.gpu_col, whole=math.ceil(n), parts={}, bound=False)[
-            0
-        ]
+        return objects.with_claim_gpus(
+            req, self.state.gpu_col, whole=math.ceil(n), parts={}, bound=False
+        )[0]
 
     def _claim_gpus(self, claim: Mapping[str, Any]) -> Fraction:
         policy = self.config.dra
@@ -528,7 +482,9 @@ class DraSimulation(Simulation):
                 whole += math.ceil(gives)
             else:
                 parts[dev.gpu] = parts.get(dev.gpu, Fraction(0)) + gives
-        return with_claim_gpus(req, self.state.gpu_col, whole=whole, parts=parts, bound=True)
+        return objects.with_claim_gpus(
+            req, self.state.gpu_col, whole=whole, parts=parts, bound=True
+        )
 
     def fair_shares(self) -> dict[str, fairness.FairShare]:
         """The fair allocation over bound usage plus the pending queue, summed as the

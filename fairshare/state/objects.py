@@ -30,6 +30,7 @@ Design choices:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -558,6 +559,60 @@ def share_group(
     if existing:
         return existing, False
     return new_group_id(node, req.uid), True
+
+
+DRA_GROUP_PREFIX: Final = "dra:"
+"""Shared-GPU group ids of DRA devices (MIG partitions, shares of a shareable GPU): the
+physical GPU their claims hold, so that they land on one device slot of the node."""
+
+
+def with_claim_gpus(
+    req: PodRequest,
+    gpu_col: int,
+    *,
+    whole: int,
+    parts: Mapping[str, Fraction],
+    bound: bool,
+) -> tuple[PodRequest, str | None]:
+    """``req`` plus the GPUs of its DRA claims as devices of its own row (the extender's
+    tracker and the simulator both use it): ``whole`` devices and ``parts`` of physical
+    GPUs (by GPU key; a pending pod's unallocated part under any key); and the shared GPU
+    the parts take when bound (one GPU's parts alone: ``dra:<gpu>``, so several pods'
+    parts of one GPU land on one slot). Parts of several GPUs, or parts besides whole
+    devices, take each GPU whole. A pod that asks a fraction of a GPU itself keeps its
+    own request only."""
+    gpu = req.demand.gpu
+    if gpu.source not in ("none", "device") or gpu.memory is not None:
+        return req, None
+    if gpu.count and gpu.per_device != 1:
+        return req, None
+    group: str | None = None
+    per_device = Fraction(1)
+    if parts and not whole and not gpu.count and len(parts) == 1:
+        ((key, part),) = parts.items()
+        per_device = min(Fraction(1), part)
+        whole = 1
+        group = DRA_GROUP_PREFIX + key if bound else None
+    else:
+        whole += len(parts)
+    if whole <= 0:
+        return req, None
+    total = per_device * whole
+    row = list(req.row)
+    row[gpu_col] += float(total * MILLI_GPU)
+    amounts = dict(req.demand.amounts)
+    amounts[resources.GPU] = amounts.get(resources.GPU, Fraction(0)) + total
+    demand = dataclasses.replace(
+        req.demand,
+        amounts=amounts,
+        gpu=dataclasses.replace(
+            gpu,
+            count=gpu.count + whole,
+            per_device=per_device,
+            source="device" if per_device == 1 else "dra",
+        ),
+    )
+    return dataclasses.replace(req, demand=demand, row=tuple(row)), group
 
 
 def pod_group(state: ClusterState, pod: Mapping[str, Any], req: PodRequest, node: str) -> str:
