@@ -628,20 +628,8 @@ class DraSimulation(Simulation):
             self.state, pod, self.config, req.tenant, request=held_req, group=group
         )
         assert bound is not None
-        if bound.row != before.row and req.tenant is not None:
-            admitted = self.admitted[req.tenant]
-            for k, (now, was) in enumerate(zip(bound.row, before.row, strict=True)):
-                admitted[k] += now - was
-            self._fair = None
-        del self.pending[uid]
-        if req.tenant is not None:
-            c = self.counters[req.tenant]
-            c.pending -= 1
-            c.running += 1
-        out = Outcome(uid, "running", node=node)
-        self.outcomes[uid] = out
-        self.last_reason.pop(uid, None)
-        return out
+        self._readmit(req.tenant, bound.row, before.row)
+        return self._running(uid, node)
 
     def complete(self, uid: str) -> None:
         """A running pod ends: its devices are free again for DynamicResources too."""

@@ -331,11 +331,7 @@ class Simulation:
         group = ""
         if mig is None:
             group, _ = share_group(self.state, req, node, devs)
-        if row != req.row and req.tenant is not None:
-            admitted = self.admitted[req.tenant]
-            for k, (now, before) in enumerate(zip(row, req.row, strict=True)):
-                admitted[k] += now - before
-            self._fair = None
+        self._readmit(req.tenant, row, req.row)
         self.state.bind(
             uid=uid,
             node=node,
@@ -346,9 +342,24 @@ class Simulation:
             group=group,
             mig=mig,
         )
+        return self._running(uid, node)
+
+    def _readmit(self, tenant: str | None, now: Sequence[float], before: Sequence[float]) -> None:
+        """A pod bound with another row than it was admitted with: move the tenant's
+        admitted demand by the difference (the fair allocation is then stale)."""
+        if tenant is None or tuple(now) == tuple(before):
+            return
+        admitted = self.admitted[tenant]
+        for k, (a, b) in enumerate(zip(now, before, strict=True)):
+            admitted[k] += a - b
+        self._fair = None
+
+    def _running(self, uid: str, node: str) -> Outcome:
+        """A pending pod now bound to ``node``: counted running, its outcome recorded."""
+        tenant = self.pods[uid].tenant
         del self.pending[uid]
-        if req.tenant is not None:
-            c = self.counters[req.tenant]
+        if tenant is not None:
+            c = self.counters[tenant]
             c.pending -= 1
             c.running += 1
         out = Outcome(uid, "running", node=node)
