@@ -94,13 +94,7 @@ async def dra_node(
 
     async def make(pool: str, gpus: int) -> str:
         name = unique("dra")
-        manifest = gpu_node_manifest(name, gpus=0, labels={POOL: pool})
-        for part in ("capacity", "allocatable"):
-            del manifest["status"][part][GPU]
-        labels = manifest["metadata"]["labels"]
-        for key in [k for k in labels if k.startswith("nvidia.com/gpu.")]:
-            del labels[key]
-        node = await core.create_node(manifest)
+        node = await core.create_node(dra_node_manifest(name, pool))
         nodes.append(name)
         await wait_node_ready(api, name)
         rs = nv.resource_slice(name, gpus, name=f"{name}-{nv.DRIVER}")
@@ -113,15 +107,27 @@ async def dra_node(
         return name
 
     yield make
-    for name in slices:
+    await delete_all(v1.delete_resource_slice, slices)
+    await delete_all(core.delete_node, nodes)
+
+
+def dra_node_manifest(name: str, pool: str) -> dict[str, Any]:
+    """A kwok node labelled ``POOL=pool`` with no ``nvidia.com/gpu`` allocatable nor GPU
+    feature discovery labels: its GPUs come from ResourceSlices only."""
+    manifest = gpu_node_manifest(name, gpus=0, labels={POOL: pool})
+    for part in ("capacity", "allocatable"):
+        del manifest["status"][part][GPU]
+    labels = manifest["metadata"]["labels"]
+    for key in [k for k in labels if k.startswith("nvidia.com/gpu.")]:
+        del labels[key]
+    return manifest
+
+
+async def delete_all(delete: Callable[[str], Awaitable[Any]], names: list[str]) -> None:
+    """``delete(name)`` for each of ``names``; one already gone is fine."""
+    for name in names:
         try:
-            await v1.delete_resource_slice(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    for name in nodes:
-        try:
-            await core.delete_node(name)
+            await delete(name)
         except ApiException as exc:
             if exc.status != 404:
                 raise

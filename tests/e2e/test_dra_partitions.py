@@ -41,13 +41,14 @@ from .conftest import (
     Cluster,
     FairshareDev,
     TenantNamespace,
-    gpu_node_manifest,
     unique,
     wait_for,
     wait_node_ready,
 )
 from .test_dra_capacity import (
+    delete_all,
     device_class,
+    dra_node_manifest,
     fairshare,
     status_json,
     tenant_row,
@@ -95,13 +96,7 @@ async def slice_node(
 
     async def make(pool: str, slices: list[dict[str, Any]], gpus: int = 1) -> str:
         name = str(slices[0]["spec"]["nodeName"])
-        manifest = gpu_node_manifest(name, gpus=0, labels={POOL: pool})
-        for part in ("capacity", "allocatable"):
-            del manifest["status"][part][GPU]
-        labels = manifest["metadata"]["labels"]
-        for key in [k for k in labels if k.startswith("nvidia.com/gpu.")]:
-            del labels[key]
-        node = await core.create_node(manifest)
+        node = await core.create_node(dra_node_manifest(name, pool))
         nodes.append(name)
         await wait_node_ready(api, name)
         for rs in slices:
@@ -114,18 +109,8 @@ async def slice_node(
         return name
 
     yield make
-    for name in made:
-        try:
-            await v1.delete_resource_slice(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    for name in nodes:
-        try:
-            await core.delete_node(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    await delete_all(v1.delete_resource_slice, made)
+    await delete_all(core.delete_node, nodes)
 
 
 def template(name: str, device_class: str, *, memory: str = "", selector: str = "") -> Any:
