@@ -81,6 +81,10 @@ WatchFn = Callable[[str, int], AsyncIterator[Mapping[str, Any]]]
 """``watch_fn(resource_version, timeout_seconds)`` -> watch events ``{"type", "object"}``."""
 
 MIN_WATCH_SECONDS: Final = 1.0
+WATCH_ANSWERED: Final = {"type": "ANSWERED"}
+"""What a ``WatchFn`` may yield first, once the API answered the watch with 200: the
+reflector is no longer failing then, even if the kind stays quiet (else a server that
+watched a quiet kind through an API outage stayed unready until its next event)."""
 """A watch that ends sooner than this without any event counts as a failure (backs off),
 so a proxy that closes streams at once cannot make the reflector spin."""
 _PAGE_SIZE: Final = 500
@@ -294,6 +298,9 @@ class Reflector:
         handled = 0
         try:
             async for event in stream:
+                if event is WATCH_ANSWERED:
+                    self._answered()
+                    continue
                 self._handle(event)
                 received = True
                 handled += 1
@@ -526,6 +533,7 @@ def api_calls(
         try:
             if response.status != 200:
                 raise _http_error(response.status, await response.read(), f"{kind} watch")
+            yield WATCH_ANSWERED
             async for event in _json_lines(response.content):
                 yield event
         finally:

@@ -721,8 +721,9 @@ async def test_api_calls_watch_asks_for_bookmarks_and_splits_any_chunking(
     fake_core.responses = [response]
     _, watch_fn = informers.api_calls(object(), "ConfigMap", namespace="fs", name="cfg")
     events = [e async for e in watch_fn("3", 60)]
-    assert [e["type"] for e in events] == ["ADDED", "ADDED", "BOOKMARK"]
-    assert events[1] == big
+    assert [e["type"] for e in events] == ["ANSWERED", "ADDED", "ADDED", "BOOKMARK"]
+    assert events[0] is informers.WATCH_ANSWERED  # the 200 came before any event
+    assert events[2] == big
     method, kwargs = fake_core.calls[0]
     assert method == "list_namespaced_config_map"
     assert kwargs["field_selector"] == "metadata.name=cfg"
@@ -1065,3 +1066,38 @@ async def test_an_unserved_device_taint_rule_api_lists_empty_and_is_looked_for_a
     FakeCoreV1Api.responses = [FakeResponse(500, b"boom")]
     with pytest.raises(informers.WatchError):
         await list_fn()
+
+
+async def test_a_quiet_watch_answered_after_an_outage_ends_the_failure():
+    """A kind with no changes gets no event for a long time after its watch is opened
+    again: the API's 200 (``WATCH_ANSWERED``) is what says it answers, or the server
+    stayed unready after an API outage until that kind's next event or bookmark."""
+    attempts = 0
+    opened = asyncio.Event()
+
+    async def list_fn() -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": "5"}, "items": []}
+
+    async def watch_fn(rv: str, timeout: int) -> AsyncIterator[dict[str, Any]]:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise informers.WatchError("connection refused")
+        yield informers.WATCH_ANSWERED
+        opened.set()
+        await asyncio.sleep(3600)  # quiet: no event, no bookmark
+        yield {}
+
+    async def no_sleep(_delay: float) -> None:
+        await asyncio.sleep(0)
+
+    r = Reflector("Pod", list_fn=list_fn, watch_fn=watch_fn, sink=Store(), sleep=no_sleep)
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(opened.wait(), 5)
+        await asyncio.sleep(0)
+        assert attempts == 2 and r.failing_since is None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
