@@ -45,7 +45,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fairshare _native
-	$(VENV)/bin/mypy --strict webhook scheduler_plugin serving
+	$(VENV)/bin/mypy --strict webhook scheduler_plugin serving fairshare_cli
 	$(VENV)/bin/lint-imports
 
 demo: install build

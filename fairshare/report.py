@@ -6,7 +6,7 @@ shares from ``gating.current_shares``, fair shares from ``gating.fair_shares_for
 ``gating.demand_rows``, the gate from ``gating.check_fair_gate``, node fit and per-node
 reasons from ``placement.filter_nodes``, fragmentation from
 ``placement.cluster_fragmentation``, quota usage from the webhook's ``UsageTracker``
-(passed in as a ``QuotaView``). Nothing here recomputes them another way.
+(passed in as a ``usageview.TenantUsageView``). Nothing here recomputes them another way.
 
 Design choices:
 
@@ -30,7 +30,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 from fairshare import fairness, gating, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
@@ -38,56 +38,16 @@ from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
 from fairshare.resources import GPU, MILLI_GPU, from_kernel_units
 from fairshare.state.cluster import ClusterState
+from fairshare.usageview import TenantUsageView
 
 __all__ = [
     "AdmissionVerdict",
-    "ExcludingView",
-    "QuotaView",
     "build_status",
     "explain_pod",
     "render_explain_text",
     "render_status_html",
     "render_status_text",
 ]
-
-
-class QuotaView(Protocol):
-    """The webhook's usage view (``UsageTracker``): what limits are checked against."""
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
-
-    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]: ...
-
-    def tenant_namespaces(self, tenant: str) -> Sequence[str]: ...
-
-    def max_device_memory(self) -> int | None: ...
-
-
-@dataclass(frozen=True)
-class ExcludingView:
-    """``base`` without one pod's own usage: what admission would count were the pod
-    created now (an existing pod is already in the webhook's usage)."""
-
-    base: QuotaView
-    namespace: str
-    amounts: Mapping[str, Fraction]
-    tenant: str | None
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        return self.base.namespace_labels(namespace)
-
-    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
-        used = dict(self.base.tenant_usage(tenant))
-        if tenant == self.tenant:
-            for k, v in self.amounts.items():
-                used[k] = used.get(k, Fraction(0)) - v
-        return used
-
-    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
-        return self.base.tenant_namespaces(tenant)
-
-    def max_device_memory(self) -> int | None:
-        return self.base.max_device_memory()
 
 
 @dataclass(frozen=True)
@@ -145,7 +105,7 @@ def build_status(
     state: ClusterState,
     pending: Sequence[PodRequest],
     mix: WorkloadMix | None,
-    quota: QuotaView | None = None,
+    quota: TenantUsageView | None = None,
     unreadable: Mapping[str, str] | None = None,
     scheduling_gated: Collection[str] = (),
     gangs: Sequence[Mapping[str, Any]] = (),
@@ -301,7 +261,7 @@ def _tenant_row(
     *,
     config: FairShareConfig,
     state: ClusterState,
-    quota: QuotaView | None,
+    quota: TenantUsageView | None,
     share: float,
     fair: float,
     weight: float,
@@ -412,7 +372,7 @@ def explain_pod(
     req: PodRequest | None,
     namespace: str,
     name: str,
-    quota: QuotaView,
+    quota: TenantUsageView,
     admission: AdmissionVerdict,
     demand_error: str | None = None,
     gang: Mapping[str, Any] | None = None,
@@ -425,7 +385,7 @@ def explain_pod(
 
     ``req`` is the pod as the extender reads it (None when its resources cannot be
     read: ``demand_error``); ``quota`` the webhook's usage without this pod's own share
-    (``ExcludingView``); ``admission`` the webhook's verdict on that view.
+    (``usageview.ExcludingView``); ``admission`` the webhook's verdict on that view.
     """
     resolution = tenancy.resolve_tenant(namespace, quota.namespace_labels(namespace), config)
     tenant = resolution.tenant
@@ -546,7 +506,7 @@ def _never_fits(state: ClusterState, req: PodRequest) -> str:
 
 
 def _headroom(
-    config: FairShareConfig, tenant: str, req: PodRequest, quota: QuotaView
+    config: FairShareConfig, tenant: str, req: PodRequest, quota: TenantUsageView
 ) -> list[dict[str, Any]]:
     """The pod against its tenant's limits and, in a tree, every ancestor's limits (an
     ancestor's usage is its whole subtree's, as admission counts it); in a tree each row

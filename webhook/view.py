@@ -1,66 +1,10 @@
-"""What the admission core needs to know about the cluster: the ``TenantUsageView``.
-
-Pure: standard library only. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-The webhook's decisions read the cluster through this small protocol, so the same
-``review()`` runs on the informer cache (API source), on a ``--state`` file and in
-tests. ``StaticView`` is the plain-data implementation: tests build it by hand and the
-adapters can fill it from a snapshot.
-
-Design choice: usage is per *tenant*, already summed over all of the tenant's
-namespaces and non-terminal pods (and bound PVCs for ``storage``), with exact
-``Fraction`` amounts in natural units (cores, bytes, GPUs). Reservations for pods
-admitted but not yet watched are added on top by ``reservations.ReservingView``.
+"""The webhook's name for what admission reads of the cluster: ``TenantUsageView`` and
+``StaticView`` live in the core (``fairshare.usageview``, so the ``status`` / ``explain``
+reports use the same type) and are re-exported here for the webhook's modules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Protocol
+from fairshare.usageview import StaticView, TenantUsageView
 
 __all__ = ["StaticView", "TenantUsageView"]
-
-
-class TenantUsageView(Protocol):
-    """Read-only cluster facts for admission decisions."""
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        """The namespace's labels (empty when the namespace is unknown)."""
-        ...
-
-    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
-        """The tenant's current usage by resource name (absent resources are zero)."""
-        ...
-
-    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
-        """The namespaces whose pods were counted in ``tenant_usage``."""
-        ...
-
-    def max_device_memory(self) -> int | None:
-        """Bytes of the largest GPU device in the cluster, None when unknown."""
-        ...
-
-
-@dataclass(frozen=True)
-class StaticView:
-    """A ``TenantUsageView`` over plain mappings (tests, snapshots, ``--state`` files)."""
-
-    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    usage: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)
-    namespaces: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    device_memory: int | None = None
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        return self.labels.get(namespace, {})
-
-    def tenant_usage(self, tenant: str) -> Mapping[str, Fraction]:
-        return self.usage.get(tenant, {})
-
-    def tenant_namespaces(self, tenant: str) -> Sequence[str]:
-        return self.namespaces.get(tenant, ())
-
-    def max_device_memory(self) -> int | None:
-        return self.device_memory

@@ -626,7 +626,7 @@ async def clear_hami_locks(api: Api) -> int:
 
 
 def extender_argv(work: Path, state_dir: Path, port: int) -> list[str]:
-    argv = [common.PY, "-m", "fairshare", "extender", "--config", str(work / "config.yaml")]
+    argv = [common.PY, "-m", "fairshare_cli", "extender", "--config", str(work / "config.yaml")]
     argv += ["--kubeconfig", str(state_dir / "kubeconfig"), "--host", "127.0.0.1"]
     return [*argv, "--port", str(port), "--log-level", "WARNING"]
 
@@ -936,7 +936,8 @@ async def bench_admission(
     ca = (certs / "ca.crt").read_bytes()
     port = common.free_port()
     cfg = work / "config.yaml"
-    argv = [common.PY, "-m", "fairshare", "webhook", "--config", str(cfg), "--kubeconfig", str(kc)]
+    argv = [common.PY, "-m", "fairshare_cli", "webhook", "--config", str(cfg)]
+    argv += ["--kubeconfig", str(kc)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(certs / "tls.crt")]
     argv += ["--tls-key", str(certs / "tls.key"), "--log-level", "WARNING"]
     await ensure_namespace(api, ADM_NS["none"])
@@ -1401,7 +1402,7 @@ async def run_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             argv = extender_argv(work, state_dir, ext_port)
             prof = os.environ.get("FAIRSHARE_BENCH_PROFILE")
             if prof:  # a cProfile dump of the extender, written when it stops
-                argv[1:3] = ["-m", "cProfile", "-o", f"{prof}/extender.prof", "-m", "fairshare"]
+                argv[1:3] = ["-m", "cProfile", "-o", f"{prof}/extender.prof", "-m", "fairshare_cli"]
             ext = common.start(argv, state_dir / "bench-extender.log")
             await asyncio.to_thread(
                 common.wait_http, f"http://127.0.0.1:{ext_port}/readyz", 120, None, ext

@@ -345,7 +345,7 @@ def measure(n_nodes: int, n_pods: int, work: Path) -> dict[str, Any]:
     del doc
     size = st.stat().st_size
     port = common.free_port()
-    argv = [common.PY, "-m", "fairshare", "extender", "--config", str(cfg), "--state", str(st)]
+    argv = [common.PY, "-m", "fairshare_cli", "extender", "--config", str(cfg), "--state", str(st)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
     t0 = time.monotonic()
     proc = common.start(argv, work / f"extender-{n_nodes}.log")

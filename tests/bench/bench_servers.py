@@ -243,7 +243,7 @@ def bench_extender(
         st = work / f"state-{n}.json"
         st.write_text(json.dumps(state_list(n), separators=(",", ":")))
         port = common.free_port()
-        argv = [common.PY, "-m", "fairshare", "extender", "--config", str(cfg)]
+        argv = [common.PY, "-m", "fairshare_cli", "extender", "--config", str(cfg)]
         argv += ["--state", str(st), "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--log-level", "WARNING", *serve_tls]
         t0 = time.monotonic()
@@ -341,7 +341,7 @@ def bench_webhook(n: int, reps: int, seconds: float, rate: float, work: Path) ->
     cert = certs / "tls.crt"
     key = certs / "tls.key"
     port = common.free_port()
-    argv = [common.PY, "-m", "fairshare", "webhook", "--config", str(cfg), "--state", str(st)]
+    argv = [common.PY, "-m", "fairshare_cli", "webhook", "--config", str(cfg), "--state", str(st)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(cert)]
     argv += ["--tls-key", str(key), "--log-level", "WARNING"]
     bodies = work / "admission.jsonl"

@@ -279,7 +279,7 @@ def write_results(section: str, data: dict[str, Any], markdown: str) -> tuple[Pa
 
 def make_certs(out: Path) -> Path:
     """A CA and a serving certificate for 127.0.0.1 from ``fairshare certs``; the CA path."""
-    argv = [PY, "-m", "fairshare", "certs", "--service", "fairshare-webhook"]
+    argv = [PY, "-m", "fairshare_cli", "certs", "--service", "fairshare-webhook"]
     argv += ["--namespace", "bench", "--ip", "127.0.0.1", "--out", str(out)]
     subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
     return out / "ca.crt"

@@ -49,9 +49,8 @@ def parse_pprof_top(text: str, n: int = 10) -> list[dict[str, Any]]:
 
 
 OURS = ("fairshare/", "scheduler_plugin/", "serving/", "webhook/", "_native/")
-"""Frames of this project (py-spy names files relative to their sys.path entry)..."""
-ENTRY = ("fairshare/__main__.py", "fairshare/cli.py")
-"""...but not the entry point, on every stack."""
+"""Frames of this project (py-spy names files relative to their sys.path entry), but not
+the command line (``fairshare_cli/``), the entry point on every stack."""
 
 
 def go_package(function: str) -> str:
@@ -114,7 +113,7 @@ def collapsed_top(text: str, n: int = 10, ours: tuple[str, ...] = OURS) -> dict[
         leaf, leaf_path = frames[-1]
         self_[leaf] = self_.get(leaf, 0) + k
         pkg[_package(leaf_path)] = pkg.get(_package(leaf_path), 0) + k
-        for f in {n for n, path in frames if path.startswith(ours) and path not in ENTRY}:
+        for f in {n for n, path in frames if path.startswith(ours)}:
             incl[f] = incl.get(f, 0) + k
 
     def top(d: dict[str, int]) -> list[dict[str, Any]]:

@@ -177,7 +177,7 @@ async def test_client_certs_command_writes_keeps_and_reuses_the_secrets(
     ).metadata.name
 
     def run(out: Path, *extra: str) -> str:
-        argv = [sys.executable, "-m", "fairshare", "client-certs", "--out", str(out)]
+        argv = [sys.executable, "-m", "fairshare_cli", "client-certs", "--out", str(out)]
         argv += ["--secrets", ns, "--kubeconfig", str(cluster.kubeconfig), *extra]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 0, proc.stderr

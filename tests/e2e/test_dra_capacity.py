@@ -217,7 +217,7 @@ async def wait_bound(api: client.ApiClient, ns: str, names: list[str], timeout: 
 def status_json(cluster: Cluster) -> dict[str, Any]:
     kubeconfig = str(cluster.kubeconfig)
     out = subprocess.run(
-        [sys.executable, "-m", "fairshare", "status", "-o", "json", "--kubeconfig", kubeconfig],
+        [sys.executable, "-m", "fairshare_cli", "status", "-o", "json", "--kubeconfig", kubeconfig],
         capture_output=True,
         text=True,
         timeout=120,
@@ -398,7 +398,7 @@ async def after_dra_requeue_gap(
     judged again there), and kube-scheduler, having tried the waiting pods while that
     pod held the last devices, rejected them with DynamicResources' 'cannot allocate all
     claims': it retries such pods only on a DRA event (or its 5-minute flush; the
-    README's 'Not handled yet'). The test, acting as the driver, republishes the nodes'
+    'Not handled yet' of docs/dra.md). The test, acting as the driver, republishes the nodes'
     slices, as the driver does on any device change; the pods must then bind."""
     pending = await verdicts(api, ns)
     assert pending and all("cannot allocate all claims" in v for v in pending), pending

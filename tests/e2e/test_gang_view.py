@@ -48,8 +48,9 @@ async def fairshare(fairshare: FairshareDev) -> FairshareDev:
 
 
 def cli_json(kubeconfig: Path, *args: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "fairshare_cli", *args, "--kubeconfig", str(kubeconfig)]
     out = subprocess.run(
-        [sys.executable, "-m", "fairshare", *args, "--kubeconfig", str(kubeconfig), "-o", "json"],
+        [*argv, "-o", "json"],
         capture_output=True,
         text=True,
         timeout=120,

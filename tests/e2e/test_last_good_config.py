@@ -27,7 +27,7 @@ def run_cli(fairshare: FairshareDev, *args: str) -> subprocess.CompletedProcess[
         [
             sys.executable,
             "-m",
-            "fairshare",
+            "fairshare_cli",
             *args,
             "--kubeconfig",
             str(fairshare.cluster.kubeconfig),

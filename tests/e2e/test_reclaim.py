@@ -92,7 +92,7 @@ class Reclaimer:
         exe = Path(sys.executable).with_name("fairshare")
         argv = [
             str(exe) if exe.exists() else sys.executable,
-            *([] if exe.exists() else ["-m", "fairshare"]),
+            *([] if exe.exists() else ["-m", "fairshare_cli"]),
             "reclaimer",
             f"--config={config_file}",
             f"--kubeconfig={kubeconfig}",

@@ -87,7 +87,7 @@ def gpu_pod(
 
 def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fairshare", *args, "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "fairshare_cli", *args, "--kubeconfig", str(kubeconfig)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -188,7 +188,7 @@ async def scene(
         await client.SchedulingV1Api(api).delete_priority_class(first)
 
 
-# For the README: FAIRSHARE_STATUS_CAPTURE=DIR writes the CLI's text output and a
+# For the docs (docs/status.md): FAIRSHARE_STATUS_CAPTURE=DIR writes the CLI's text output and a
 # screenshot of the page there.
 CAPTURE = os.environ.get("FAIRSHARE_STATUS_CAPTURE", "")
 
@@ -416,7 +416,7 @@ async def test_bad_input_is_one_line_and_exit_1(
 async def test_watch_redraws_until_interrupted(fairshare: FairshareDev, cluster: Cluster) -> None:
     """`status --watch 1 -o json` prints a report per round until Ctrl-C, then exits 0."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "fairshare", "status", "--watch", "1", "-o", "json",
+        sys.executable, "-m", "fairshare_cli", "status", "--watch", "1", "-o", "json",
         "--kubeconfig", str(cluster.kubeconfig),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

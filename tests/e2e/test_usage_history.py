@@ -114,7 +114,7 @@ async def test_the_history_is_kept_shown_and_survives_an_extender_restart(
     # `fairshare status` reads the recorded history too, as a new leader would.
     cli = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "fairshare", "status", "-o", "json",
+        [sys.executable, "-m", "fairshare_cli", "status", "-o", "json",
          "--kubeconfig", str(fairshare.cluster.kubeconfig)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -353,7 +353,7 @@ def test_server_context_offers_no_weak_suite(pki):
 
 @pytest.mark.parametrize("command", ["webhook", "extender"])
 def test_cli_client_ca_needs_tls(command, capsys, tmp_path):
-    from fairshare import cli
+    from fairshare_cli import main as cli
 
     config = tmp_path / "c.yaml"
     config.write_text("apiVersion: fairshare.io/v1alpha1\nkind: FairShareConfig\n")
@@ -368,7 +368,7 @@ def test_cli_client_ca_needs_tls(command, capsys, tmp_path):
 def test_cli_passes_client_ca_to_the_server(command, module, monkeypatch, pki):
     import importlib
 
-    from fairshare import cli
+    from fairshare_cli import main as cli
 
     seen: dict[str, Any] = {}
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from fairshare import cli
+from fairshare_cli import main as cli
 from tests.gotools import skip_or_fail
 
 GOOD = textwrap.dedent(
@@ -65,7 +65,10 @@ def test_demo_plot_is_a_png(tmp_path):
 
 def test_python_dash_m_entry_point():
     out = subprocess.run(
-        [sys.executable, "-m", "fairshare", "--version"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "fairshare_cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.startswith("fairshare ")
 
@@ -73,7 +76,7 @@ def test_python_dash_m_entry_point():
 @pytest.mark.parametrize(
     "module",
     [
-        "fairshare.cli",
+        "fairshare_cli.main",
         "fairshare.config.loading",
         "fairshare.fairness",
         "fairshare.placement",

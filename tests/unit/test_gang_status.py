@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from fairshare import cli, gangs, gangstatus, report
+from fairshare import gangs, gangstatus, report
 from fairshare.state.snapshot import PODGROUP, Snapshot
+from fairshare_cli import live
 from scheduler_plugin import app as ext_app
 from scheduler_plugin import ganging
 from tests.unit.test_gangs import CONFIG, member, node
@@ -51,8 +52,8 @@ def snap(pods: list[dict[str, Any]], podgroups: Sequence[dict[str, Any]] = ()) -
 
 
 def statuses(s: Snapshot) -> dict[str, gangstatus.GroupStatus]:
-    tracker, _usage = cli.feed_trackers(s)
-    return {str(g.key): g for g in cli.gang_statuses(s, tracker, s.config)}
+    tracker, _usage = live.feed_trackers(s)
+    return {str(g.key): g for g in live.gang_statuses(s, tracker, s.config)}
 
 
 def test_each_reason_a_group_waits_for():
@@ -127,9 +128,9 @@ def status_args() -> argparse.Namespace:
 
 def test_status_shows_a_gangs_table_and_json(monkeypatch):
     s = snap([*(member("a", "short", i, min_members=3) for i in range(2))])
-    tracker, usage = cli.feed_trackers(s)
-    monkeypatch.setattr(cli, "_live_state", lambda args: (s, tracker, usage))
-    data = cli._status_once(status_args())
+    tracker, usage = live.feed_trackers(s)
+    monkeypatch.setattr(live, "_live_state", lambda args: (s, tracker, usage))
+    data = live._status_once(status_args())
     assert data["gangs"] == [
         {
             "group": "a/short",
@@ -154,9 +155,9 @@ def test_status_shows_a_gangs_table_and_json(monkeypatch):
     assert "<table id=gangs>" in report.render_status_html(data)
     # no group: no key, no table
     plain = snap([member("a", "x", 0) | {"metadata": {"name": "x", "namespace": "a", "uid": "x"}}])
-    tracker, usage = cli.feed_trackers(plain)
-    monkeypatch.setattr(cli, "_live_state", lambda args: (plain, tracker, usage))
-    assert "gangs" not in cli._status_once(status_args())
+    tracker, usage = live.feed_trackers(plain)
+    monkeypatch.setattr(live, "_live_state", lambda args: (plain, tracker, usage))
+    assert "gangs" not in live._status_once(status_args())
 
 
 def test_explain_of_a_member_says_why_its_group_waits():
@@ -168,8 +169,8 @@ def test_explain_of_a_member_says_why_its_group_waits():
           for i in range(4)),
     ]  # fmt: skip
     s = snap(pods)
-    tracker, usage = cli.feed_trackers(s)
-    out = cli.explain_report(s, tracker, usage, pods[1])
+    tracker, usage = live.feed_trackers(s)
+    out = live.explain_report(s, tracker, usage, pods[1])
     ext = out["extender"]
     assert ext["verdict"].startswith("waits with its group: gang b/jb (2 × nvidia.com/gpu 1")
     assert ext["gang"]["waitingFor"] == "a"
@@ -177,8 +178,8 @@ def test_explain_of_a_member_says_why_its_group_waits():
     assert "  gang: b/jb, 2 of 2 members, 0 bound, waiting, yields to a" in text
     # a member whose group lacks members: which, and how many
     s2 = snap([member("a", "short", i, min_members=3) for i in range(2)])
-    tracker, usage = cli.feed_trackers(s2)
-    out = cli.explain_report(s2, tracker, usage, member("a", "short", 0, min_members=3))
+    tracker, usage = live.feed_trackers(s2)
+    out = live.explain_report(s2, tracker, usage, member("a", "short", 0, min_members=3))
     assert out["extender"]["verdict"] == (
         "waits with its group: gang a/short has 2 of its 3 members; it holds nothing until "
         "all exist"
@@ -324,24 +325,24 @@ def test_status_quota_and_explain_count_the_room_a_gang_holds():
     )
     pods = [member("a", "job", i, min_members=5) for i in range(2)]
     s = Snapshot(limited, {"Namespace": [ns("a")], "Node": [node("n1", 8)], "Pod": pods})
-    tracker, usage = cli.feed_trackers(s)
+    tracker, usage = live.feed_trackers(s)
     data = report.build_status(
         config=limited,
         state=tracker.state,
         pending=tracker.pending_queue(),
         mix=tracker.mix(),
-        quota=cli.quota_view(s, usage),
+        quota=live.quota_view(s, usage),
     )
     gpu = next(r for r in data["tenants"][0]["resources"] if r["resource"] == "nvidia.com/gpu")
     assert (gpu["used"], gpu["quotaUsed"], gpu["limit"]) == ("0", "10", "10")
     stray = member("a", "x", 0, gpus=1) | {"metadata": {"name": "x", "namespace": "a"}}
-    out = cli.explain_report(s, tracker, usage, stray)
+    out = live.explain_report(s, tracker, usage, stray)
     assert not out["webhook"]["allowed"]
     assert out["webhook"]["message"].startswith(
         "tenant a would exceed its nvidia.com/gpu limit: 10 used + 1 requested > 10"
     )
     nxt = member("a", "job", 2, min_members=5)
-    assert cli.explain_report(s, tracker, usage, nxt)["webhook"]["allowed"]
+    assert live.explain_report(s, tracker, usage, nxt)["webhook"]["allowed"]
 
 
 def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
@@ -361,8 +362,8 @@ def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
             }
         ]
     s = snap(pods)
-    tracker, usage = cli.feed_trackers(s)
-    out = cli.explain_report(s, tracker, usage, pods[0])
+    tracker, usage = live.feed_trackers(s)
+    out = live.explain_report(s, tracker, usage, pods[0])
     assert out["extender"]["verdict"] == f"waits with its group: {short}"
     # and status lists the members as waiting with their group, not as kube-scheduler's
     data = report.build_status(
@@ -370,7 +371,7 @@ def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
         state=tracker.state,
         pending=tracker.pending_queue(),
         mix=tracker.mix(),
-        gangs=[g.as_dict() for g in cli.gang_statuses(s, tracker, s.config)],
+        gangs=[g.as_dict() for g in live.gang_statuses(s, tracker, s.config)],
     )
     assert [p["reason"] for p in data["pendingPods"]] == [f"waits with its group: {short}"] * 2
 
@@ -391,9 +392,9 @@ def test_which_member_does_not_fit_where():
     full = "Insufficient nvidia.com/gpu (free 0, requested 2)"
     assert g.misfit == ("a/ja-2", {"n1": full, "n2": full})
     assert g.as_dict()["misfit"] == {"member": "a/ja-2", "nodes": {"n1": full, "n2": full}}
-    tracker, usage = cli.feed_trackers(s)
+    tracker, usage = live.feed_trackers(s)
     before = tracker.state.total_free()
-    text = report.render_explain_text(cli.explain_report(s, tracker, usage, pods[2]))
+    text = report.render_explain_text(live.explain_report(s, tracker, usage, pods[2]))
     assert "  a/ja-2 fits no node beside the members placed before it:\n" in text
     assert f"    n1: {full}\n    n2: {full}\n" in text
     assert tracker.state.total_free() == before  # the search leaves the state as it was

@@ -317,14 +317,15 @@ def test_the_requeuer_counts_groups_as_the_filter_does():
 def test_status_and_explain_count_groups_as_the_filter_does():
     """fairshare status and explain judge a's next pod beside b's never-whole group as
     the extender's filter does: not held (judged pod by pod, it was listed as held)."""
-    from fairshare import cli, report
+    from fairshare import report
+    from fairshare_cli import live
     from tests.unit.test_gang_status import snap
 
     pods = [*a_holds_six(), plain("a", "next", 1)]
     pods += [member("b", "huge", i, min_members=5) for i in range(5)]
     s = snap(pods)
-    t, usage = cli.feed_trackers(s)
-    fits = cli.group_fits(s, t, s.config)
+    t, usage = live.feed_trackers(s)
+    fits = live.group_fits(s, t, s.config)
     data = report.build_status(
         config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix(), group_fits=fits
     )
@@ -333,7 +334,7 @@ def test_status_and_explain_count_groups_as_the_filter_does():
         config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix()
     )
     assert "a/next" in [p["pod"] for p in before["heldPods"]]
-    out = cli.explain_report(s, t, usage, pods[2])
+    out = live.explain_report(s, t, usage, pods[2])
     assert not out["extender"]["verdict"].startswith("held"), out["extender"]
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from fairshare import cli, gpu_reporter
+from fairshare import gpu_reporter
 from fairshare.gpu_reporter import ReporterError, visible_gpu
+from fairshare_cli import main as cli
 
 UUID = "GPU-8f3c2a51-1b7e-4c9d-a2f0-6e5d4c3b2a10"
 POD = {"POD_NAME": "gpu-reservation-n1-abcde", "POD_NAMESPACE": "fairshare-reservation"}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from fairshare import cli
+from fairshare_cli import main as cli
 from scheduler_plugin import app as ext_app
 from scheduler_plugin import leader
 

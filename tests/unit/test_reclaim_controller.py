@@ -254,7 +254,8 @@ def test_plan_summary():
 
 
 def test_cli_reclaimer_arguments():
-    from fairshare import cli
+    from fairshare_cli import main as cli
+    from fairshare_cli import servers
 
     args = cli.build_parser().parse_args(
         [
@@ -271,14 +272,14 @@ def test_cli_reclaimer_arguments():
             "20",
         ]
     )
-    assert args.func is cli.cmd_reclaimer
+    assert args.func is servers.cmd_reclaimer
     assert (args.interval, args.cooldown, args.max_evictions_per_minute) == (2.0, 30.0, 20)
     assert args.lease == "fairshare-system/fairshare-reclaimer"
     assert args.grace_period is None and args.port == 8889
 
 
 def test_cli_reclaimer_needs_a_config_source(capsys):
-    from fairshare import cli
+    from fairshare_cli import main as cli
 
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["reclaimer", "--kubeconfig", "kc"])

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fairshare import cli, report
+from fairshare import report
 from fairshare.config.loading import config_from_mapping
 from fairshare.state.snapshot import Snapshot
+from fairshare_cli import live
+from fairshare_cli import main as cli
 from tests.unit.test_state_objects import node, pod
 
 CONFIG = config_from_mapping(
@@ -58,7 +60,7 @@ def snapshot(extra_pods: list[dict[str, Any]] | None = None) -> Snapshot:
 
 
 def status(snap: Snapshot) -> dict[str, Any]:
-    tracker, usage = cli.feed_trackers(snap)
+    tracker, usage = live.feed_trackers(snap)
     return report.build_status(
         config=snap.config,
         state=tracker.state,
@@ -120,14 +122,14 @@ def test_pods_behind_scheduling_gates_are_named() -> None:
     for p in snap.objects["Pod"]:
         if p["metadata"]["name"] == "b-1":
             p["spec"]["schedulingGates"] = [{"name": "hold"}]
-    tracker, usage = cli.feed_trackers(snap)
+    tracker, usage = live.feed_trackers(snap)
     data = report.build_status(
         config=snap.config,
         state=tracker.state,
         pending=tracker.pending_queue(),
         mix=tracker.mix(),
         quota=usage,
-        scheduling_gated=cli.scheduling_gated(snap),
+        scheduling_gated=live.scheduling_gated(snap),
     )
     reasons = {p["pod"]: p["reason"] for p in data["pendingPods"]}
     assert reasons["b/b-1"] == (
@@ -164,8 +166,8 @@ def test_html_escapes_names() -> None:
 
 
 def explain(snap: Snapshot, target: dict[str, Any]) -> dict[str, Any]:
-    tracker, usage = cli.feed_trackers(snap)
-    return cli.explain_report(snap, tracker, usage, target)
+    tracker, usage = live.feed_trackers(snap)
+    return live.explain_report(snap, tracker, usage, target)
 
 
 def test_explain_a_held_pod() -> None:
@@ -273,7 +275,7 @@ def test_explain_a_bound_pod() -> None:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fairshare", *args],
+        [sys.executable, "-m", "fairshare_cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -319,14 +321,14 @@ def test_explain_file_errors(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "pod.yaml"
     path.write_text(body)
     args = cli.build_parser().parse_args(["explain", "-f", str(path)])
-    with pytest.raises(cli.FairshareError, match=message):
-        cli._explain_target(args, snapshot())
+    with pytest.raises(live.FairshareError, match=message):
+        live._explain_target(args, snapshot())
 
 
 def test_explain_target_not_found() -> None:
     args = cli.build_parser().parse_args(["explain", "a/nope"])
-    with pytest.raises(cli.FairshareError, match=r"^pod a/nope not found$"):
-        cli._explain_target(args, snapshot())
+    with pytest.raises(live.FairshareError, match=r"^pod a/nope not found$"):
+        live._explain_target(args, snapshot())
 
 
 def test_yaml_output_round_trips() -> None:

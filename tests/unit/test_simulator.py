@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from fairshare import cli
 from fairshare.simulator import runner, scenario
+from fairshare_cli import main as cli
 
 DRF_PAPER = textwrap.dedent(
     """

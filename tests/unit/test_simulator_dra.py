@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fairshare import cli, dra
+from fairshare import dra
 from fairshare.simulator import drapool, runner, scenario
+from fairshare_cli import main as cli
 
 SCENARIO = Path(__file__).parents[2] / "fairshare/simulator/scenarios/dra-mixed.yaml"
 

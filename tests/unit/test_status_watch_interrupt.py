@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fairshare import cli
+from fairshare_cli import live
+from fairshare_cli import main as cli
 
 
 def test_ctrl_c_inside_asyncio_ends_the_watch(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -31,10 +32,10 @@ def test_ctrl_c_inside_asyncio_ends_the_watch(monkeypatch: pytest.MonkeyPatch, c
             raise AssertionError("the watch went on after Ctrl-C")
         return asyncio.run(swallowing())
 
-    monkeypatch.setattr(cli, "_status_once", status_once)
-    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    monkeypatch.setattr(live, "_status_once", status_once)
+    monkeypatch.setattr(live.time, "sleep", lambda s: None)
     before = signal.getsignal(signal.SIGINT)
     args = cli.build_parser().parse_args(["status", "--watch", "1", "-o", "json"])
-    assert cli.cmd_status(args) == 0
+    assert live.cmd_status(args) == 0
     assert rounds == 1
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back

@@ -443,7 +443,7 @@ def server_argv(layout: Layout, state: dict[str, Any], server: str, port: int) -
     return [
         sys.executable,
         "-m",
-        "fairshare",
+        "fairshare_cli",
         server,
         f"--kubeconfig={state['kubeconfig']}",
         f"--configmap={SYSTEM_NAMESPACE}/{CONFIGMAP}",
@@ -514,7 +514,8 @@ def _is_fairshare(pid: int) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"fairshare" in argv[:3]
+    # `python -m fairshare_cli SERVER` (`python -m fairshare` before the CLI left the core).
+    return any(a in (b"fairshare_cli", b"fairshare") for a in argv[:3])
 
 
 def stop_server(server: str, pid: int) -> None:
