@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 OPENB ?= $(firstword $(wildcard ../shared/data/openb) $(wildcard $(HOME)/openb))
 
-.PHONY: install build test test-pure test-unit lint demo bench bench-quality bench-kernels bench-cluster bench-gangs \
+.PHONY: install build test test-pure test-unit lint docs docs-check demo bench bench-quality bench-kernels bench-cluster bench-gangs \
         soak cluster-bins clean
 
 install: $(VENV)/.installed
@@ -28,7 +28,7 @@ build: install
 # Go): the build failures are warnings and those tests skip saying why.
 STRICT ?= 1
 test: export FAIRSHARE_STRICT := $(STRICT)
-test: install build lint
+test: install build lint docs-check
 	bash tools/build-test-tools.sh
 	@echo "== pure-Python kernel twins (FAIRSHARE_NO_EXTENSIONS=1): native + unit suites"
 	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest tests/native tests/unit -q
@@ -47,6 +47,22 @@ lint: install
 	$(VENV)/bin/mypy fairshare _native
 	$(VENV)/bin/mypy --strict webhook scheduler_plugin serving fairshare_cli
 	$(VENV)/bin/lint-imports
+
+# The documentation site (mkdocs-material; mkdocs.yml, pages under docs/), built into
+# site/ (git-ignored). --strict: a broken link or anchor, a page missing from the nav or a
+# nav entry without its page fails the build. `make docs` first regenerates
+# docs/config-reference.md from the config schema (tests/unit/test_docs.py fails while the
+# checked-in copy is stale); `make docs-check` is the build alone, as `make test` runs it.
+# While editing: $(VENV)/bin/mkdocs serve (http://127.0.0.1:8000).
+SITE_DIR ?= site
+docs: install
+	$(PY) -m fairshare.config.reference > docs/config-reference.md.tmp
+	mv docs/config-reference.md.tmp docs/config-reference.md
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(SITE_DIR)
+	@echo "docs: site built in $(SITE_DIR)/"
+
+docs-check: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(SITE_DIR)
 
 demo: install build
 	$(VENV)/bin/fairshare simulate --demo

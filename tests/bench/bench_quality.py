@@ -31,9 +31,9 @@ deviation no split of what the tenants hold together could go below
 Runs go to a process pool (``--workers``, default the core count), longest first;
 progress and an estimate of the time left go to stderr.
 
-Writes ``bench/results/quality-<date>.json``, ``.md`` (what the README's quality section
-shows) and (with matplotlib, the ``[bench]`` extra) ``.png``: mean GPU allocation against
-arrived workload, one panel per trace. Prints the markdown.
+Writes ``bench/results/quality-<date>.json``, ``.md`` (the tables the docs' openb page,
+docs/simulator/openb.md, summarises) and (with matplotlib, the ``[bench]`` extra)
+``.png``: mean GPU allocation against arrived workload, one panel per trace. Prints the markdown.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ TRACES = (
     "multigpu50",
 )
 # ``--quick``: one pod list per family that behaves differently (plain, GPU-model
-# restricted, multi-GPU), three seeds; for development, not for the README's table.
+# restricted, multi-GPU), three seeds; for development, not for the docs' tables.
 QUICK_TRACES = ("default", "gpuspec20", "multigpu20")
 QUICK_SEEDS = "42-44"
 # Weng et al.'s published mean GPU allocation % at 100 % arrived over seeds 42-51 (their

@@ -43,7 +43,7 @@ bind and finish, every tenant's usage, every node's free vector and its device s
 
 And one property of the product itself, which no differential can show when both sides
 count alike: fairshare must refuse no DRA node that kube-scheduler's DynamicResources
-would serve (README, "How fairshare stays consistent with kube-scheduler"), unless the
+would serve (docs/dra.md, "How fairshare stays consistent with kube-scheduler"), unless the
 gate holds the tenant or the node's CPU or memory is short. It does in three open cases,
 pinned below (``OPEN``, expected to fail until mended): MIG partitions kept in milli-GPU
 rounded up, partitions counted by their largest dimension, and float drift of a node's

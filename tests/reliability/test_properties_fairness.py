@@ -157,8 +157,9 @@ def test_subnormal_guarantee_does_not_overfill_capacity():
 
 def test_a_resource_no_node_has_counts_in_no_share():
     """A resource of zero capacity (no node has it and the config declares none) counts in
-    no share, as the README says: it neither limits nor lifts the tenant's share of the
-    others, and its allocation is not capped (it holds the demand, for reports only)."""
+    no share, as docs/concepts.md says ("Shares, fair shares and tenant trees"): it
+    neither limits nor lifts the tenant's share of the others, and its allocation is not
+    capped (it holds the demand, for reports only)."""
     t0 = TenantDemand("t0", weight=1.0, demand=(1.0, 1.0), guaranteed={}, limit={})
     with_zero = fair_allocation([t0], capacity=[1.0, 0.0], res_weights=[1.0, 1.0])
     alone = fair_allocation(

@@ -1,10 +1,9 @@
-# Shipping fairshare: the container image, a kind cluster, the manifests, generated docs.
+# Shipping fairshare: the container image, a kind cluster, the manifests.
 # Included by the top-level Makefile, which defines PY (the venv python), VENV and the
 # `install` target. `make help-ship` lists the targets below with their one-line help.
 #
 #   make image kind-up deploy     build, start kind with the image loaded, install
 #   make kind-e2e                 the e2e suite against that kind cluster
-#   make docs                     regenerate docs/config-reference.md from the schema
 #
 # IMAGE must match the manifests' image (or an `images:` override in your overlay): kind
 # nodes run what `kind load` gave them (imagePullPolicy IfNotPresent; never tag :latest).
@@ -26,7 +25,7 @@ KUBECTL_FLAGS ?=
 OVERLAY ?= manifests/overlays/second-scheduler
 ROLLOUT_TIMEOUT ?= 180s
 
-.PHONY: help-ship image kind-up kind-down deploy kind-e2e docs
+.PHONY: help-ship image kind-up kind-down deploy kind-e2e
 
 help-ship: ## list the shipping targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(SHIP_MK) | \
@@ -85,8 +84,3 @@ kind-e2e: install ## run the e2e suite (tests/e2e) against the kind cluster via 
 		echo "make kind-e2e: $(KIND_KUBECONFIG) not found; run 'make kind-up' first" >&2; \
 		exit 1; }
 	E2E_KUBECONFIG=$(abspath $(KIND_KUBECONFIG)) $(PY) -m pytest tests/e2e
-
-docs: install ## regenerate docs/config-reference.md from fairshare/config/schema.py
-	@mkdir -p docs
-	$(PY) -m fairshare.config.reference > docs/config-reference.md.tmp
-	mv docs/config-reference.md.tmp docs/config-reference.md
