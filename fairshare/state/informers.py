@@ -30,6 +30,10 @@ exactly as the API sent them (no client models, no ``sanitize_for_serialization`
 trip), and the watch body is split on newlines by us (aiohttp's ``readline`` refuses
 lines over 128 KiB, and a pod with large managedFields can exceed that). A sink that
 raises is logged and skipped: one bad object must not stall the watch.
+
+One file of about 600 lines on purpose: the reflector's loop and the real calls share one
+watch protocol (the ``WATCH_ANSWERED`` marker, 410 as ``GoneError``, the decoded JSON
+lines), which reads best next to the loop that depends on it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from kubernetes_asyncio import client as _k8s_client
 from kubernetes_asyncio import config as _k8s_config
 
 from fairshare.errors import FairshareError
-from fairshare.state.sources import (
+from fairshare.state.feed import (
     CONFIGMAP,
     DEFAULT_BACKOFF,
     EVENT_TYPES,

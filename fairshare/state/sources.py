@@ -18,7 +18,9 @@ models, so consumers are the same pure functions whatever the source. A relist a
 is just another resync, which is why consumers never see duplicate or lost objects.
 
 ``Store`` is a ready-made sink that keeps the latest object per kind and key; tests and
-simple consumers (namespace labels, the config ConfigMap) use it.
+simple consumers (namespace labels, the config ConfigMap) use it. The sink contract, the
+kind names and the backoff policy live one level down, in ``fairshare.state.feed``, which
+``fairshare.state.informers`` imports too (re-exported here).
 
 Must not import aiohttp, and must not import kubernetes_asyncio at module level:
 ``fairshare.state.informers`` (the adapter that does) is imported inside
@@ -33,13 +35,26 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from fairshare.errors import FairshareError
+from fairshare.state.feed import (
+    ALL_KINDS,
+    CONFIGMAP,
+    DEFAULT_BACKOFF,
+    DEFAULT_KINDS,
+    DEVICE_CLASS,
+    DEVICE_TAINT_RULE,
+    EVENT_TYPES,
+    OPTIONAL_KINDS,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    BackoffPolicy,
+    Sink,
+)
 
 if TYPE_CHECKING:
     from fairshare.state import informers
@@ -66,33 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-CONFIGMAP: Final = "ConfigMap"
-ALL_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim", CONFIGMAP)
-"""Every kind a source may deliver (all core/v1)."""
-DEFAULT_KINDS: Final = ("Node", "Pod", "Namespace", "PersistentVolumeClaim")
-"""The cluster-state kinds; the config ConfigMap is asked for separately."""
-RESOURCE_CLAIM: Final = "ResourceClaim"
-RESOURCE_SLICE: Final = "ResourceSlice"
-DEVICE_CLASS: Final = "DeviceClass"
-DEVICE_TAINT_RULE: Final = "DeviceTaintRule"
-OPTIONAL_KINDS: Final = (RESOURCE_CLAIM, RESOURCE_SLICE, DEVICE_CLASS, DEVICE_TAINT_RULE)
-"""Kinds a consumer may ask an ``ApiSource`` for besides ``ALL_KINDS``: DRA
-(``resource.k8s.io/v1``) ResourceClaims, for GPUs requested through claims, and
-ResourceSlices and DeviceClasses, for the GPUs nodes publish through DRA drivers, and
-``resource.k8s.io/v1beta2`` DeviceTaintRules (listed as none where not served)."""
-EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
-
-
-class Sink(Protocol):
-    """Receives objects from a source. Both methods are called from the event loop."""
-
-    def on_resync(self, kind: str, objects: list[dict[str, Any]]) -> None:
-        """The complete current list of ``kind``: replace everything held for that kind."""
-
-    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
-        """One change: ``event_type`` is ``ADDED``, ``MODIFIED`` or ``DELETED``."""
-
 
 ItemTransform = Callable[[dict[str, Any]], dict[str, Any]]
 """Applied to each listed object of a kind before anyone keeps it (e.g. ``slim_pod``);
@@ -370,21 +358,6 @@ class FileSource:
 
 # -- the API -----------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class BackoffPolicy:
-    """Delays after a failed list or watch: ``min(maximum, initial * factor**n)`` for the
-    n-th consecutive failure, stretched by up to ``jitter`` (a fraction, random) and then
-    capped at ``maximum`` seconds. A success resets n to 0. Defaults follow client-go's
-    reflector (0.8 s doubling to 30 s)."""
-
-    initial: float = 0.8
-    maximum: float = 30.0
-    factor: float = 2.0
-    jitter: float = 0.5
-
-
-DEFAULT_BACKOFF: Final = BackoffPolicy()
 
 ApiCallsFactory = Callable[..., "tuple[informers.ListFn, informers.WatchFn]"]
 
