@@ -1,25 +1,13 @@
-"""TLS for the webhook and the extender: certificates, server contexts, hot reload.
+"""Certificates for the webhook and the extender: make them, write them to files, read
+them back. No network: ``fairshare.tls.secrets`` stores them through the API.
 
-kube-apiserver only calls admission webhooks over HTTPS, and it checks the serving
-certificate against the ``caBundle`` of the webhook configuration and the service DNS name
-it dials (``NAME.NS.svc``). This module covers that whole path:
-
-- ``make_ca`` / ``make_serving_cert`` build PEM pairs. They are pure functions of their
-  arguments *except* for key material and serial numbers, which must be random; ``now`` is
-  a parameter, so validity windows are reproducible and testable.
+- ``make_ca`` / ``make_serving_cert`` / ``make_client_cert`` build PEM pairs. They are pure
+  functions of their arguments *except* for key material and serial numbers, which must be
+  random; ``now`` is a parameter, so validity windows are reproducible and testable.
 - ``write_certs`` is the thin file adapter behind ``fairshare certs`` (reads the clock,
-  writes ``ca.crt``, ``tls.crt``, ``tls.key``; the key file is 0600).
-- ``server_ssl_context`` builds the server ``SSLContext``: TLS 1.2 minimum, ECDHE + AEAD
-  ciphers for TLS 1.2 (TLS 1.3 suites are all AEAD), no compression.
-- ``CertReloader`` re-reads the certificate and key when a mounted Secret rotates, and swaps
-  them into *new* handshakes through the context's ``sni_callback``, so the server never
-  restarts. A half-written rotation keeps the last good pair.
-- ``patch_webhook_ca_bundle`` writes the CA bundle into Mutating/Validating webhook
-  configurations through the API.
-
-Adapter module: file I/O and (lazily) ``kubernetes_asyncio`` are allowed here. It must not
-import ``aiohttp``, ``webhook`` or ``scheduler_plugin``; the apps hand ``CertReloader.context``
-to ``aiohttp.web.TCPSite(ssl_context=...)`` themselves.
+  writes ``ca.crt``, ``tls.crt``, ``tls.key``; the key file is 0600); ``write_client_certs``
+  / ``read_client_certs`` the same for ``fairshare client-certs``, with the kube-apiserver
+  admission files (``admission_kubeconfig``, ``admission_configuration``).
 
 Design choices:
 
@@ -33,14 +21,10 @@ Design choices:
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import datetime as dt
 import ipaddress
-import logging
 import os
-import ssl
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,34 +38,22 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from fairshare.errors import FairshareError
 
 __all__ = [
-    "CIPHERS_TLS12",
     "CLIENTS",
     "CLOCK_SKEW",
     "CertPaths",
-    "CertReloader",
     "ClientCertPaths",
     "TLSError",
     "admission_configuration",
     "admission_kubeconfig",
-    "build_ca_bundle_patch",
     "make_ca",
     "make_client_cert",
     "make_serving_cert",
-    "patch_webhook_ca_bundle",
     "read_client_certs",
-    "secret_exists",
-    "server_ssl_context",
+    "read_not_after",
     "service_dns_names",
     "write_certs",
     "write_client_certs",
-    "write_secrets",
 ]
-
-log = logging.getLogger(__name__)
-
-#: OpenSSL cipher string for TLS 1.2: forward secrecy (ECDHE) and AEAD (GCM, ChaCha20) only.
-#: TLS 1.3 suites are configured apart by OpenSSL and are all AEAD already.
-CIPHERS_TLS12 = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
 
 #: How far a new certificate's ``notBefore`` lies before ``now`` (clock skew allowance).
 CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -381,297 +353,6 @@ def admission_configuration(kubeconfig_path: str) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- server contexts
-
-
-def server_ssl_context(
-    cert_file: str | os.PathLike[str],
-    key_file: str | os.PathLike[str],
-    *,
-    client_ca: str | os.PathLike[str] | None = None,
-) -> ssl.SSLContext:
-    """A server ``SSLContext`` loaded with the certificate chain and key.
-
-    TLS 1.2 minimum; TLS 1.2 ciphers limited to ``CIPHERS_TLS12`` (ECDHE + AEAD); no TLS
-    compression (CRIME); server cipher preference; no session tickets (they would outlive
-    a rotated key; session IDs still resume). Raises ``ssl.SSLError``/``OSError`` for
-    unreadable or mismatched files.
-
-    With ``client_ca`` the server asks every client for a certificate and verifies one
-    that is offered against that CA (``CERT_OPTIONAL``: a bad certificate fails the
-    handshake, no certificate is let through). OpenSSL checks a client certificate's
-    extended key usage for ``clientAuth`` on the server side. The apps then refuse every
-    path but the probes and metrics to a connection without a verified peer certificate
-    (see ``webhook.app``), so kubelet probes and Prometheus need no certificate.
-    """
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_ciphers(CIPHERS_TLS12)
-    context.options |= (
-        ssl.OP_NO_COMPRESSION
-        | ssl.OP_CIPHER_SERVER_PREFERENCE
-        | ssl.OP_SINGLE_ECDH_USE
-        | ssl.OP_NO_TICKET
-    )
-    context.load_cert_chain(os.fspath(cert_file), os.fspath(key_file))
-    if client_ca is not None:
-        context.verify_mode = ssl.CERT_OPTIONAL
-        context.load_verify_locations(cafile=os.fspath(client_ca))
-    return context
-
-
-_Stamp = tuple[tuple[int, int, int, int], ...]
-
-
-class CertReloader:
-    """Serve the current certificate of a rotating pair of files without restarting.
-
-    Give ``context`` to the server once. Its ``sni_callback`` runs in every handshake
-    (with or without SNI) and points the connection at the newest good context, so new
-    connections get the new certificate while open ones finish on the old.
-
-    ``maybe_reload()`` checks the files' (device, inode, size, mtime); the app calls it
-    periodically (``run()`` is such a loop). Kubelet rotates a mounted Secret by swapping a
-    symlink, which changes the inode; ``stat`` follows the link. If the new files do not
-    load (half-written, key and certificate from different rotations) the last good
-    context stays, the error is logged, kept in ``last_error`` and passed to ``on_error``
-    (e.g. to count it). The stamp still advances, so a broken pair is reported once, and
-    the next write is tried again.
-
-    The constructor raises if the *initial* files are unusable: fail fast at startup.
-
-    ``client_ca`` (optional) is the CA that client certificates are verified against; it is
-    part of every context loaded, including reloaded ones (the ``sni_callback`` switch
-    moves a connection to the new context's trust store), and a change of that file
-    reloads too.
-    """
-
-    def __init__(
-        self,
-        cert_file: str | os.PathLike[str],
-        key_file: str | os.PathLike[str],
-        *,
-        on_error: Callable[[Exception], None] | None = None,
-        client_ca: str | os.PathLike[str] | None = None,
-        on_reload: Callable[[dt.datetime], None] | None = None,
-    ) -> None:
-        self._cert_file = Path(cert_file)
-        self._on_reload = on_reload
-        self._key_file = Path(key_file)
-        self._client_ca = Path(client_ca) if client_ca is not None else None
-        self._on_error = on_error
-        self._stamp = self._read_stamp()
-        self._front = server_ssl_context(self._cert_file, self._key_file, client_ca=self._client_ca)
-        self._front.sni_callback = self._select
-        self._current = self._front
-        self._not_after = _read_not_after(self._cert_file)
-        self.reloads = 0
-        self.last_error: Exception | None = None
-
-    @property
-    def context(self) -> ssl.SSLContext:
-        """The context to hand to the server; it stays the same object across reloads."""
-        return self._front
-
-    @property
-    def current(self) -> ssl.SSLContext:
-        """The context new handshakes are switched to (the last good one loaded)."""
-        return self._current
-
-    @property
-    def not_after(self) -> dt.datetime:
-        """Expiry (UTC) of the certificate being served, e.g. for an expiry gauge."""
-        return self._not_after
-
-    def maybe_reload(self) -> bool:
-        """Reload if the files changed; True if a new certificate is now being served."""
-        try:
-            stamp = self._read_stamp()
-        except OSError as error:  # a file is missing for a moment during rotation
-            self._report(error)
-            return False
-        if stamp == self._stamp:
-            return False
-        self._stamp = stamp
-        try:
-            fresh = server_ssl_context(self._cert_file, self._key_file, client_ca=self._client_ca)
-            not_after = _read_not_after(self._cert_file)
-        except (OSError, ssl.SSLError, ValueError) as error:
-            self._report(error)
-            return False
-        self._current, self._not_after = fresh, not_after
-        self.reloads += 1
-        self.last_error = None
-        log.info("TLS certificate reloaded from %s (expires %s)", self._cert_file, not_after)
-        if self._on_reload is not None:
-            self._on_reload(not_after)
-        return True
-
-    async def run(self, *, interval: float = 10.0) -> None:
-        """Call ``maybe_reload`` every ``interval`` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(interval)
-            self.maybe_reload()
-
-    def _select(self, connection: Any, server_name: str | None, context: ssl.SSLContext) -> None:
-        # Called by OpenSSL during the ClientHello; returning None continues the handshake.
-        current = self._current
-        if current is not context:
-            connection.context = current
-
-    @property
-    def requires_client_cert(self) -> bool:
-        """True when client certificates are verified (``client_ca`` was given)."""
-        return self._client_ca is not None
-
-    def _read_stamp(self) -> _Stamp:
-        files = (self._cert_file, self._key_file, self._client_ca)
-        stats = tuple(os.stat(f) for f in files if f is not None)
-        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
-
-    def _report(self, error: Exception) -> None:
-        self.last_error = error
-        log.warning(
-            "TLS reload from %s failed, keeping the old certificate: %s", self._cert_file, error
-        )
-        if self._on_error is not None:
-            self._on_error(error)
-
-
-# --------------------------------------------------------------------------- webhook configs
-
-
-def build_ca_bundle_patch(
-    webhook_names: Sequence[str], ca_bundle_pem: bytes
-) -> list[dict[str, Any]]:
-    """RFC 6902 patch that sets ``clientConfig.caBundle`` on every webhook, by index.
-
-    A ``test`` of each webhook's name precedes its ``add``, so the patch fails rather than
-    write to the wrong entry if the list was reordered since it was read. ``add`` on an
-    object member replaces an existing value.
-    """
-    bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
-    ops: list[dict[str, Any]] = []
-    for index, name in enumerate(webhook_names):
-        ops.append({"op": "test", "path": f"/webhooks/{index}/name", "value": name})
-        ops.append(
-            {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": bundle}
-        )
-    return ops
-
-
-async def patch_webhook_ca_bundle(
-    ca_bundle_pem: bytes,
-    *,
-    mutating: Sequence[str] = (),
-    validating: Sequence[str] = (),
-    kubeconfig: str | None = None,
-    api: Any = None,
-) -> list[str]:
-    """Set ``caBundle`` on every webhook of the named webhook configurations.
-
-    ``api`` is an ``AdmissionregistrationV1Api`` (or a test double with the same
-    ``read_*``/``patch_*`` coroutines); without it a client is built from ``kubeconfig``,
-    or the in-cluster service account when that is None, and closed afterwards. Returns
-    ``kind/name`` of every configuration patched, in order. API errors propagate.
-    """
-    if api is not None:
-        return await _patch_all(api, ca_bundle_pem, mutating=mutating, validating=validating)
-    # Imported here so that only `fairshare certs --patch-webhooks` pays for it.
-    from kubernetes_asyncio import client
-
-    from fairshare.state import informers
-
-    api_client = await informers.make_api_client(kubeconfig)
-    async with api_client:
-        v1 = client.AdmissionregistrationV1Api(api_client)
-        return await _patch_all(v1, ca_bundle_pem, mutating=mutating, validating=validating)
-
-
-async def write_tls_secret(
-    paths: CertPaths,
-    *,
-    namespace: str,
-    name: str,
-    kubeconfig: str | None = None,
-) -> None:
-    """Create or replace the ``kubernetes.io/tls`` Secret ``namespace/name`` from ``paths``.
-
-    The Secret carries ``tls.crt``, ``tls.key`` and ``ca.crt``, as cert-manager writes
-    them, so the same Deployment works with either.
-    """
-    files = {"tls.crt": paths.cert, "tls.key": paths.key, "ca.crt": paths.ca_cert}
-    data = {key: path.read_bytes() for key, path in files.items()}
-    await write_secrets(
-        [(name, "kubernetes.io/tls", data)], namespace=namespace, kubeconfig=kubeconfig
-    )
-
-
-async def write_secrets(
-    secrets: Sequence[tuple[str, str, dict[str, bytes]]],
-    *,
-    namespace: str,
-    kubeconfig: str | None = None,
-) -> None:
-    """Create or replace each Secret ``(name, type, data)`` in ``namespace``, over one
-    API client."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.rest import ApiException
-
-    from fairshare.state import informers
-
-    api_client = await informers.make_api_client(kubeconfig)
-    async with api_client:
-        v1 = client.CoreV1Api(api_client)
-        for name, secret_type, data in secrets:
-            body: Any = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": secret_type,
-                "metadata": {"name": name, "namespace": namespace},
-                "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
-            }
-            try:
-                await v1.create_namespaced_secret(namespace, body)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                await v1.replace_namespaced_secret(name, namespace, body)
-
-
-async def secret_exists(namespace: str, name: str, *, kubeconfig: str | None = None) -> bool:
-    """True if the Secret exists (other API errors propagate)."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.rest import ApiException
-
-    from fairshare.state import informers
-
-    api_client = await informers.make_api_client(kubeconfig)
-    async with api_client:
-        try:
-            await client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-    return True
-
-
-async def _patch_all(
-    api: Any, ca_bundle_pem: bytes, *, mutating: Sequence[str], validating: Sequence[str]
-) -> list[str]:
-    done: list[str] = []
-    for kind, names in (("mutating", mutating), ("validating", validating)):
-        read = getattr(api, f"read_{kind}_webhook_configuration")
-        patch = getattr(api, f"patch_{kind}_webhook_configuration")
-        for name in names:
-            current = await read(name)
-            webhook_names = [webhook.name for webhook in current.webhooks or ()]
-            await patch(name, build_ca_bundle_patch(webhook_names, ca_bundle_pem))
-            done.append(f"{kind.capitalize()}WebhookConfiguration/{name}")
-    return done
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -735,7 +416,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _read_not_after(cert_file: Path) -> dt.datetime:
+def read_not_after(cert_file: Path) -> dt.datetime:
     return x509.load_pem_x509_certificate(cert_file.read_bytes()).not_valid_after_utc
 
 
