@@ -44,6 +44,10 @@ never drops below its guarantee, so what one reclaim gave can never be reclaimed
 and a victim's tenant never becomes a beneficiary through our evictions. On top of
 that, ``cooldown`` blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds
 of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
+
+One file of about 800 lines on purpose: the planner, its ledger and the per-node victim
+search are one algorithm that keeps the invariants above together; split, each part would
+hold only half of what makes it correct.
 """
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ def test_yaml_output_round_trips() -> None:
 
 
 def test_table_cells_show_sevenths_as_decimals() -> None:
-    from fairshare.report import _cell
+    from fairshare.report_render import _cell
 
     assert _cell("29/7") == "~4.143"
     assert _cell("0.5") == "0.5"
