@@ -30,6 +30,7 @@ from fairshare.placement import (
     filter_nodes,
     score_context,
 )
+from fairshare.placement.filtering import _failure as _node_failure
 from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
 from fairshare.state.cluster import ClusterState
 from scheduler_plugin import filtering, verbs, wire
@@ -179,7 +180,7 @@ def _filter_by_row_loop(st: ClusterState, req: PodRequest, rows: list[int]) -> t
         elif out[i] < 0:
             fits.append(i)
         else:
-            failed.append(placement._failure(st, req, i, out[i], milli, st.gpu_col))
+            failed.append(_node_failure(st, req, i, out[i], milli, st.gpu_col))
     return tuple(fits), tuple(failed)
 
 
