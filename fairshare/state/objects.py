@@ -7,11 +7,17 @@ prometheus_client. The API informers (an adapter), the
 ``--state`` file and the tests all go through these functions, so the extender's arrays
 are built the same way whatever feeds them.
 
+The entry point of the state model, in three modules: ``state.readers`` (a Pod's
+identity and phase, the slim pod), ``state.nodes`` (Node objects and GPU health) and
+this one (pods: their requests, shared GPUs and device ledger; a whole ``List``). Every
+public name of the other two is re-exported here.
+
 Design choices:
 
-* **GPU health** is read from the Node itself: a condition whose ``type`` is listed in
-  ``health.unhealthyConditions`` with ``status: "True"`` (Node Problem Detector / DCGM
-  style), or a taint whose ``key`` is in ``health.unhealthyTaints`` (any effect).
+* **GPU health** is read from the Node itself (``state.nodes``): a condition whose
+  ``type`` is listed in ``health.unhealthyConditions`` with ``status: "True"`` (Node
+  Problem Detector / DCGM style), or a taint whose ``key`` is in
+  ``health.unhealthyTaints`` (any effect).
 * **Device ledger from annotations.** The device(s) a pod holds are written by the
   extender's bind in the annotation ``fairshare.io/gpu-devices`` with the format
   ``"<device>:<milli-GPU>[,<device>:<milli-GPU>...]"``: device indexes are integers
@@ -42,26 +48,46 @@ from typing import Any, Final
 
 import yaml
 
-from fairshare import eligibility, mig, resources, tenancy
-from fairshare.config.schema import FairShareConfig, HealthPolicy
-from fairshare.placement import PodRequest, choose_devices, mig_row, mig_use
+from fairshare import eligibility, resources, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.podrequest import PodRequest
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP, MILLI_GPU, ResourceIndex
-from fairshare.state.cluster import (
-    LABEL_GPU_PRODUCT,
-    BoundPod,
-    ClusterState,
-    StateError,
-    allocatable_from_node,
+from fairshare.state.cluster import LABEL_GPU_PRODUCT, BoundPod, ClusterState, StateError
+from fairshare.state.devices import choose_devices, mig_row, mig_use
+from fairshare.state.nodes import (
+    ANN_HAMI_REGISTER,
+    apply_node,
+    delete_node,
+    hami_device_count,
+    node_gpu_health,
+    node_taints,
+)
+from fairshare.state.readers import (
+    LABEL_GPU_GROUP,
+    TERMINAL_PHASES,
+    UNSCHEDULABLE,
+    is_bound,
+    is_terminal,
+    metadata,
+    pod_uid,
+    slim_pod,
+    str_map,
+    unschedulable_message,
 )
 
 __all__ = [
+    "ANN_HAMI_REGISTER",
+    "DRA_GROUP_PREFIX",
+    "LABEL_GPU_GROUP",
     "TERMINAL_PHASES",
+    "UNSCHEDULABLE",
     "LoadedState",
     "apply_node",
     "apply_pod",
     "delete_node",
     "delete_pod",
     "format_gpu_devices",
+    "hami_device_count",
     "is_bound",
     "is_share",
     "is_terminal",
@@ -70,6 +96,7 @@ __all__ = [
     "load_state_file",
     "new_group_id",
     "node_gpu_health",
+    "node_taints",
     "parse_gpu_devices",
     "pod_group",
     "pod_request",
@@ -78,313 +105,10 @@ __all__ = [
     "share_group",
     "slim_pod",
     "unschedulable_message",
+    "with_claim_gpus",
 ]
 
-TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-
 Devices = tuple[tuple[int, float], ...]
-
-# -- small readers ------------------------------------------------------------------
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _str_map(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def pod_uid(pod: Mapping[str, Any]) -> str:
-    """``metadata.uid``, or ``namespace/name`` for objects without one (test fixtures)."""
-    meta = _meta(pod)
-    uid = meta.get("uid")
-    if isinstance(uid, str) and uid:
-        return uid
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-
-
-def is_terminal(pod: Mapping[str, Any]) -> bool:
-    """Phase Succeeded or Failed: the pod holds nothing any more."""
-    status = pod.get("status")
-    phase = status.get("phase") if isinstance(status, Mapping) else None
-    return isinstance(phase, str) and phase in TERMINAL_PHASES
-
-
-def is_bound(pod: Mapping[str, Any]) -> bool:
-    """``spec.nodeName`` is set."""
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return isinstance(node, str) and bool(node)
-
-
-_KEPT_META: Final = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
-_KEPT_SPEC: Final = (
-    "nodeName",
-    "nodeSelector",
-    "overhead",
-    "priority",
-    "resourceClaims",
-    "schedulerName",
-    "schedulingGates",
-    "schedulingGroup",
-)
-_KEPT_CONTAINER: Final = ("name", "resources", "restartPolicy")
-_KEPT_STATUS: Final = ("phase", "resourceClaimStatuses")
-_ANN_PREFIX: Final = "fairshare.io/"
-_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
-_KEPT_ANNOTATIONS: Final = frozenset({"run.ai/reserve_for_gpu_index"})
-"""Other annotations kept: the GPU UUID a reservation pod reports."""
-_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
-"""``fairshare.gangs.POD_GROUP_LABEL``: kept, as the extender groups pods by it."""
-LABEL_GPU_GROUP: Final = "runai-gpu-group"
-"""The shared GPU a reservation pod holds; its pods keep it and their ``app`` label."""
-
-
-def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a Pod the extender reads again later, as a smaller dict.
-
-    Kept: identity and timestamps, ``fairshare.io/*`` annotations (and a reservation pod's
-    reported GPU and its ``app`` and ``runai-gpu-group`` labels, and a gang member's
-    ``scheduling.x-k8s.io/pod-group`` label), ``spec.nodeName``,
-    ``nodeSelector``, ``overhead``, ``priority``, ``resourceClaims``, ``schedulerName``,
-    ``schedulingGates``, ``tolerations``, the required part of ``affinity.nodeAffinity``
-    (what ``eligibility`` reads), each container's and init
-    container's ``name``, ``resources`` and ``restartPolicy``, ``status.phase`` and
-    ``resourceClaimStatuses``, and kube-scheduler's last ``Unschedulable`` verdict on a
-    pending pod (its ``PodScheduled`` condition, as ``unschedulable_message`` reads it).
-    Every reader of a stored pod (``pod_uid``, ``is_bound``,
-    ``is_terminal``, ``pod_tenant``, ``pod_request``, ``apply_pod``, the DRA claim names,
-    the reclaimer) gives the same answer on the slim dict as on the whole one; the
-    images, env, volumes, probes, other status conditions and other annotations (often most of
-    a pod's size) are dropped. A pod of an unexpected shape is returned unchanged, so
-    its errors stay what they were.
-    """
-    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
-    if not isinstance(meta, dict) or not isinstance(spec, dict):
-        return pod
-    if status is not None and not isinstance(status, dict):
-        return pod
-    annotations = meta.get("annotations")
-    if annotations is not None and not isinstance(annotations, dict):
-        return pod
-    out_spec: dict[str, Any] = {k: spec[k] for k in _KEPT_SPEC if k in spec}
-    if "tolerations" in spec:
-        out_spec["tolerations"] = _shared(spec["tolerations"])
-    affinity = spec.get("affinity")
-    if isinstance(affinity, dict):
-        node_affinity = affinity.get("nodeAffinity")
-        required = None
-        if isinstance(node_affinity, dict):
-            required = node_affinity.get(_REQUIRED)
-        if required is not None:
-            out_spec["affinity"] = _shared({"nodeAffinity": {_REQUIRED: required}})
-    elif affinity is not None:
-        out_spec["affinity"] = affinity
-    for key in ("containers", "initContainers"):
-        if key not in spec:
-            continue
-        items = spec[key]
-        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
-            return pod
-        out_spec[key] = _shared([{k: c[k] for k in _KEPT_CONTAINER if k in c} for c in items])
-    out_meta: dict[str, Any] = {k: meta[k] for k in _KEPT_META if k in meta}
-    if annotations is not None:
-        out_meta["annotations"] = {
-            k: v
-            for k, v in annotations.items()
-            if isinstance(k, str) and (k.startswith(_ANN_PREFIX) or k in _KEPT_ANNOTATIONS)
-        }
-    labels = meta.get("labels")
-    if isinstance(labels, dict) and LABEL_GPU_GROUP in labels:
-        out_meta["labels"] = {k: labels[k] for k in (LABEL_GPU_GROUP, "app") if k in labels}
-    if isinstance(labels, dict) and _POD_GROUP in labels:  # a gang member (``fairshare.gangs``)
-        out_meta.setdefault("labels", {})[_POD_GROUP] = labels[_POD_GROUP]
-    out: dict[str, Any] = {k: pod[k] for k in ("apiVersion", "kind") if k in pod}
-    out["metadata"] = out_meta
-    out["spec"] = out_spec
-    if status is not None:
-        kept = {k: status[k] for k in _KEPT_STATUS if k in status}
-        verdict = unschedulable_message(pod)
-        if verdict is not None and not is_bound(pod):
-            kept["conditions"] = [
-                {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE,
-                 "message": verdict}
-            ]  # fmt: skip
-        out["status"] = _shared(kept)
-    return out
-
-
-UNSCHEDULABLE: Final = "Unschedulable"
-"""The ``PodScheduled`` reason kube-scheduler writes when no node can take a pod."""
-
-
-def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
-    """kube-scheduler's last verdict against a pending pod: the message of its
-    ``PodScheduled`` condition when that is ``False`` with reason ``Unschedulable``
-    (None otherwise, and for a condition of an unexpected shape)."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(conditions, list):
-        return None
-    for cond in conditions:
-        if not isinstance(cond, Mapping) or cond.get("type") != "PodScheduled":
-            continue
-        if cond.get("status") != "False" or cond.get("reason") != UNSCHEDULABLE:
-            return None
-        message = cond.get("message")
-        return message if isinstance(message, str) else ""
-    return None
-
-
-_SHARED: dict[str, Any] = {}
-_SHARED_MAX: Final = 4096
-
-
-def _shared(value: Any) -> Any:
-    """One object for equal slim parts (pods of one template have the same containers;
-    most statuses are ``{"phase": "Running"}``): 100,000 pods then hold a few hundred
-    container lists instead of 100,000. Slim pods are read, never mutated in place. The
-    table is bounded; past the bound a value is kept as it is."""
-    try:
-        key = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return value
-    hit = _SHARED.get(key)
-    if hit is not None:
-        return hit
-    if len(_SHARED) < _SHARED_MAX:
-        _SHARED[key] = value
-    return value
-
-
-# -- nodes ----------------------------------------------------------------------------
-
-
-def node_gpu_health(node: Mapping[str, Any], health: HealthPolicy) -> tuple[bool, str]:
-    """``(healthy, reason)`` of a Node's GPUs under ``health``.
-
-    Unhealthy when a condition listed in ``unhealthy_conditions`` has status ``"True"``
-    or a taint key is listed in ``unhealthy_taints``. The reason names every match,
-    conditions first, e.g. ``condition XidCriticalError=True (Xid79)``. Healthy nodes
-    have the reason ``""``.
-    """
-    status = node.get("status")
-    spec = node.get("spec")
-    reasons: list[str] = []
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for cond in conditions if isinstance(conditions, list) else ():
-        if not isinstance(cond, Mapping):
-            continue
-        ctype = cond.get("type")
-        if ctype in health.unhealthy_conditions and cond.get("status") == "True":
-            why = cond.get("reason") or cond.get("message")
-            reasons.append(f"condition {ctype}=True" + (f" ({why})" if why else ""))
-    taints = spec.get("taints") if isinstance(spec, Mapping) else None
-    for taint in taints if isinstance(taints, list) else ():
-        if not isinstance(taint, Mapping):
-            continue
-        key = taint.get("key")
-        if key in health.unhealthy_taints:
-            value = f"={taint['value']}" if taint.get("value") else ""
-            effect = f":{taint['effect']}" if taint.get("effect") else ""
-            reasons.append(f"taint {key}{value}{effect}")
-    return (not reasons, "; ".join(reasons))
-
-
-def apply_node(
-    state: ClusterState, node: Mapping[str, Any], config: FairShareConfig, *, dra_gpus: int = 0
-) -> int:
-    """Add or update a Node object; returns its row. Pods already bound stay counted.
-
-    Capacity is ``status.allocatable`` (``capacity`` if absent): the device plugin's
-    ``nvidia.com/gpu`` count is the number of devices; ``nvidia.com/gpu.memory`` and
-    ``nvidia.com/gpu.product`` (GPU feature discovery labels) give device memory and model.
-    MIG slices (``nvidia.com/mig-<profile>``, or ``nvidia.com/gpu`` under a
-    ``-MIG-<profile>`` product: ``fairshare.mig``) count as their configured GPU
-    fraction in the GPU column and are kept per profile, not as devices.
-
-    ``dra_gpus``: whole GPUs the node publishes through DRA (``dra.slice_capacity``).
-    They are its GPUs when it has no ``nvidia.com/gpu`` allocatable (nor MIG slices):
-    the rule by which kube-scheduler's NodeResourcesFit hands a pod's ``nvidia.com/gpu``
-    to DRA (``shouldDelegateResourceToDRA``: allocatable > 0 keeps the device plugin), so
-    a pod asking ``nvidia.com/gpu`` is judged against the devices kube-scheduler will
-    allocate it from. A node with device-plugin GPUs keeps those alone.
-    """
-    name = _meta(node).get("name")
-    if not isinstance(name, str) or not name:
-        raise StateError("node without metadata.name")
-    healthy, reason = node_gpu_health(node, config.health)
-    labels = _str_map(_meta(node).get("labels"))
-    allocatable = allocatable_from_node(node)
-    registered = hami_device_count(_str_map(_meta(node).get("annotations")))
-    if registered is not None and registered < allocatable.get(resources.GPU, 0):
-        # HAMi's device plugin advertises replicas (devices x splits): count devices.
-        allocatable[resources.GPU] = Fraction(registered)
-    fractions = config.mig_fractions()
-    slices = mig.node_slices(allocatable, labels, fractions)
-    if slices.has_slices:
-        allocatable = dict(allocatable)
-        allocatable[resources.GPU] = Fraction(slices.devices)
-    elif dra_gpus > 0 and allocatable.get(resources.GPU, 0) <= 0:
-        allocatable = dict(allocatable)
-        allocatable[resources.GPU] = Fraction(dra_gpus)
-    return state.add_node(
-        name,
-        allocatable,
-        labels=labels,
-        gpu_healthy=healthy,
-        health_reason=reason,
-        taints=node_taints(node),
-        mig={
-            p: (n, resources.to_kernel_units(resources.GPU, fractions[p]))
-            for p, n in slices.slices.items()
-        },
-        mig_single=slices.single,
-        mig_unknown=slices.unknown,
-    )
-
-
-def node_taints(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """``spec.taints`` as (key, value, effect); entries of another shape are skipped."""
-    spec = node.get("spec")
-    taints = spec.get("taints") if isinstance(spec, Mapping) else None
-    out = []
-    for taint in taints if isinstance(taints, list) else ():
-        if isinstance(taint, Mapping):
-            parts = [taint.get(k) or "" for k in ("key", "value", "effect")]
-            if all(isinstance(p, str) for p in parts):
-                out.append((parts[0], parts[1], parts[2]))
-    return out
-
-
-ANN_HAMI_REGISTER: Final = "hami.io/node-nvidia-register"
-
-
-def hami_device_count(annotations: Mapping[str, str]) -> int | None:
-    """GPUs HAMi's device plugin registered on the node (``hami.io/node-nvidia-register``,
-    a JSON list or the older ``…:``-separated list); None without (or with an unreadable)
-    annotation."""
-    text = annotations.get(ANN_HAMI_REGISTER, "").strip()
-    if not text:
-        return None
-    if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError:
-            return None
-        return len(items) if isinstance(items, list) else None
-    return len([p for p in text.split(":") if p.count(",") in (6, 8)]) or None
-
-
-def delete_node(state: ClusterState, name: str) -> list[BoundPod]:
-    """Remove a node (unknown names are ignored); returns the pods that were on it."""
-    if name not in state.node_index:
-        return []
-    return state.remove_node(name)
 
 
 # -- the device annotation ---------------------------------------------------------
@@ -423,7 +147,7 @@ def pod_tenant(
     namespace_labels: Mapping[str, Mapping[str, str]],
 ) -> str | None:
     """The pod's tenant, resolved from its namespace (and that namespace's labels)."""
-    ns = str(_meta(pod).get("namespace") or "default")
+    ns = str(metadata(pod).get("namespace") or "default")
     return tenancy.resolve_tenant(ns, namespace_labels.get(ns, {}), config).tenant
 
 
@@ -449,7 +173,7 @@ def pod_request(
     placement resolves it per node (``PodRequest.gpu_milli_for``).
     Raises ``resources.DemandError`` when the pod's resources or GPU annotations are invalid.
     """
-    meta = _meta(pod)
+    meta = metadata(pod)
     demand = resources.pod_demand(pod, mig=config.mig_fractions())
     counted = demand
     if demand.gpu.memory is not None:
@@ -620,7 +344,7 @@ def pod_group(state: ClusterState, pod: Mapping[str, Any], req: PodRequest, node
     ``fairshare.io/gpu-group``, or, for a pod bound before groups, one per annotated slot."""
     if not is_share(req):
         return ""
-    annotations = _str_map(_meta(pod).get("annotations"))
+    annotations = str_map(metadata(pod).get("annotations"))
     group = annotations.get(ANN_GPU_GROUP, "")
     if group:
         return group
@@ -638,7 +362,7 @@ def _devices_for(
     if not math.isfinite(milli):
         return ()
     if group:
-        return _share_slot(state, i, float(math.ceil(milli)), group, hint)
+        return _share_slot(state, i, milli, group, hint)
     if milli >= MILLI_GPU:
         return _whole_slots(state, i, req.gpu_count, hint)
     if hint and all(d < state.max_dev and state.node_devices(i)[d] >= 0 for d, _ in hint):
@@ -689,7 +413,7 @@ def apply_pod(
             index=state.index,
             device_memory=lambda: node_memory or largest_device_memory(state),
         )
-    annotation = _str_map(_meta(pod).get("annotations")).get(ANN_GPU_DEVICES)
+    annotation = str_map(metadata(pod).get("annotations")).get(ANN_GPU_DEVICES)
     row = req.row
     slices = mig_use(state, req, i)
     if slices is not None:
@@ -782,9 +506,9 @@ def load_state_file(source: Mapping[str, Any] | str | Path, config: FairShareCon
         try:
             apply_node(loaded.state, node, config)
         except (StateError, resources.DemandError) as exc:
-            loaded.skipped.append(f"Node {_meta(node).get('name')}: {exc}")
+            loaded.skipped.append(f"Node {metadata(node).get('name')}: {exc}")
     for ns in by_kind["Namespace"]:
-        loaded.namespace_labels[str(_meta(ns).get("name"))] = _str_map(_meta(ns).get("labels"))
+        loaded.namespace_labels[str(metadata(ns).get("name"))] = str_map(metadata(ns).get("labels"))
     pods = [p for p in by_kind["Pod"] if not is_terminal(p)]
     bound = [p for p in pods if is_bound(p)]
     # Shares of shared GPUs first (their groups take their slots), then other annotated
@@ -796,13 +520,13 @@ def load_state_file(source: Mapping[str, Any] | str | Path, config: FairShareCon
 
 
 def _load_order(pod: Mapping[str, Any]) -> tuple[bool, bool]:
-    annotations = _str_map(_meta(pod).get("annotations"))
+    annotations = str_map(metadata(pod).get("annotations"))
     return (ANN_GPU_GROUP not in annotations, ANN_GPU_DEVICES not in annotations)
 
 
 def _load_pod(loaded: LoadedState, pod: Mapping[str, Any], config: FairShareConfig) -> None:
     tenant = pod_tenant(pod, config=config, namespace_labels=loaded.namespace_labels)
-    meta = _meta(pod)
+    meta = metadata(pod)
     label = f"Pod {meta.get('namespace')}/{meta.get('name')}"
     try:
         if not is_bound(pod):
