@@ -6,8 +6,12 @@ Pure modules (no aiohttp, kubernetes_asyncio or prometheus_client):
 * ``filtering`` — resource/device/health fit from ``fairshare.placement`` plus the
   fair-share gate, computed as the simulator computes it;
 * ``preemption`` — the veto that keeps every tenant at or above ``guaranteed``;
-* ``verbs`` — one pure function per verb: decoded args + ``ClusterState`` → answer,
-  and ``bind_plan``/``commit_bind`` around the Binding POST.
+* ``verbs`` — one pure function per verb: decoded args + the tracker's
+  ``ExtenderView`` + config → answer; ``bind_decision`` decides a bind whole, and
+  ``commit_bind`` accounts it before the Binding POST.
 
-Adapters still to come: ``binding`` (annotate + POST the Binding) and ``app`` (aiohttp).
+Adapters: ``tracking`` (the cluster state kept from watch events, and the view it hands
+the verbs), ``app`` (aiohttp: decode, call the verb, encode; the bind lock, the Binding
+POST through ``binding``), ``ganging`` (pod groups), ``reclaimer``, ``requeue`` and the
+GPU handoffs.
 """

@@ -1,15 +1,17 @@
 """The extender's aiohttp application: the only place that speaks HTTP.
 
 An adapter. Each verb handler decodes the kube-scheduler JSON (``wire``), calls the
-pure verb (``verbs``) on the tracker's hot state, and encodes the answer. A body that
-cannot be decoded gets HTTP 400 with a short reason; kube-scheduler treats any non-200
-as an error of this extender (``ignorable`` decides what happens next). An unexpected
-exception is logged, counted, and answered 500 for filter/prioritize/preempt and with
-``Error`` set for bind: the scheduler retries the pod, nothing is half-bound.
+pure verb (``verbs``) with the tracker's view of its state (``ExtenderTracker.view``, one
+per version), and encodes the answer. A body that cannot be decoded gets HTTP 400 with a
+short reason; kube-scheduler treats any non-200 as an error of this extender
+(``ignorable`` decides what happens next). An unexpected exception is logged, counted,
+and answered 500 for filter/prioritize/preempt and with ``Error`` set for bind: the
+scheduler retries the pod, nothing is half-bound.
 
-Binds are serialised (one ``asyncio.Lock``), so two fractional pods can never be given
-the same free share of a device: choose devices, re-check the fair-share gate, account
-the pod in the state (assume), then POST the Binding (the device annotation rides on
+Binds are decided one at a time (one ``asyncio.Lock``), so two fractional pods can never
+be given the same free share of a device: under the lock, decide (``verbs.bind_decision``:
+a retried bind, devices, shared GPU, the fair-share gate again) and account the pod in
+the state (assume); then, outside it, POST the Binding (the device annotation rides on
 the Binding's metadata, so it lands on the pod in the same write as ``nodeName``); a
 refused POST un-assumes the pod.
 
@@ -40,13 +42,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 import serving
-from fairshare import gating
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
@@ -187,10 +188,6 @@ def build_deps(
     )
 
 
-def _labels(deps: ExtenderDeps) -> Mapping[str, Mapping[str, str]]:
-    return deps.tracker.namespace_labels
-
-
 async def _verb(
     request: web.Request, verb: str, run: Callable[[ExtenderDeps, bytes], Awaitable[Any]]
 ) -> web.Response:
@@ -264,6 +261,15 @@ async def _await_victims(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
         await asyncio.sleep(0.02)
 
 
+def _view(deps: ExtenderDeps, config: FairShareConfig) -> verbs.ExtenderView:
+    """The tracker's view for this config, its pod groups judged by ``deps.gangs``."""
+    tracker = deps.tracker
+    fits = deps.gangs.group_fits if deps.gangs is not None else None
+    if tracker.group_fits != fits:
+        tracker.group_fits = fits
+    return tracker.view(config)
+
+
 async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     await _await_victims(deps, args.pod)
@@ -271,20 +277,13 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     config = deps.config()
     # A pod group's member is answered for its whole group (``ganging``); others as ever.
     gang = await deps.gangs.filter(args, config) if deps.gangs is not None else None
-    result = gang or verbs.filter_result(
-        args,
-        state=deps.tracker.state,
-        config=config,
-        pending=deps.tracker.pending_queue(),
-        namespace_labels=_labels(deps),
-        fair=deps.tracker.fair_shares(config),
-        on_gate=deps.tracker.note_filter,
-        parse=lambda pod: deps.tracker.request(pod, config),
-        pick=deps.pick_in_filter,
-        mix=deps.tracker.mix() if deps.pick_in_filter else None,
-        context=deps.tracker.context() if deps.pick_in_filter else None,
-        groups=deps.gangs.group_fits(config) if deps.gangs is not None else None,
-    )
+    if gang is not None:
+        result = gang
+    else:
+        answer = verbs.filter_answer(args, _view(deps, config), config, pick=deps.pick_in_filter)
+        if answer.req is not None:
+            deps.tracker.note_filter(answer.req, answer.gate)
+        result = answer.result
     # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
     # last Unschedulable verdict is out of date (``ExtenderTracker.note_asked``).
     uid = objects.pod_uid(args.pod)
@@ -298,15 +297,7 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     config = deps.config()
-    names, scores = verbs.prioritize_scores(
-        args,
-        state=deps.tracker.state,
-        config=config,
-        namespace_labels=_labels(deps),
-        mix=deps.tracker.mix(),
-        context=deps.tracker.context(),
-        parse=lambda pod: deps.tracker.request(pod, config),
-    )
+    names, scores = verbs.prioritize_scores(args, _view(deps, config), config)
     return wire.Scores(names, scores)
 
 
@@ -317,15 +308,10 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     # judged by (the pod is why the cluster is short).
     deps.tracker.remember(dict(args.pod))
     config = deps.config()
-    result = verbs.preempt_result(
-        args,
-        state=deps.tracker.state,
-        config=config,
-        namespace_labels=_labels(deps),
-        pods=deps.tracker.pods,
-        fair=deps.tracker.fair_shares(config),
-        on_judged=deps.on_preempt,
-    )
+    answer = verbs.preempt_answer(args, _view(deps, config), config)
+    if answer.note and answer.preemptor is not None and deps.on_preempt is not None:
+        deps.on_preempt(answer.preemptor, answer.note)
+    result = answer.result
     victims = {n: v.pod_uids for n, v in result.node_name_to_meta_victims.items()}
     deps.tracker.note_preempted(objects.pod_uid(args.pod), victims)
     return result.encode()
@@ -334,11 +320,6 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
 async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     started = time.monotonic()
     args = _decode(wire.decode_binding_args, body)
-    state = deps.tracker.state
-    held = state.pods.get(args.pod_uid) if args.pod_uid else None
-    if held is not None and held.node == args.node:
-        # A retry of a bind that already went through (kube-scheduler timed out first).
-        return wire.ExtenderBindingResult("").encode()
     if deps.gangs is not None:  # a planned member of a pod group: bound with its group
         out = await deps.gangs.bind(args, lambda a, before: _bind_now(deps, a, started, before))
         if out is not None:
@@ -352,48 +333,31 @@ async def _bind_now(
     started: float,
     before: Callable[[], None] | None = None,
 ) -> Any:
-    """Bind one pod. ``before`` (a gang member's: release its reservation) runs under the
-    bind lock first, and the fair-share gate is then not judged again (it was judged for
-    the whole group)."""
-    # Decide under one lock: the fair-share gate reads cluster-wide state, and the pod is
-    # assumed (accounted) before its POST, so the next filter and bind already see it.
-    # The POST itself runs outside the lock, so binds do not queue behind API latency.
+    """Bind one pod: under the bind lock, decide (``verbs.bind_decision``) and assume
+    (account the pod, so the next filter and bind already see it); then POST the Binding
+    outside the lock (binds do not queue behind API latency), and un-assume the pod if
+    the POST fails. ``before`` (a gang member's: release its reservation) runs under the
+    lock first, and the fair-share gate is then not judged again (it was judged for the
+    whole group)."""
     async with deps.bind_lock:
         if not deps.leading():  # the term ended while this bind waited for the lock
             return wire.ExtenderBindingResult(NOT_LEADER).encode()
         config = deps.config()
         if before is not None:
             before()
-        state = deps.tracker.state  # again: a config swap may have rebuilt the arrays
-        # The pod by its UID (what ``bind_plan`` looks for first) without listing the
-        # whole queue; by namespace/name in the queue otherwise.
-        known = deps.tracker.pending.get(args.pod_uid) if args.pod_uid else None
-        queue = [known] if known is not None else deps.tracker.pending_queue()
-        plan = verbs.bind_plan(args, state=state, pending=queue, mix=deps.tracker.mix())
-        if plan.error:
-            log.warning("bind refused: %s", plan.error)
-            return plan.result()
-        req = deps.tracker.pending.get(plan.uid)
-        if req is not None and before is None:
-            # kube-scheduler filters the next pod while earlier binds run: judge the
-            # gate again now that they are accounted. ``req`` is in the queue, so the
-            # fair allocation over bound + pending is the tracker's (cached) one.
-            gate = gating.check_fair_gate(
-                state,
-                config=config,
-                req=req,
-                pending=deps.tracker.pending_queue(),
-                fair=deps.tracker.fair_shares(config),
-                groups=deps.gangs.group_fits(config) if deps.gangs is not None else None,
-            )
-            if gate is not None and not gate.allowed:
-                deps.tracker.note_filter(req, gate)  # held back: counts as gated
-                return wire.ExtenderBindingResult(gate.reason).encode()
+        decision = verbs.bind_decision(args, _view(deps, config), config, judge_gate=before is None)
+        plan, req = decision.plan, decision.req
+        if decision.gate is not None and req is not None:
+            deps.tracker.note_filter(req, decision.gate)  # held back: counts as gated
+        if plan is None or decision.error:
+            if plan is not None:
+                log.warning("bind refused: %s", decision.error)
+            return decision.result()
         try:
-            verbs.commit_bind(state, plan)
+            verbs.commit_bind(deps.tracker.state, plan)
         except StateError as exc:
             return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
-        deps.tracker.pending.pop(plan.uid, None)
+        deps.tracker.take_pending(plan.uid)
     deps.binds_in_flight += 1
     try:
         handed = await deps.hooks.before_binding(plan)
@@ -407,10 +371,8 @@ async def _bind_now(
             await deps.hooks.binding_failed(plan)
         async with deps.bind_lock:
             deps.tracker.state.unbind(plan.uid)
-            # Back to the queue only if the pod still exists (a 404 means it was deleted
-            # meanwhile, and a phantom pending pod would hold other tenants back).
-            if req is not None and plan.uid in deps.tracker.pods:
-                deps.tracker.pending.setdefault(plan.uid, req)
+            if req is not None:
+                deps.tracker.requeue(plan.uid, req)
         return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
     finally:
         deps.binds_in_flight -= 1
@@ -602,42 +564,35 @@ def publish_gang_metrics(deps: ExtenderDeps, config: FairShareConfig, tenants: l
 
 
 async def serve(
+    options: serving.ServerOptions | None = None,
     *,
-    config_file: str | None,
-    configmap: str | None,
-    kubeconfig: str | None,
-    state_file: str | None,
-    host: str,
-    port: int,
-    tls_cert: str | None,
-    tls_key: str | None,
     period: float = 15.0,
     client_ca: str | None = None,
     stale_after: float = 10.0,
     election: Election | None = None,
     pick_in_filter: bool = False,
+    **flags: Unpack[serving.ServerFlags],
 ) -> None:
     """Run the extender until SIGTERM/SIGINT (the ``fairshare extender`` command).
 
-    ``client_ca``: verify kube-scheduler's client certificate against this CA on the verbs
-    (needs ``tls_cert``/``tls_key``). ``election``: decide only while holding its Lease.
-    ``pick_in_filter``: filter keeps only the node prioritize would score highest.
+    ``options`` (or its fields as keywords, ``serving.ServerFlags``): config, cluster,
+    address and serving certificate. ``client_ca``: verify kube-scheduler's client
+    certificate against this CA on the verbs (needs the certificate files).
+    ``election``: decide only while holding its Lease. ``pick_in_filter``: filter keeps
+    only the node prioritize would score highest.
     """
     import _native
     from fairshare import __version__, runtime
     from fairshare.errors import FairshareError
 
-    if client_ca is not None and not (tls_cert and tls_key):
-        raise FairshareError("--client-ca needs --tls-cert and --tls-key")
+    opts = serving.ServerOptions.given(options, flags)
+    opts.check_client_ca(client_ca)
+    state_file = opts.state_file
     if election is not None and state_file is not None:
         raise FairshareError("--lease needs the API; a --state run has a single replica")
 
     box: dict[str, metrics_mod.Metrics] = {}
-    rt = await runtime.build_runtime(
-        config_file=config_file,
-        configmap=configmap,
-        kubeconfig=kubeconfig,
-        state_file=state_file,
+    rt = await opts.build_runtime(
         kinds=(
             "Namespace",
             "Node",
@@ -662,7 +617,7 @@ async def serve(
         from fairshare.state import informers
         from scheduler_plugin import binding
 
-        api_client = await informers.make_api_client(kubeconfig)
+        api_client = await informers.make_api_client(opts.kubeconfig)
         timeout = binding.bind_timeout(
             election.lease_duration if election else None,
             election.renew_deadline if election else None,
@@ -686,11 +641,7 @@ async def serve(
         deps.background.append(lead(deps, rt.source, api_client, election))
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
-    reloader = None
-    if tls_cert and tls_key:
-        reloader = serving.cert_reloader(
-            tls_cert, tls_key, client_ca=client_ca, metrics=deps.metrics
-        )
+    reloader = opts.cert_reloader(client_ca=client_ca, metrics=deps.metrics)
     deps.background.append(
         runtime.background(
             rt,
@@ -733,13 +684,13 @@ async def serve(
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:
             deps.gangs.on_wait = events.gang_recorder(api_client)
-        if configmap is not None:
+        if opts.configmap is not None:
             from fairshare.runtime import parse_ref
             from scheduler_plugin import lastgood
 
             recorder = lastgood.LastGoodRecorder(
                 api_client=api_client,
-                ref=parse_ref(configmap),
+                ref=parse_ref(opts.configmap),
                 config=rt.holder.get,
                 synced=rt.source.ready,
                 is_leader=lambda: deps.leading(),
@@ -747,7 +698,7 @@ async def serve(
             deps.background.append(recorder.background())
             keeper = usagehistory.UsageHistoryKeeper(
                 api_client=api_client,
-                namespace=parse_ref(configmap)[0],
+                namespace=parse_ref(opts.configmap)[0],
                 feed=feed,
                 tracker=deps.tracker,
                 synced=rt.source.ready,
@@ -755,11 +706,11 @@ async def serve(
             )
             deps.background.append(keeper.background())
     app = make_app(deps, client_cert=client_ca is not None)
-    log.info("fairshare extender on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
+    log.info(
+        "fairshare extender on %s:%s (kernels: %s)", opts.host, opts.port, _native.IMPLEMENTATION
+    )
     try:
-        await serving.run_until_signal(
-            app, host=host, port=port, ssl_context=reloader.context if reloader else None
-        )
+        await opts.run(app, reloader)
     finally:
         if api_binder is not None:
             await api_binder.close()

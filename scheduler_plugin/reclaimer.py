@@ -45,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, Unpack
 
 from fairshare import gangs, reclaim
 from fairshare import metrics as metrics_mod
@@ -59,6 +59,9 @@ from scheduler_plugin.leader import (
     parse_time,
 )
 from scheduler_plugin.tracking import ExtenderTracker
+
+if TYPE_CHECKING:  # the controller itself runs without aiohttp; only ``serve`` needs it
+    import serving
 
 log = logging.getLogger("fairshare.reclaimer")
 
@@ -438,12 +441,8 @@ async def run_loop(
 
 
 async def serve(
+    options: serving.ServerOptions | None = None,
     *,
-    config_file: str | None,
-    configmap: str | None,
-    kubeconfig: str | None,
-    host: str,
-    port: int,
     interval: float,
     cooldown: float,
     max_per_minute: int,
@@ -451,20 +450,26 @@ async def serve(
     lease: str,
     identity: str,
     lease_duration: int,
+    **flags: Unpack[serving.ServerFlags],
 ) -> None:
-    """Run the reclaim controller until SIGTERM/SIGINT (the ``fairshare reclaimer`` command)."""
+    """Run the reclaim controller until SIGTERM/SIGINT (the ``fairshare reclaimer`` command).
+
+    ``options`` (or its fields as keywords, ``serving.ServerFlags``): its config, the API
+    (a reclaimer evicts: no ``state_file``) and the address of its plain-HTTP
+    ``/metrics``, ``/healthz`` and ``/readyz`` (no serving certificate)."""
     from aiohttp import web
     from prometheus_client import CollectorRegistry
 
+    import serving
     from fairshare import __version__, runtime
+    from fairshare.errors import FairshareError
     from fairshare.state import informers
 
+    opts = serving.ServerOptions.given(options, flags)
+    if opts.state_file is not None or opts.tls_cert or opts.tls_key:
+        raise FairshareError("the reclaimer needs the API and serves plain HTTP: no state, no TLS")
     box: dict[str, metrics_mod.Metrics] = {}
-    rt = await runtime.build_runtime(
-        config_file=config_file,
-        configmap=configmap,
-        kubeconfig=kubeconfig,
-        state_file=None,
+    rt = await opts.build_runtime(
         kinds=KINDS,
         on_reload=lambda: box["m"].observe_config_reload(ok=True),
         on_error=lambda: box["m"].observe_config_reload(ok=False),
@@ -473,7 +478,7 @@ async def serve(
     metrics = box["m"] = metrics_mod.Metrics(registry)
     metrics.set_build_info(__version__)
     tracker = ExtenderTracker(rt.holder.get)
-    api_client = await informers.make_api_client(kubeconfig)
+    api_client = await informers.make_api_client(opts.kubeconfig)
     api = KubeApi(api_client, identity=identity)
     lease_ns, lease_name = runtime.parse_ref(lease)
     elector = LeaseElector(api, lease_ns, lease_name, identity, duration=lease_duration)
@@ -508,8 +513,8 @@ async def serve(
     app.cleanup_ctx.append(runtime.background(rt, rt.sink_for(tracker)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    log.info("fairshare reclaimer on %s:%s as %s (lease %s)", host, port, identity, lease)
+    await web.TCPSite(runner, opts.host, opts.port).start()
+    log.info("fairshare reclaimer on %s:%s as %s (lease %s)", opts.host, opts.port, identity, lease)
     stop = asyncio.Event()
     loop_task = asyncio.create_task(
         run_loop(reclaimer, elector, interval=interval, ready=rt.source.is_ready, stop=stop)

@@ -68,7 +68,7 @@ from fairshare.placement import (
 from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
 from fairshare.state import objects, usage
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
-from scheduler_plugin import handoff
+from scheduler_plugin import handoff, verbs
 
 KIND_PVC = "PersistentVolumeClaim"
 
@@ -282,6 +282,12 @@ class ExtenderTracker:
         default_factory=OrderedDict, init=False, repr=False
     )
     """The pods of the last scheduler calls by (uid, resourceVersion), parsed (``request``)."""
+    group_fits: Callable[[FairShareConfig], gating.GroupFits | None] | None = None
+    """How other tenants' waiting pod groups count at the gate (the gang coordinator's
+    ``group_fits``; None: every pod is judged alone), for ``view``."""
+    _pending_edits: int = field(default=0, init=False, repr=False)
+    """Counts the adapter's own changes of the queue (``take_pending``, ``requeue``)."""
+    _view: tuple[Any, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         config = self.config()
@@ -351,6 +357,7 @@ class ExtenderTracker:
         # Shared GPUs: reservation pods, and groups closed because their GPU was lost.
         fresh.reservations = dict(self.reservations)
         fresh.on_change = self.on_change
+        fresh.group_fits = self.group_fits
         for gid, shared in old.groups.items():
             if shared.closed:
                 new.close_group(gid)
@@ -1040,6 +1047,50 @@ class ExtenderTracker:
 
     def pending_queue(self) -> list[PodRequest]:
         return list(self.pending.values())
+
+    def view(self, config: FairShareConfig) -> verbs.ExtenderView:
+        """What the verbs read (``verbs.ExtenderView``), made once per version of what
+        the tracker holds: the same view until a node, a bound pod, the queue or a pending
+        pod's demand changes, or another config is in force. Its fair allocation is
+        computed at its first use and kept with it; its mix and score context are the
+        tracker's (each kept until what it is built from changes)."""
+        state = self.state
+        counts = (state.version, self.queue_version, self._demand_version, self._pending_edits)
+        held, fits = self._view, self.group_fits
+        if (
+            held is not None
+            and held[0] is state
+            and held[1] is config
+            and held[2] == counts
+            and held[3] == fits  # the same coordinator's bound method compares equal
+        ):
+            view: verbs.ExtenderView = held[4]
+            return view
+        view = verbs.ExtenderView(
+            state,
+            self.pending,
+            self.namespace_labels,
+            self.pods,
+            lambda pod: self.request(pod, config),
+            verbs.Once(lambda: self.fair_shares(config)),
+            self.mix,  # both kept by the tracker until what they are built from changes
+            self.context,
+            (lambda: fits(config)) if fits is not None else (lambda: None),
+        )
+        self._view = (state, config, counts, fits, view)
+        return view
+
+    def take_pending(self, uid: str) -> None:
+        """The adapter accounted pod ``uid`` (assumed before its Binding): not pending."""
+        if self.pending.pop(uid, None) is not None:
+            self._pending_edits += 1
+
+    def requeue(self, uid: str, req: PodRequest) -> None:
+        """A Binding failed: the pod is pending again, if it still exists (a 404 means it
+        was deleted meanwhile, and a phantom pending pod would hold other tenants back)."""
+        if uid in self.pods and uid not in self.pending:
+            self.pending[uid] = req
+            self._pending_edits += 1
 
     def group_members(self) -> dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]:
         """Each known pod of a pod group -> (its group, the uids of the group's known

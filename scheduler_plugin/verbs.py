@@ -1,15 +1,22 @@
-"""The extender's four verbs as pure functions: decoded args + state → wire answer.
+"""The extender's four verbs as pure functions: decoded args + a view → wire answer.
 
 Pure: no network, no clock, no globals. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. The HTTP adapter (``app.py``, later) decodes the body with ``wire``,
-calls one of these, and encodes; a ``WireFormatError`` from decoding is its 400.
+prometheus_client. The HTTP adapter (``app``) decodes the body with ``wire``, asks the
+tracker for its ``ExtenderView`` (one per tracker version), calls one of these, and
+encodes; a ``WireFormatError`` from decoding is its 400.
 
 Design choices:
 
-* Every verb reads the ``ClusterState`` and never changes it. Binding is split in two:
-  ``bind_plan`` decides the devices and builds the Binding body; the adapter POSTs it and
-  then calls ``commit_bind`` to account the pod (holding a per-node lock between the two,
-  so two binds on one node cannot both take the last share of a device).
+* Every verb is a function of ``(args, view, config)``: the ``ExtenderView`` bundles what
+  the tracker knows (the state, the pending pods, namespace labels, the fair allocation,
+  the workload mix and score context, the request reader). Every verb reads the
+  ``ClusterState`` and never changes it.
+* Binding is decided by ``bind_decision`` alone (a retried bind that already went
+  through, the devices and Binding body of ``bind_plan``, the pod's shared GPU, the
+  fair-share gate judged again); the adapter then, under its one bind lock, accounts
+  the pod with ``commit_bind`` (assume) before it POSTs the Binding outside the lock,
+  and un-accounts it when the POST fails. Accounting first is what keeps two binds
+  from both taking the last share of a device: the second one's decision sees the first.
 * A pod whose resources cannot be read is not an extender failure: filter answers every
   candidate as unresolvable with the reason, prioritize gives 0 everywhere. ``Error`` is
   kept for failures of the extender itself (and for binds it refuses).
@@ -22,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from fairshare import fairness, gangs, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
@@ -51,6 +59,7 @@ from fairshare.state.cluster import BoundPod, ClusterState
 from scheduler_plugin import filtering, preemption, wire
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
+T = TypeVar("T")
 Parse = Callable[[Mapping[str, Any]], PodRequest]
 """A pod in a request -> its ``PodRequest`` (``request_for`` with the caller's state,
 config and labels, possibly remembered); raises ``resources.DemandError``."""
@@ -74,70 +83,182 @@ def request_for(
     )
 
 
-def _parse(
-    pod: Mapping[str, Any],
-    parse: Parse | None,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels | None,
-) -> PodRequest:
-    if parse is not None:
-        return parse(pod)
-    return request_for(pod, state=state, config=config, namespace_labels=namespace_labels or {})
+def _nothing() -> None:
+    return None
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Once(Generic[T]):
+    """A value computed at its first use and kept (a part of a view that not every verb
+    reads, and that costs a pass over the queue: the fair allocation)."""
+
+    __slots__ = ("_made", "_make", "_value")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._made = False
+        self._value: T | None = None
+
+    def __call__(self) -> T:
+        if not self._made:
+            self._value = self._make()
+            self._made = True
+            del self._make
+        return self._value  # type: ignore[return-value]
+
+
+class ExtenderView(NamedTuple):
+    """What the verbs read, in one immutable value (a named tuple: the tracker makes one
+    for every bind, and a tuple is made several times faster than a frozen dataclass):
+    the tracker makes one per version of what it holds (``ExtenderTracker.view``) and
+    hands the same to every call until it changes.
+
+    ``state`` and ``pending`` (pending pods by uid) are the tracker's own, never changed by
+    a verb. ``read`` turns a pod sent by kube-scheduler into its ``PodRequest`` (the
+    tracker's per-pod-version reading; None: ``request_for`` over this view). ``fair``,
+    ``mix`` and ``context`` give the fair allocation, the workload mix and the score
+    context, each computed at its first use and then the same for the view's life (None:
+    the verb computes the allocation over ``pending`` itself; no mix; a context over the
+    state). ``groups``
+    tells how other tenants' waiting pod groups count at the gate; it is asked at each use
+    (the PodGroups it sizes groups by are fetched outside the tracker).
+    """
+
+    state: ClusterState
+    pending: Mapping[str, PodRequest] = _EMPTY
+    namespace_labels: NamespaceLabels = _EMPTY
+    pods: Mapping[str, Mapping[str, Any]] = _EMPTY
+    """Every known pod (priorities, ages and pod groups of preemption victims)."""
+    read: Parse | None = None
+    fair: Callable[[], Mapping[str, fairness.FairShare] | None] = _nothing
+    mix: Callable[[], WorkloadMix | None] = _nothing
+    context: Callable[[], ScoreContext | None] = _nothing
+    groups: Callable[[], gating.GroupFits | None] = _nothing
+
+    @classmethod
+    def of(
+        cls,
+        state: ClusterState,
+        *,
+        pending: Sequence[PodRequest] = (),
+        namespace_labels: NamespaceLabels | None = None,
+        pods: Mapping[str, Mapping[str, Any]] | None = None,
+        read: Parse | None = None,
+        fair: Mapping[str, fairness.FairShare] | None = None,
+        mix: WorkloadMix | None = None,
+        context: ScoreContext | None = None,
+        groups: gating.GroupFits | None = None,
+    ) -> ExtenderView:
+        """A view of fixed parts (a state file, a test): ``pending`` as a queue (the first
+        of a uid listed twice counts)."""
+        queue: dict[str, PodRequest] = {}
+        for p in pending:
+            queue.setdefault(p.uid, p)
+        return cls(
+            state,
+            queue,
+            namespace_labels if namespace_labels is not None else {},
+            pods if pods is not None else {},
+            read,
+            lambda: fair,
+            lambda: mix,
+            lambda: context,
+            lambda: groups,
+        )
+
+    def queue(self) -> list[PodRequest]:
+        """The pending pods, in the order they came."""
+        return list(self.pending.values())
+
+    def request(self, pod: Mapping[str, Any], config: FairShareConfig) -> PodRequest:
+        """The pod in a request as a ``PodRequest``; raises ``resources.DemandError``."""
+        if self.read is not None:
+            return self.read(pod)
+        return request_for(
+            pod, state=self.state, config=config, namespace_labels=self.namespace_labels
+        )
 
 
 # -- filter ------------------------------------------------------------------------------
 
 
-def filter_result(
-    args: wire.ExtenderArgs,
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    pending: Sequence[PodRequest],
-    namespace_labels: NamespaceLabels | None = None,
-    fair: Mapping[str, fairness.FairShare] | None = None,
-    on_gate: Callable[[PodRequest, fairness.GateDecision | None], None] | None = None,
-    parse: Parse | None = None,
-    pick: bool = False,
-    mix: WorkloadMix | None = None,
-    context: ScoreContext | None = None,
-    groups: gating.GroupFits | None = None,
-) -> wire.ExtenderFilterResult:
+@dataclass(frozen=True, slots=True)
+class FilterAnswer:
+    """Filter's answer, with the pod as read and the gate's decision (None: the gate did
+    not apply, or the pod could not be read), which the adapter counts for the
+    gated-pods gauge."""
+
+    result: wire.ExtenderFilterResult
+    req: PodRequest | None = None
+    gate: fairness.GateDecision | None = None
+
+
+def filter_answer(
+    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig, *, pick: bool = False
+) -> FilterAnswer:
     """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
-    ``fair`` is the fair allocation when the caller caches it (see ``ExtenderTracker``).
-    ``on_gate(req, decision)`` is told the gate's decision (None: the gate did not apply),
-    for the gated-pods gauge. ``parse`` reads the pod (default: ``request_for``).
+    The gate judges the pod against ``view.pending``, with the view's fair allocation
+    (computed over the pending pods when the view has none) and its pod groups.
 
     ``pick`` (``--pick-in-filter``): when more than one node passes, keep only the one
-    prioritize would score highest (``mix`` and ``context`` as prioritize takes them); the
-    other passing nodes are omitted, not failed. kube-scheduler then has one feasible node
-    and skips scoring, so prioritize is not called for the pod.
+    prioritize would score highest (with the view's mix and score context); the other
+    passing nodes are omitted, not failed. kube-scheduler then has one feasible node and
+    skips scoring, so prioritize is not called for the pod.
     """
     names = args.candidate_names()
+    # Asked whether or not a pick is needed: the mix is rebuilt lazily, when it is asked.
+    mix, context = (view.mix(), view.context()) if pick else (None, None)
     try:
-        req = _parse(args.pod, parse, state, config, namespace_labels)
+        req = view.request(args.pod, config)
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
-        return _filter_result(args, (), {}, dict.fromkeys(names, reason))
+        return FilterAnswer(_filter_result(args, (), {}, dict.fromkeys(names, reason)))
+    state = view.state
     out = filtering.filter_pod(
-        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
+        state,
+        config=config,
+        req=req,
+        names=names,
+        pending=view.queue(),
+        fair=view.fair(),
+        groups=view.groups(),
     )
-    if on_gate is not None:
-        on_gate(req, out.gate)
     passing: Sequence[str] = out.passing
     picked = pick and len(passing) > 1
     if picked:
         passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
     # ``out.passing`` is ``names`` (the NodeNames sent) less the failed ones, in order.
     echo = passing if args.node_names is not None and not picked else None
-    return _filter_result(args, passing, out.failed, out.unresolvable, echo)
+    result = _filter_result(args, passing, out.failed, out.unresolvable, echo)
+    return FilterAnswer(result, req, out.gate)
 
 
-def filter_verb(args: wire.ExtenderArgs, **kw: Any) -> dict[str, Any]:
-    """``filter_result`` as JSON (``ExtenderFilterResult.encode``)."""
-    return filter_result(args, **kw).encode()
+def filter_result(
+    args: wire.ExtenderArgs,
+    view: ExtenderView | None = None,
+    config: FairShareConfig | None = None,
+    *,
+    pick: bool = False,
+    **parts: Any,
+) -> wire.ExtenderFilterResult:
+    """``filter_answer``'s wire answer alone.
+
+    ``parts``: instead of ``view``, its parts as keywords (``state=``, ``pending=``,
+    ``namespace_labels=``, ``fair=``, ``parse=``, ``mix=``, ``context=``, ``groups=``),
+    for the callers not moved to a view yet (``ExtenderView.of`` makes the same view).
+    """
+    if config is None:
+        config = parts.pop("config")
+    if view is None:
+        parts["read"] = parts.pop("parse", None)
+        view = ExtenderView.of(parts.pop("state"), **parts)
+    elif parts:
+        raise TypeError(f"filter_result: a view and its parts ({', '.join(sorted(parts))})")
+    assert config is not None
+    return filter_answer(args, view, config, pick=pick).result
 
 
 def pick_best(
@@ -188,52 +309,22 @@ def _filter_result(
 # -- prioritize --------------------------------------------------------------------------
 
 
-def prioritize_verb(
-    args: wire.ExtenderArgs,
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels | None = None,
-    mix: WorkloadMix | None = None,
-    context: ScoreContext | None = None,
-    parse: Parse | None = None,
-) -> list[dict[str, Any]]:
-    """``HostPriorityList`` as JSON: one ``{Host, Score}`` per node given, 0..10 ints.
-
-    Nodes that do not fit (or are unknown) score 0. ``context`` may be cached by the
-    caller (it only changes with the node set); ``mix`` feeds the fragmentation term.
-    ``parse`` reads the pod (default: ``request_for``). The HTTP adapter writes the same
-    answer from ``prioritize_scores`` with ``wire.dumps_scores``.
-    """
-    names, ints = prioritize_scores(
-        args,
-        state=state,
-        config=config,
-        namespace_labels=namespace_labels,
-        mix=mix,
-        context=context,
-        parse=parse,
-    )
-    return wire.encode_scores(names, list(ints))
-
-
 def prioritize_scores(
-    args: wire.ExtenderArgs,
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels | None = None,
-    mix: WorkloadMix | None = None,
-    context: ScoreContext | None = None,
-    parse: Parse | None = None,
+    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig
 ) -> tuple[Sequence[str], Sequence[int]]:
-    """``prioritize_verb``'s hosts and scores, before they become JSON."""
+    """``HostPriorityList``'s hosts and their 0..10 scores, in the order given (the
+    adapter writes them with ``wire.dumps_scores``, ``wire.encode_scores`` as objects).
+
+    Nodes that do not fit (or are unknown) score 0, and so does every node when the pod
+    cannot be read. The view's mix feeds the fragmentation term, its context (which only
+    changes with the node set and the mix) the normalisers.
+    """
     names = args.candidate_names()
     try:
-        req = _parse(args.pod, parse, state, config, namespace_labels)
+        req = view.request(args.pod, config)
     except resources.DemandError:
         return names, [0] * len(names)
-    ints, _ = node_scores(state, config, req, names, mix=mix, context=context)
+    ints, _ = node_scores(view.state, config, req, names, mix=view.mix(), context=view.context())
     return names, ints
 
 
@@ -307,6 +398,9 @@ def _victims(
     config: FairShareConfig,
     namespace_labels: NamespaceLabels,
 ) -> list[preemption.Victim]:
+    """The proposed victims as the rules judge them: a bound pod by its ledger row, any
+    other by reading the pod kube-scheduler sent (``request_for``; the view's reader keeps
+    the readings of the pods kube-scheduler schedules, not of its victims)."""
     out = []
     for uid in uids:
         bound = state.pods.get(uid)
@@ -324,22 +418,26 @@ def _victims(
     return out
 
 
-def preempt_verb(args: wire.ExtenderPreemptionArgs, **kw: Any) -> dict[str, Any]:
-    """``preempt_result`` as JSON (``ExtenderPreemptionResult.encode``)."""
-    return preempt_result(args, **kw).encode()
+@dataclass(frozen=True, slots=True)
+class PreemptAnswer:
+    """Preempt's answer, with the preemptor as read (None: unreadable) and, when
+    fairshare refused or changed victims, what it did (``note``, else "")."""
+
+    result: wire.ExtenderPreemptionResult
+    preemptor: PodRequest | None = None
+    note: str = ""
 
 
 def preempt_result(
-    args: wire.ExtenderPreemptionArgs,
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels | None = None,
-    pods: Mapping[str, Mapping[str, Any]] | None = None,
-    pending: Sequence[PodRequest] = (),
-    fair: Mapping[str, fairness.FairShare] | None = None,
-    on_judged: Callable[[PodRequest, str], None] | None = None,
+    args: wire.ExtenderPreemptionArgs, view: ExtenderView, config: FairShareConfig
 ) -> wire.ExtenderPreemptionResult:
+    """``preempt_answer``'s wire answer alone."""
+    return preempt_answer(args, view, config).result
+
+
+def preempt_answer(
+    args: wire.ExtenderPreemptionArgs, view: ExtenderView, config: FairShareConfig
+) -> PreemptAnswer:
     """The proposed victims fairshare allows, per node.
 
     Per node: victims whose eviction would take their tenant below ``guaranteed`` are
@@ -350,9 +448,10 @@ def preempt_result(
     while the preemptor still lacks room; then victims are spared again (other tenants'
     first) while the preemptor keeps its room. A node where what is left no longer makes
     room for the pod is dropped (evicting them would be for nothing), and so is a node
-    left without victims. ``pods`` (the known pods, for priorities and ages) and ``fair``
-    (the fair allocation; computed over the bound pods, ``pending`` and the preemptor
-    when None) come from the tracker. ``on_judged(preemptor, text)`` hears what fairshare changed.
+    left without victims. The view gives the known pods (``view.pods``: priorities, ages,
+    pod groups) and the fair allocation (when it has none, one over the bound pods, the
+    pending ones and the preemptor); the preemptor is read by the view's reader, as filter
+    and prioritize read it. ``note`` says what fairshare changed (for an Event on the pod).
 
     Pod groups (``gangs.group_of``) are victims whole or not at all: a job that loses one
     member is lost. kube-scheduler evicts the victims of the one node it picks, and only
@@ -363,11 +462,12 @@ def preempt_result(
     rules above would split (one member refused, e.g. the group as a whole would take its
     tenant below its guarantee) is spared whole, and the node judged again without it.
     """
-    labels = namespace_labels or {}
-    known = pods or {}
+    state = view.state
+    labels = view.namespace_labels
+    known = view.pods
     pre: PodRequest | None
     try:
-        pre = request_for(args.pod, state=state, config=config, namespace_labels=labels)
+        pre = view.request(args.pod, config)
         pre_tenant, pre_row = pre.tenant, pre.row
     except resources.DemandError:
         pre, pre_tenant, pre_row = None, None, ()
@@ -380,7 +480,7 @@ def preempt_result(
     usage, ancestors = _levels(state, config, guaranteed)
     rule = None
     if pre is not None and pre_tenant is not None:
-        rule = _fair_rule(state, config, pre, pending, fair)
+        rule = _fair_rule(state, config, pre, view.queue(), view.fair())
     pre_priority = _priority(args.pod)
     result: dict[str, wire.MetaVictims] = {}
     notes: list[str] = []
@@ -420,10 +520,11 @@ def preempt_result(
             continue
         pdb = meta.num_pdb_violations if set(kept) <= set(meta.pod_uids) else 0
         result[node] = wire.MetaVictims(tuple(kept), min(pdb, len(kept)))
-    if on_judged is not None and pre is not None and notes:
-        chosen = "; ".join(notes[:5]) + (f" (and {len(notes) - 5} more)" if len(notes) > 5 else "")
-        on_judged(pre, chosen)
-    return wire.ExtenderPreemptionResult(result)
+    answer = wire.ExtenderPreemptionResult(result)
+    if pre is None or not notes:
+        return PreemptAnswer(answer, pre)
+    chosen = "; ".join(notes[:5]) + (f" (and {len(notes) - 5} more)" if len(notes) > 5 else "")
+    return PreemptAnswer(answer, pre, chosen)
 
 
 @dataclass(frozen=True)
@@ -690,11 +791,12 @@ def binding_body(
     }
 
 
-def _find(args: wire.ExtenderBindingArgs, pending: Sequence[PodRequest]) -> PodRequest | None:
-    for p in pending:
-        if args.pod_uid and p.uid == args.pod_uid:
-            return p
-    for p in pending:
+def _find(args: wire.ExtenderBindingArgs, pending: Mapping[str, PodRequest]) -> PodRequest | None:
+    """The pod to bind among the pending ones: by UID, else by namespace/name."""
+    known = pending.get(args.pod_uid) if args.pod_uid else None
+    if known is not None:
+        return known
+    for p in pending.values():
         if (p.namespace, p.name) == (args.pod_namespace, args.pod_name):
             return p
     return None
@@ -704,21 +806,18 @@ def _fail(args: wire.ExtenderBindingArgs, error: str) -> BindPlan:
     return BindPlan(args.pod_uid, args.pod_name, args.pod_namespace, args.node, error=error)
 
 
-def bind_plan(
-    args: wire.ExtenderBindingArgs,
-    *,
-    state: ClusterState,
-    pending: Sequence[PodRequest],
-    mix: WorkloadMix | None = None,
-) -> BindPlan:
+def bind_plan(args: wire.ExtenderBindingArgs, view: ExtenderView) -> BindPlan:
     """Choose the devices for the pod on ``args.node`` and build the Binding body.
 
-    The pod is looked up in ``pending`` (by UID, else namespace/name). Refused, with the
-    reason in ``error``: an unknown pod or node, or a node that cannot take the pod now
-    (a device would be oversubscribed). A fractional pod takes the fragmentation term's
-    device when ``mix`` is given, else the fullest device that still holds it.
+    The pod is looked up in ``view.pending`` (by UID, else namespace/name). Refused, with
+    the reason in ``error``: an unknown pod or node, or a node that cannot take the pod
+    now (a device would be oversubscribed). A fractional pod takes the fragmentation
+    term's device when the view has a mix, else the fullest device that still holds it,
+    and the shared GPU (``ANN_GPU_GROUP``) of the pods already on that device, or a new
+    one (``objects.share_group``).
     """
-    req = _find(args, pending)
+    state, mix = view.state, view.mix()
+    req = _find(args, view.pending)
     if req is None:
         return _fail(args, f"pod {args.pod_namespace}/{args.pod_name} is not pending here")
     i = state.node_index.get(args.node)
@@ -773,12 +872,71 @@ def _fragmentation_hint(
     return int(device[i]) if device is not None else -1
 
 
-def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
-    """Account a bound pod once its Binding was accepted.
+class BindDecision(NamedTuple):
+    """What to do with a bind call: answer ``error`` at once (a refusal; "" for a retry of
+    a bind that already went through), or account and bind ``plan``.
 
-    The pod watch may report the bound pod (with its annotation) before this runs: a
-    pod already accounted on the plan's node is returned as it is. Raises ``StateError``
-    if it is accounted elsewhere, or if the devices no longer have room.
+    ``req`` is the pod's pending reading (the adapter queues it again if the Binding
+    POST fails); ``gate`` is the gate's refusal when it held the pod back (the adapter
+    counts the pod as gated)."""
+
+    error: str = ""
+    plan: BindPlan | None = None
+    req: PodRequest | None = None
+    gate: fairness.GateDecision | None = None
+
+    def result(self) -> dict[str, Any]:
+        """``ExtenderBindingResult`` as JSON for an answer given at once."""
+        return wire.ExtenderBindingResult(self.error).encode()
+
+
+def bind_decision(
+    args: wire.ExtenderBindingArgs,
+    view: ExtenderView,
+    config: FairShareConfig,
+    *,
+    judge_gate: bool = True,
+) -> BindDecision:
+    """The whole decision of a bind call, in order:
+
+    * the pod is already bound to ``args.node`` (kube-scheduler retried a bind that went
+      through after it timed out): answered as bound;
+    * ``bind_plan``'s devices, shared GPU and Binding body, or its refusal;
+    * ``judge_gate``: the fair-share gate judged again for a pending pod (kube-scheduler
+      filters the next pod while earlier binds run, and those are in the view now). A
+      pod group's member is bound with ``judge_gate=False``: the gate was judged for the
+      whole group.
+    """
+    held = view.state.pods.get(args.pod_uid) if args.pod_uid else None
+    if held is not None and held.node == args.node:
+        return BindDecision()
+    plan = bind_plan(args, view)
+    if plan.error:
+        return BindDecision(plan.error, plan)
+    req = view.pending.get(plan.uid)
+    if req is not None and judge_gate:
+        # ``req`` is in the queue, so the view's fair allocation (over bound + pending)
+        # is the one the gate needs.
+        gate = gating.check_fair_gate(
+            view.state,
+            config=config,
+            req=req,
+            pending=view.queue(),
+            fair=view.fair(),
+            groups=view.groups(),
+        )
+        if gate is not None and not gate.allowed:
+            return BindDecision(gate.reason, None, req, gate)
+    return BindDecision("", plan, req)
+
+
+def commit_bind(state: ClusterState, plan: BindPlan) -> BoundPod:
+    """Account the pod of a bind plan on its node (the adapter's assume: before the
+    Binding POST, undone by ``ClusterState.unbind`` when the POST fails).
+
+    The pod watch may already have reported the bound pod (with its annotation): a pod
+    already accounted on the plan's node is returned as it is. Raises ``StateError`` if
+    it is accounted elsewhere, or if the devices no longer have room.
     """
     if plan.error:
         raise ValueError(f"cannot commit a refused bind: {plan.error}")

@@ -5,6 +5,10 @@ share at the HTTP level lives here: the operational routes (``/healthz``, ``/rea
 ``/metrics``), the client-certificate guard, and running a site until a signal.
 The core (``fairshare``) never imports this package: it must not depend on aiohttp.
 
+``ServerOptions`` is what every server command (webhook, extender, reclaimer) takes
+alike: where its config and cluster come from, where it listens, and its serving
+certificate; each ``serve()`` builder takes one (or the same options as keywords).
+
 Client certificates (``--client-ca``): the TLS context verifies any certificate offered
 against the CA (``ssl.CERT_OPTIONAL``), and ``require_client_cert`` answers 403 on every
 path except ``PUBLIC_PATHS`` when the connection has no verified peer certificate. So
@@ -22,7 +26,8 @@ import gc
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -30,6 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from fairshare import metrics as metrics_mod
 from fairshare import runtime, tls
+from fairshare.errors import FairshareError
 
 log = logging.getLogger("fairshare.serving")
 
@@ -165,3 +171,81 @@ async def run_until_signal(
         await runtime.wait_for_signal()
     finally:
         await runner.cleanup()
+
+
+class ServerFlags(TypedDict, total=False):
+    """``ServerOptions``' fields as keywords (how the command line calls ``serve()``)."""
+
+    config_file: str | None
+    configmap: str | None
+    kubeconfig: str | None
+    state_file: str | None
+    host: str
+    port: int
+    tls_cert: str | None
+    tls_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """The options every server command takes: its config (``--config FILE`` or
+    ``--configmap NAMESPACE/NAME``), its cluster (``--kubeconfig``, or ``--state FILE``
+    instead of the API), where it listens (``--host``, ``--port``) and its serving
+    certificate (``--tls-cert``, ``--tls-key``; neither: plain HTTP)."""
+
+    host: str
+    port: int
+    config_file: str | None = None
+    configmap: str | None = None
+    kubeconfig: str | None = None
+    state_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @classmethod
+    def given(cls, options: ServerOptions | None, flags: ServerFlags) -> ServerOptions:
+        """``options``, or the same options given one by one as keywords (not both)."""
+        if options is None:
+            return cls(**flags)
+        if flags:
+            raise TypeError(f"server options given twice: {', '.join(sorted(flags))}")
+        return options
+
+    @property
+    def https(self) -> bool:
+        """Serves HTTPS (both certificate files given)."""
+        return bool(self.tls_cert and self.tls_key)
+
+    def check_client_ca(self, client_ca: str | None) -> None:
+        """``--client-ca`` verifies client certificates: only over TLS."""
+        if client_ca is not None and not self.https:
+            raise FairshareError("--client-ca needs --tls-cert and --tls-key")
+
+    async def build_runtime(self, **kw: Any) -> runtime.Runtime:
+        """``runtime.build_runtime`` over these options' config and cluster (``kw``: the
+        server's kinds, reload hooks, staleness and transforms)."""
+        return await runtime.build_runtime(
+            config_file=self.config_file,
+            configmap=self.configmap,
+            kubeconfig=self.kubeconfig,
+            state_file=self.state_file,
+            **kw,
+        )
+
+    def cert_reloader(
+        self, *, client_ca: str | None, metrics: metrics_mod.Metrics
+    ) -> tls.CertReloader | None:
+        """The serving certificate's reloader (``cert_reloader``); None over plain HTTP."""
+        if not (self.tls_cert and self.tls_key):
+            return None
+        return cert_reloader(self.tls_cert, self.tls_key, client_ca=client_ca, metrics=metrics)
+
+    async def run(self, app: web.Application, reloader: tls.CertReloader | None) -> None:
+        """Serve ``app`` on these options' address until SIGTERM/SIGINT
+        (``run_until_signal``), over TLS when ``reloader`` is given."""
+        await run_until_signal(
+            app,
+            host=self.host,
+            port=self.port,
+            ssl_context=reloader.context if reloader is not None else None,
+        )

@@ -45,7 +45,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -349,24 +349,19 @@ def podgroup_fetcher(api_client: Any) -> FetchPodGroup:
 
 
 async def serve(
+    options: serving.ServerOptions | None = None,
     *,
-    config_file: str | None,
-    configmap: str | None,
-    kubeconfig: str | None,
-    state_file: str | None,
-    host: str,
-    port: int,
-    tls_cert: str | None,
-    tls_key: str | None,
     reservation_ttl: float = 30.0,
     shared_reservations: str | None = None,
     client_ca: str | None = None,
     stale_after: float = 10.0,
+    **flags: Unpack[serving.ServerFlags],
 ) -> None:
     """Run the webhook until SIGTERM/SIGINT (the ``fairshare webhook`` command).
 
-    ``client_ca``: verify kube-apiserver's client certificate against this CA on the
-    admission paths (needs ``tls_cert``/``tls_key``).
+    ``options`` (or its fields as keywords, ``serving.ServerFlags``): config, cluster,
+    address and serving certificate. ``client_ca``: verify kube-apiserver's client
+    certificate against this CA on the admission paths (needs the certificate files).
 
     ``shared_reservations`` names the namespace of the per-tenant reservation objects
     that several replicas share (``webhook.coordination``); None keeps them in memory.
@@ -375,14 +370,10 @@ async def serve(
     from fairshare import __version__, runtime
     from fairshare.state import sources
 
-    if client_ca is not None and not (tls_cert and tls_key):
-        raise FairshareError("--client-ca needs --tls-cert and --tls-key")
+    opts = serving.ServerOptions.given(options, flags)
+    opts.check_client_ca(client_ca)
     box: dict[str, metrics_mod.Metrics] = {}
-    rt = await runtime.build_runtime(
-        config_file=config_file,
-        configmap=configmap,
-        kubeconfig=kubeconfig,
-        state_file=state_file,
+    rt = await opts.build_runtime(
         kinds=(
             "Namespace",
             "Pod",
@@ -396,7 +387,7 @@ async def serve(
         on_error=lambda: box["m"].observe_config_reload(ok=False),
         stale_after=stale_after,
     )
-    ref = ConfigMapRef(*runtime.parse_ref(configmap)) if configmap else None
+    ref = ConfigMapRef(*runtime.parse_ref(opts.configmap)) if opts.configmap else None
     deps = build_deps(
         config=rt.holder.get,
         ready=rt.source.is_ready,
@@ -408,12 +399,12 @@ async def serve(
     deps.metrics.set_build_info(__version__)
     deps.metrics.set_native_info(_native.IMPLEMENTATION)
     api_client: Any = None
-    if shared_reservations is not None and state_file is not None:
+    if shared_reservations is not None and opts.state_file is not None:
         raise FairshareError("--shared-reservations needs the API, not --state")
-    if state_file is None:
+    if opts.state_file is None:
         from fairshare.state import informers
 
-        api_client = await informers.make_api_client(kubeconfig)
+        api_client = await informers.make_api_client(opts.kubeconfig)
         deps.podgroups = podgroup_fetcher(api_client)
     if shared_reservations is not None:
         from kubernetes_asyncio import client as k8s_client
@@ -422,12 +413,8 @@ async def serve(
 
         store = LeaseStore(k8s_client.CoordinationV1Api(api_client), shared_reservations)
         deps.shared = SharedReservations(store, ttl=reservation_ttl)
-    reloader = None
-    if tls_cert and tls_key:
-        reloader = serving.cert_reloader(
-            tls_cert, tls_key, client_ca=client_ca, metrics=deps.metrics
-        )
-    else:
+    reloader = opts.cert_reloader(client_ca=client_ca, metrics=deps.metrics)
+    if reloader is None:
         log.warning("serving plain HTTP: kube-apiserver needs HTTPS (--tls-cert/--tls-key)")
     assert deps.gang_book is not None
     sink: sources.Sink = rt.sink_for(runtime.Fanout([deps.tracker, deps.gang_book]))
@@ -438,11 +425,11 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     app = make_app(deps, client_cert=client_ca is not None)
-    log.info("fairshare webhook on %s:%s (kernels: %s)", host, port, _native.IMPLEMENTATION)
+    log.info(
+        "fairshare webhook on %s:%s (kernels: %s)", opts.host, opts.port, _native.IMPLEMENTATION
+    )
     try:
-        await serving.run_until_signal(
-            app, host=host, port=port, ssl_context=reloader.context if reloader else None
-        )
+        await opts.run(app, reloader)
     finally:
         if api_client is not None:
             await api_client.close()

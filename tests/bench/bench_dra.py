@@ -65,14 +65,10 @@ def measure(n: int, rounds: int = 200) -> dict[str, Any]:
         for _ in range(rounds):
             args = wire.decode_extender_args(body)
             t0 = time.perf_counter()
-            res = verbs.filter_result(
-                args,
-                state=tr.state,
-                config=CONFIG,
-                pending=tr.pending_queue(),
-                namespace_labels={},
-                fair=tr.fair_shares(CONFIG),
+            view = verbs.ExtenderView.of(
+                tr.state, pending=tr.pending_queue(), fair=tr.fair_shares(CONFIG)
             )
+            res = verbs.filter_result(args, view, CONFIG)
             lat.append(time.perf_counter() - t0)
             passing = len(res.encode()["NodeNames"] or [])
         row: dict[str, Any] = {

@@ -38,7 +38,7 @@ def bind(t: ExtenderTracker, uid: str, node_name: str) -> None:
     """What the bind verb does under its lock: plan, account, leave the queue."""
     req = t.pending[uid]
     args = wire.ExtenderBindingArgs(req.name, req.namespace, uid, node_name)
-    plan = verbs.bind_plan(args, state=t.state, pending=[req])
+    plan = verbs.bind_plan(args, verbs.ExtenderView.of(t.state, pending=[req]))
     assert not plan.error
     verbs.commit_bind(t.state, plan)
     t.pending.pop(uid)

@@ -38,7 +38,9 @@ def args(p: dict[str, Any], names: list[str] | None = None, nodes: list[Any] | N
 
 
 def run_filter(st, p, names, *, pending=(), config: FairShareConfig = CONFIG) -> dict[str, Any]:
-    return verbs.filter_verb(args(p, names), state=st, config=config, pending=list(pending))
+    return verbs.filter_result(
+        args(p, names), verbs.ExtenderView.of(st, pending=list(pending)), config
+    ).encode()
 
 
 def request(p: dict[str, Any], st, config: FairShareConfig = CONFIG):
@@ -141,9 +143,11 @@ def test_failure_reasons_name_the_resource_and_split_by_resolvability():
 def test_nodes_form_echoes_passing_node_objects():
     st = state_with(node("a"), node("b", conditions=SICK))
     items = [node("a"), node("b", conditions=SICK)]
-    out = verbs.filter_verb(
-        args(pod("p", gpu=1, phase="Pending"), nodes=items), state=st, config=CONFIG, pending=[]
-    )
+    out = verbs.filter_result(
+        args(pod("p", gpu=1, phase="Pending"), nodes=items),
+        verbs.ExtenderView.of(st, pending=[]),
+        CONFIG,
+    ).encode()
     assert out["NodeNames"] is None
     assert out["Nodes"] == {"metadata": {}, "items": [items[0]]}
     assert list(out) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -187,7 +191,7 @@ def test_fractional_pods_never_overfill_a_device(fraction, fits):
             )
             break
         bind = wire.ExtenderBindingArgs(f"f{k}", "prod", req.uid, "a")
-        plan = verbs.bind_plan(bind, state=st, pending=[req])
+        plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[req]))
         assert plan.error == ""
         verbs.commit_bind(st, plan)
         placed += 1
@@ -208,7 +212,8 @@ def test_fractional_pod_lands_on_a_device_with_room():
     p = pod("p", phase="Pending", annotations={"fairshare.io/gpu-fraction": "0.5"})
     req = request(p, st)
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("p", "prod", req.uid, "a"), state=st, pending=[req]
+        wire.ExtenderBindingArgs("p", "prod", req.uid, "a"),
+        verbs.ExtenderView.of(st, pending=[req]),
     )
     # Device 0 has 250 free: too small; device 1 takes it.
     assert plan.devices == ((1, 500.0),)
@@ -235,7 +240,8 @@ def test_total_gpu_free_is_not_enough_without_one_device_with_room():
     )
     req = request(p, st)
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("p", "prod", req.uid, "a"), state=st, pending=[req]
+        wire.ExtenderBindingArgs("p", "prod", req.uid, "a"),
+        verbs.ExtenderView.of(st, pending=[req]),
     )
     assert plan.error.startswith("node a cannot take pod prod/p: no 1 GPU device(s)")
 
@@ -264,7 +270,9 @@ def test_scores_are_ints_in_0_to_10_for_every_node_given(weights, gpu, annotatio
     objects.apply_pod(st, pod("x", gpu=1, node_name="b"), config, None)
     p = pod("p", gpu=gpu, phase="Pending", annotations=annotations)
     names = ["c", "b", "a", "ghost"]
-    out = verbs.prioritize_verb(args(p, names), state=st, config=config)
+    out = wire.encode_scores(
+        *verbs.prioritize_scores(args(p, names), verbs.ExtenderView.of(st), config)
+    )
     assert [h["Host"] for h in out] == names
     for h in out:
         assert list(h) == ["Host", "Score"]
@@ -278,8 +286,10 @@ def test_scores_are_ints_in_0_to_10_for_every_node_given(weights, gpu, annotatio
 
 def test_prioritize_prefers_the_healthy_node_for_cpu_pods():
     st = state_with(node("ok"), node("sick", conditions=SICK))
-    out = verbs.prioritize_verb(
-        args(pod("p", phase="Pending"), ["sick", "ok"]), state=st, config=CONFIG
+    out = wire.encode_scores(
+        *verbs.prioritize_scores(
+            args(pod("p", phase="Pending"), ["sick", "ok"]), verbs.ExtenderView.of(st), CONFIG
+        )
     )
     scores = {h["Host"]: h["Score"] for h in out}
     assert scores["ok"] > scores["sick"]

@@ -112,16 +112,20 @@ def extend(config, nodes, workload):
         for p, req in list(queue):
             pending = [r for _, r in queue]
             args = wire.decode_extender_args({"Pod": p, "Nodes": None, "NodeNames": names})
-            passing = verbs.filter_verb(args, state=st, config=config, pending=pending)["NodeNames"]
+            passing = verbs.filter_result(
+                args, verbs.ExtenderView.of(st, pending=pending), config
+            ).encode()["NodeNames"]
             if not passing:
                 continue
             best = passing[0]
             if len(passing) > 1:
                 args = wire.decode_extender_args({"Pod": p, "NodeNames": passing})
-                scores = verbs.prioritize_verb(args, state=st, config=config)
+                scores = wire.encode_scores(
+                    *verbs.prioritize_scores(args, verbs.ExtenderView.of(st), config)
+                )
                 best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
             bind = wire.ExtenderBindingArgs(req.name, req.namespace, req.uid, best)
-            plan = verbs.bind_plan(bind, state=st, pending=pending)
+            plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=pending))
             assert plan.error == ""
             verbs.commit_bind(st, plan)
             queue.remove((p, req))

@@ -84,18 +84,20 @@ def test_unreadable_demands_are_answers_not_crashes(requests, annotations):
         "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
     }
     args = wire.decode_extender_args({"Pod": pod, "NodeNames": ["a", "b"]})
-    out = verbs.filter_verb(args, state=STATE, config=CONFIG, pending=[])
+    out = verbs.filter_result(args, verbs.ExtenderView.of(STATE, pending=[]), CONFIG).encode()
     assert out["NodeNames"] == [] and set(out["FailedAndUnresolvableNodes"]) == {"a", "b"}
-    assert verbs.prioritize_verb(args, state=STATE, config=CONFIG) == [
+    assert wire.encode_scores(
+        *verbs.prioritize_scores(args, verbs.ExtenderView.of(STATE), CONFIG)
+    ) == [
         {"Host": "a", "Score": 0},
         {"Host": "b", "Score": 0},
     ]
     pre = wire.decode_preemption_args(
         {"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "x"}]}}}
     )
-    assert verbs.preempt_verb(pre, state=STATE, config=CONFIG)["NodeNameToMetaVictims"] == {
-        "a": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}
-    }
+    assert verbs.preempt_result(pre, verbs.ExtenderView.of(STATE), CONFIG).encode()[
+        "NodeNameToMetaVictims"
+    ] == {"a": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
 
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -133,10 +135,20 @@ def _run(body: dict[str, Any]) -> None:
     for decode, run in [
         (
             wire.decode_extender_args,
-            lambda a: verbs.filter_verb(a, state=STATE, config=CONFIG, pending=[]),
+            lambda a: verbs.filter_result(
+                a, verbs.ExtenderView.of(STATE, pending=[]), CONFIG
+            ).encode(),
         ),
-        (wire.decode_extender_args, lambda a: verbs.prioritize_verb(a, state=STATE, config=CONFIG)),
-        (wire.decode_preemption_args, lambda a: verbs.preempt_verb(a, state=STATE, config=CONFIG)),
+        (
+            wire.decode_extender_args,
+            lambda a: wire.encode_scores(
+                *verbs.prioritize_scores(a, verbs.ExtenderView.of(STATE), CONFIG)
+            ),
+        ),
+        (
+            wire.decode_preemption_args,
+            lambda a: verbs.preempt_result(a, verbs.ExtenderView.of(STATE), CONFIG).encode(),
+        ),
     ]:
         try:
             args = decode(raw)

@@ -78,7 +78,9 @@ PREEMPT_CASES = [
     ids=["cap-at-guarantee", "per-node", "no-guarantee", "order", "drop-empty-node", "unknown"],
 )
 def test_preempt_never_takes_a_tenant_below_guaranteed(proposed, allowed):
-    out = verbs.preempt_verb(preempt_args(proposed), state=cluster(), config=CONFIG)
+    out = verbs.preempt_result(
+        preempt_args(proposed), verbs.ExtenderView.of(cluster()), CONFIG
+    ).encode()
     got = {
         n: [p["UID"].removeprefix("uid-") for p in v["Pods"]]
         for n, v in out["NodeNameToMetaVictims"].items()
@@ -91,9 +93,11 @@ def test_preempt_never_takes_a_tenant_below_guaranteed(proposed, allowed):
 def test_same_tenant_preemptor_counts_its_own_demand():
     # A prod pod replacing prod pods: prod keeps 4 - 3 + 1 = 2 GPUs, at its guarantee.
     preemptor = pod("hi", ns="prod", gpu=1, phase="Pending")
-    out = verbs.preempt_verb(
-        preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor), state=cluster(), config=CONFIG
-    )
+    out = verbs.preempt_result(
+        preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor),
+        verbs.ExtenderView.of(cluster()),
+        CONFIG,
+    ).encode()
     assert [p["UID"] for p in out["NodeNameToMetaVictims"]["a"]["Pods"]] == [
         "uid-p0",
         "uid-p1",
@@ -111,7 +115,7 @@ def test_full_victims_form_is_answered_by_uid():
             "NodeNameToMetaVictims": None,
         }
     )
-    out = verbs.preempt_verb(args, state=st, config=CONFIG)
+    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), CONFIG).encode()
     assert out == {
         "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "uid-p0"}], "NumPDBViolations": 0}}
     }
@@ -150,7 +154,7 @@ def _answer(out):
 def test_preempt_drops_a_node_whose_kept_victims_no_longer_make_room(gpus, allowed):
     preemptor = pod("hi", ns="research", gpu=gpus, phase="Pending")
     args = preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor)
-    out = verbs.preempt_verb(args, state=cluster(), config=CONFIG)
+    out = verbs.preempt_result(args, verbs.ExtenderView.of(cluster()), CONFIG).encode()
     assert _answer(out) == allowed
 
 
@@ -189,11 +193,11 @@ def test_preempt_checks_device_fit_of_the_victims_kept():
         objects.apply_pod(st, p, SHARED, ns)
     preemptor = pod("hi", ns="research", gpu=1, phase="Pending")
     args = preempt_args({"c": ["x0", "x1", "y0"], "d": ["z0"]}, preemptor=preemptor)
-    out = verbs.preempt_verb(args, state=st, config=SHARED)
+    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), SHARED).encode()
     assert _answer(out) == {"d": ["z0"]}
     # Without the guarantee nothing is spared, and kube-scheduler's choice stands on c.
     relaxed = SHARED.model_copy(update={"tenants": SHARED.tenants[1:]})
-    out = verbs.preempt_verb(args, state=st, config=relaxed)
+    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), relaxed).encode()
     assert _answer(out) == {"c": ["x0", "x1", "y0"], "d": ["z0"]}
 
 
@@ -208,7 +212,8 @@ def test_bind_plan_builds_the_binding_with_the_devices_annotation():
     st = cluster()
     p = pod("w", ns="research", gpu=2, phase="Pending")
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("w", "research", "uid-w", "b"), state=st, pending=_pending(st, p)
+        wire.ExtenderBindingArgs("w", "research", "uid-w", "b"),
+        verbs.ExtenderView.of(st, pending=_pending(st, p)),
     )
     assert plan.error == ""
     assert plan.devices == ((2, 1000.0), (3, 1000.0))  # b: p3 on 0, r1 on 1
@@ -239,7 +244,9 @@ def test_bind_plan_builds_the_binding_with_the_devices_annotation():
 )
 def test_bind_plan_refusals_come_back_in_error(binding, error):
     st = cluster()
-    plan = verbs.bind_plan(binding, state=st, pending=_pending(st, pod("w", ns="research", gpu=2)))
+    plan = verbs.bind_plan(
+        binding, verbs.ExtenderView.of(st, pending=_pending(st, pod("w", ns="research", gpu=2)))
+    )
     assert error in plan.error
     assert plan.result() == {"Error": plan.error}
     with pytest.raises(ValueError, match="refused"):
@@ -250,7 +257,8 @@ def test_bind_plan_finds_the_pod_by_name_when_uid_is_empty_and_cpu_pods_get_no_d
     st = cluster()
     p = pod("c", ns="research", phase="Pending")
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("c", "research", "", "a"), state=st, pending=_pending(st, p)
+        wire.ExtenderBindingArgs("c", "research", "", "a"),
+        verbs.ExtenderView.of(st, pending=_pending(st, p)),
     )
     assert plan.error == "" and plan.devices == ()
     assert plan.binding["metadata"]["annotations"] == {}
@@ -260,15 +268,18 @@ def test_a_second_bind_of_the_same_pod_is_refused():
     st = cluster()
     pending = _pending(st, pod("w", ns="research", gpu=1))
     args = wire.ExtenderBindingArgs("w", "research", "uid-w", "b")
-    verbs.commit_bind(st, verbs.bind_plan(args, state=st, pending=pending))
-    assert "already bound" in verbs.bind_plan(args, state=st, pending=pending).error
+    verbs.commit_bind(st, verbs.bind_plan(args, verbs.ExtenderView.of(st, pending=pending)))
+    assert (
+        "already bound" in verbs.bind_plan(args, verbs.ExtenderView.of(st, pending=pending)).error
+    )
 
 
 def test_commit_after_the_watch_already_reported_the_bound_pod_is_a_no_op():
     st = cluster()
     p = pod("w", ns="research", gpu=1, phase="Pending")
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("w", "research", "uid-w", "b"), state=st, pending=_pending(st, p)
+        wire.ExtenderBindingArgs("w", "research", "uid-w", "b"),
+        verbs.ExtenderView.of(st, pending=_pending(st, p)),
     )
     # The watch event: the pod bound with the annotation the Binding wrote.
     p["spec"]["nodeName"] = "b"

@@ -144,7 +144,8 @@ def test_mixed_pods_fill_the_slices_then_are_refused_with_the_profile_named():
         fr = filter_nodes(st, req(st, p), explain=True)
         assert fr.fits == (0,), fr.failed
         plan = verbs.bind_plan(
-            wire.ExtenderBindingArgs(f"p{k}", "a", f"uid-p{k}", "m"), state=st, pending=[req(st, p)]
+            wire.ExtenderBindingArgs(f"p{k}", "a", f"uid-p{k}", "m"),
+            verbs.ExtenderView.of(st, pending=[req(st, p)]),
         )
         assert plan.error == "" and plan.devices == () and plan.mig == ("1g.10gb", 1)
         assert "fairshare.io/gpu-devices" not in plan.annotations
@@ -217,7 +218,8 @@ def test_single_strategy_gpu_units_are_slices():
     for k in range(14):
         p = gpu_pod(f"g{k}")
         plan = verbs.bind_plan(
-            wire.ExtenderBindingArgs(f"g{k}", "a", f"uid-g{k}", "s"), state=st, pending=[req(st, p)]
+            wire.ExtenderBindingArgs(f"g{k}", "a", f"uid-g{k}", "s"),
+            verbs.ExtenderView.of(st, pending=[req(st, p)]),
         )
         assert plan.error == "", plan.error
         assert plan.mig == ("1g.5gb", 1) and plan.devices == ()

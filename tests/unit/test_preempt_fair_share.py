@@ -66,11 +66,10 @@ def preempt(
             },
         }
     )
-    notes: list[str] = []
-    out = verbs.preempt_verb(
-        args, state=st, config=cfg, pods=pods, pending=list(pending),
-        on_judged=lambda _req, text: notes.append(text),
-    )  # fmt: skip
+    view = verbs.ExtenderView.of(st, pods=pods, pending=list(pending))
+    judged = verbs.preempt_answer(args, view, cfg)
+    out = judged.result.encode()
+    notes = [judged.note] if judged.note else []
     got = {
         n: sorted(p["UID"].removeprefix("uid-") for p in v["Pods"])
         for n, v in out["NodeNameToMetaVictims"].items()

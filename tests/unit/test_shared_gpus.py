@@ -31,8 +31,8 @@ def test_bind_plan_starts_a_group_then_joins_it():
         tenant="prod",
         index=st.index,
     )
-    plan = verbs.bind_plan(wire.ExtenderBindingArgs("p1", "prod", first.uid, "a"), state=st,
-                           pending=[first])  # fmt: skip
+    bind = wire.ExtenderBindingArgs("p1", "prod", first.uid, "a")
+    plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[first]))
     assert plan.new_group and plan.group == objects.new_group_id("a", first.uid)
     verbs.commit_bind(st, plan)
     second = objects.pod_request(
@@ -41,8 +41,8 @@ def test_bind_plan_starts_a_group_then_joins_it():
         tenant="prod",
         index=st.index,
     )
-    plan2 = verbs.bind_plan(wire.ExtenderBindingArgs("p2", "prod", second.uid, "a"), state=st,
-                            pending=[second])  # fmt: skip
+    bind = wire.ExtenderBindingArgs("p2", "prod", second.uid, "a")
+    plan2 = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[second]))
     assert (plan2.group, plan2.new_group) == (plan.group, False)
     assert plan2.annotations[ANN_GPU_GROUP] == plan.group
     verbs.commit_bind(st, plan2)
@@ -141,7 +141,8 @@ def test_a_closed_group_takes_no_new_share_until_it_ends():
         index=st.index,
     )
     plan = verbs.bind_plan(
-        wire.ExtenderBindingArgs("n", "prod", req.uid, "a"), state=st, pending=[req]
+        wire.ExtenderBindingArgs("n", "prod", req.uid, "a"),
+        verbs.ExtenderView.of(st, pending=[req]),
     )
     assert plan.devices[0][0] != slot and plan.new_group
     st.unbind("uid-s")

@@ -62,20 +62,23 @@ def load(name: str) -> Any:
 def answer(verb: str, body: bytes | dict[str, Any]) -> Any:
     """Run one verb as the HTTP adapter will: decode, call the pure function, encode."""
     loaded = objects.load_state_file(GOLDEN / "state.json", CONFIG)
-    common = {"state": loaded.state, "config": CONFIG, "namespace_labels": loaded.namespace_labels}
+    # The adapter judges fair shares over the pending queue (the tracker's).
+    view = verbs.ExtenderView.of(
+        loaded.state, pending=loaded.pending, namespace_labels=loaded.namespace_labels
+    )
     if verb in ("filter", "filter-pick"):
         args = wire.decode_extender_args(body)
         pick = verb == "filter-pick"
-        return verbs.filter_verb(args, pending=loaded.pending, pick=pick, **common)
+        return verbs.filter_result(args, view, CONFIG, pick=pick).encode()
     if verb == "prioritize":
-        return verbs.prioritize_verb(wire.decode_extender_args(body), **common)
+        names, scores = verbs.prioritize_scores(wire.decode_extender_args(body), view, CONFIG)
+        return wire.encode_scores(names, scores)
     if verb == "preempt":
-        # The adapter judges fair shares over the pending queue (the tracker's).
         args = wire.decode_preemption_args(body)
-        return verbs.preempt_verb(args, pending=loaded.pending, **common)
+        return verbs.preempt_result(args, view, CONFIG).encode()
     if verb == "bind":
         args = wire.decode_binding_args(body)
-        plan = verbs.bind_plan(args, state=loaded.state, pending=loaded.pending)
+        plan = verbs.bind_plan(args, view)
         return {"result": plan.result(), "binding": plan.binding}
     raise ValueError(verb)
 
