@@ -76,17 +76,24 @@ def _run_server(args: argparse.Namespace, serve: Callable[..., Any], **extra: An
     extra["stale_after"] = args.not_ready_after
     return _run_async(
         args,
-        lambda: serve(
-            config_file=args.config_file,
-            configmap=args.configmap,
-            kubeconfig=args.kubeconfig,
-            state_file=args.state_file,
-            host=args.host,
-            port=args.port,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            **extra,
-        ),
+        lambda: serve(options=_server_options(args), **extra),
+    )
+
+
+def _server_options(args: argparse.Namespace) -> Any:
+    """The options every server takes alike (``serving.ServerOptions``); a reclaimer has
+    no ``--state`` and no serving certificate."""
+    import serving
+
+    return serving.ServerOptions(
+        host=args.host,
+        port=args.port,
+        config_file=args.config_file,
+        configmap=args.configmap,
+        kubeconfig=args.kubeconfig,
+        state_file=getattr(args, "state_file", None),
+        tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None),
     )
 
 
@@ -182,11 +189,7 @@ def cmd_reclaimer(args: argparse.Namespace) -> int:
     return _run_async(
         args,
         lambda: serve(
-            config_file=args.config_file,
-            configmap=args.configmap,
-            kubeconfig=args.kubeconfig,
-            host=args.host,
-            port=args.port,
+            options=_server_options(args),
             interval=args.interval,
             cooldown=args.cooldown,
             max_per_minute=args.max_evictions_per_minute,
