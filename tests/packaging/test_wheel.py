@@ -11,7 +11,8 @@ image build does, without Docker:
 3. make a fresh virtual environment and install that wheel alone into it (its
    dependencies from the package index or pip's cache);
 4. from a directory outside the checkout, run what the image runs: the compiled kernels
-   are the ones imported, ``fairshare webhook`` and ``fairshare extender`` start from a
+   and the command line (``fairshare_cli``, also as ``python -m fairshare_cli``) are the
+   wheel's, ``fairshare webhook`` and ``fairshare extender`` start from a
    config file and a ``--state`` List with a certificate made by ``fairshare certs`` and
    answer ``/healthz`` and ``/readyz`` over HTTPS; ``fairshare reclaimer`` (it needs an
    API) starts against an unreachable API and answers ``/healthz`` (not ready).
@@ -182,14 +183,18 @@ def test_the_wheel_runs_the_servers_from_a_clean_venv(shipped: tuple[Path, Path]
     bin_dir, work = shipped
     py = bin_dir / "python"
     where = _run(
-        [py, "-c", "import json, _native, fairshare; print(json.dumps("
-         "[_native.IMPLEMENTATION, _native.__file__, fairshare.__file__]))"],
+        [py, "-c", "import json, _native, fairshare, fairshare_cli; print(json.dumps("
+         "[_native.IMPLEMENTATION, _native.__file__, fairshare.__file__,"
+         " fairshare_cli.__file__]))"],
         work,
     )  # fmt: skip
-    impl, native_file, fairshare_file = json.loads(where.stdout)
+    impl, native_file, fairshare_file, cli_file = json.loads(where.stdout)
     assert impl == "c", "the wheel's compiled kernels were not imported"
     site = str(bin_dir.parent)
     assert native_file.startswith(site) and fairshare_file.startswith(site)
+    assert cli_file.startswith(site), "the wheel does not ship the command line"
+    version = _run([py, "-m", "fairshare_cli", "--version"], work).stdout
+    assert version.startswith("fairshare "), version
 
     fs = bin_dir / "fairshare"
     config = work / "config.yaml"
