@@ -423,9 +423,14 @@ class GpuDevice:
     itself. A node's GPU capacity is its number of distinct ``gpu`` keys.
 
     ``fraction`` is the part of that GPU one allocation of the whole device gives: 1 for
-    a full GPU; for a partition the largest share it takes of any counter of its set
-    (a 1g.10gb on an A100 takes 1 of 8 memory slices and 14 of 98 multiprocessors:
-    1/7); without counters the config's MIG table by the ``profile`` attribute; else 1.
+    a full GPU; for a partition its share of the set's ``multiprocessors`` counter (the
+    GPU's compute: a 1g.10gb on an A100 takes 14 of 98, 1/7; a 3g.40gb 42 of 98, 3/7,
+    as the device plugin's MIG table counts them), or, in a set without that counter,
+    the largest share it takes of any counter; without counters the config's MIG table
+    by the ``profile`` attribute; else 1. One counter makes fractions add up: the
+    partitions kube-scheduler fits on one GPU never count more than 1 (largest shares
+    would: four 1g.10gb and a 3g.40gb fill an A100's 8 memory slices and 98
+    multiprocessors, but count 4/7 + 1/2).
     ``shareable`` (``allowMultipleAllocations``): each allocation takes the part of
     ``capacity`` it consumed (``consumedCapacity``), DRA's own fractional GPU."""
 
@@ -590,6 +595,9 @@ def count_slice(rs: Mapping[str, Any], matches: Sequence[tuple[str, DeviceMatch]
 
 
 _NUMBERED = re.compile(r"^(.*?)-?\d+$")
+COMPUTE_COUNTER: Final = "multiprocessors"
+"""The counter whose share is a partition's GPU fraction when its set has it (NVIDIA's
+driver publishes a GPU's streaming multiprocessors under this name)."""
 
 
 def _dimensions(counters: Mapping[str, Fraction]) -> dict[str, Fraction]:
@@ -612,6 +620,8 @@ def _fraction(
         if set_name not in sets:
             continue
         total, took = _dimensions(sets[set_name]), _dimensions(used)
+        if total.get(COMPUTE_COUNTER) and COMPUTE_COUNTER in took:
+            return min(Fraction(1), took[COMPUTE_COUNTER] / total[COMPUTE_COUNTER])
         ratios = [min(Fraction(1), q / total[k]) for k, q in took.items() if total.get(k)]
         if ratios:
             return max(ratios)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from fairshare import eligibility
-from fairshare.resources import GPU, PodDemand, to_kernel_units
+from fairshare.resources import GPU, MILLI_GPU, PodDemand, to_kernel_units
 
 __all__ = ["PodRequest", "RequestShape"]
 
@@ -80,9 +80,17 @@ class PodRequest:
 
     @cached_property
     def fixed_gpu_milli(self) -> float | None:
-        """Per-device milli-GPU when it does not depend on the node (not a memory request)."""
+        """Per-device milli-GPU when it does not depend on the node (not a memory request).
+        A part of a DRA GPU (a MIG partition's 1/7, a consumable-capacity share) is its
+        exact float, as ``ClusterState`` keeps it, not rounded up to a whole milli-GPU as
+        fairshare's own fractions are: a seventh 1/7 partition then fits the 1000/7 six
+        leave, as it does for kube-scheduler."""
         g = self.demand.gpu
-        return None if g.memory is not None else to_kernel_units(GPU, g.per_device)
+        if g.memory is not None:
+            return None
+        if g.source == "dra":
+            return float(g.per_device * MILLI_GPU)
+        return to_kernel_units(GPU, g.per_device)
 
     def gpu_milli_for(self, device_memory: int) -> float:
         """Per-device milli-GPU this pod needs on a node with ``device_memory`` bytes."""

@@ -11,7 +11,11 @@ Design choices:
   are never rebuilt per scheduling call. Removing a node swaps the last row into its
   slot, so rows stay dense and ``index`` stays a plain dict.
 * Amounts are kernel floats in canonical integral units (see ``resources``), so
-  repeated add/subtract is exact.
+  repeated add/subtract is exact. GPU amounts may be fractions of a milli-GPU (a MIG
+  partition through DRA is 1000/7, a consumable-capacity share 1000 x consumed /
+  capacity): the GPU column, the device slots and the GPU usage sums then keep the exact
+  rational beside the float (``exact_amount``, ``_moved``), so six 1/7 partitions leave
+  exactly 1000/7 of a device and a GPU given back is whole again, never 999.9999.
 * A pod bound on a node is recorded with its row and device assignment; unbinding
   gives back exactly what binding took, whatever the config says by then.
 """
@@ -19,12 +23,11 @@ Design choices:
 from __future__ import annotations
 
 import copy
-import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from _native import names as native_names
 from fairshare import eligibility, resources
@@ -33,6 +36,24 @@ from fairshare.resources import GPU, MILLI_GPU, ResourceIndex
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per device, as GPU feature discovery writes
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+
+
+EXACT_DENOMINATOR: Final = 100_000
+
+
+def exact_amount(value: float) -> Fraction:
+    """The rational a kernel amount stands for: an integral one is itself; a fractional
+    one (a 1/7 partition's 142.857142857142857 milli-GPU) is the nearest rational of
+    denominator at most ``EXACT_DENOMINATOR``, which is the value the float was rounded
+    from whenever that value has such a denominator (float error, ~1e-13 here, is far
+    below the 1e-10 between two of them)."""
+    value = float(value)
+    if value.is_integer():
+        return Fraction(int(value))
+    return Fraction(value).limit_denominator(EXACT_DENOMINATOR)
+
+
+_USED: Final = ("used",)
 
 
 class StateError(ValueError):
@@ -144,6 +165,33 @@ class ClusterState:
     """Capacity by column for resources no node reports (the config's ``capacity``, e.g.
     ``storage``); set with ``declare_capacity``. Node capacity, when there is any, wins."""
     _drained: tuple[int, ClusterState] | None = field(default=None, repr=False, compare=False)
+    _exact: dict[tuple[str, ...], Fraction] = field(default_factory=dict, repr=False, compare=False)
+    """The exact value of each GPU figure whose float is not integral (``_moved``): keys
+    ("free", node), ("dev", node, slot), ("used",), ("usage", tenant), ("spread", node,
+    tenant), ("closed", group)."""
+
+    def _moved(self, key: tuple[str, ...], value: float, delta: float) -> float:
+        """``value + delta`` for the GPU figure ``key``, exactly: plain float addition
+        while both are integral, else through the exact rationals they stand for (the
+        one kept for ``key``, or ``exact_amount(value)``)."""
+        held = self._exact.get(key)
+        if held is None:
+            value, delta = float(value), float(delta)
+            if value.is_integer() and delta.is_integer():
+                return value + delta
+            held = exact_amount(value)
+        return self._set_exact(key, held + exact_amount(delta))
+
+    def _set_exact(self, key: tuple[str, ...], value: Fraction) -> float:
+        if value.denominator == 1:
+            self._exact.pop(key, None)
+        else:
+            self._exact[key] = value
+        return float(value)
+
+    def _exact_of(self, key: tuple[str, ...], value: float) -> Fraction:
+        held = self._exact.get(key)
+        return held if held is not None else exact_amount(value)
 
     def rows_of(self, names: Sequence[str]) -> array[int]:
         """The row of each of ``names`` (int32), ``-1`` for a name that is not a node's:
@@ -233,6 +281,7 @@ class ClusterState:
         }
         twin.slot_group = dict(self.slot_group)
         twin._used = list(self._used)
+        twin._exact = dict(self._exact)
         twin._eligible = dict(self._eligible)
         twin._memos = {}
         return twin
@@ -336,17 +385,26 @@ class ClusterState:
         return i
 
     def _replace_node(self, i: int, info: NodeInfo, row: Sequence[float], n_dev: int) -> int:
-        r = self.n_res
+        r, g, name = self.n_res, self.gpu_col, info.name
         used = [self.capacity[i * r + k] - self.free[i * r + k] for k in range(r)]
+        key = ("free", name)
+        gpu_used = exact_amount(self.capacity[i * r + g]) - self._exact_of(
+            key, self.free[i * r + g]
+        )
         for k in range(r):
             self.capacity[i * r + k] = row[k]
             self.free[i * r + k] = row[k] - used[k]
+        self.free[i * r + g] = self._set_exact(key, exact_amount(row[g]) - gpu_used)
         base = i * self.max_dev
         for d in range(self.max_dev):
             held = 0.0
             if self.dev_free[base + d] >= 0:
                 held = MILLI_GPU - self.dev_free[base + d]
-            self.dev_free[base + d] = (MILLI_GPU - held) if d < n_dev else -1.0
+            if d < n_dev:
+                self.dev_free[base + d] = MILLI_GPU - held
+            else:
+                self.dev_free[base + d] = -1.0
+                self._exact.pop(("dev", name, str(d)), None)
         self.nodes[i] = info
         self.healthy[i] = 1 if info.gpu_healthy else 0
         self.node_model[i] = self._model_id(info.gpu_model)
@@ -361,6 +419,8 @@ class ClusterState:
             self.unbind(p.uid)
         self.node_tenant_gpu.pop(name, None)
         self.mig_used.pop(name, None)
+        for key in [k for k in self._exact if k[0] in ("free", "dev", "spread") and k[1] == name]:
+            del self._exact[key]
         self.mig_nodes -= _has_mig(self.nodes[self.node_index[name]])
         self._nodes_version += 1
         self._selection_version += 1
@@ -458,13 +518,15 @@ class ClusterState:
         if node not in self.node_index:
             raise StateError(f"unknown node {node!r}")
         i, r, d = self.node_index[node], self.n_res, self.max_dev
-        # Device shares are kept as whole milli-GPU (rounded up), so any mix of binds and
-        # unbinds restores a device exactly; one entry per device.
+        # One entry per device; shares are kept exactly (``_moved``), so any mix of binds
+        # and unbinds restores a device, and seven 1/7 partitions fill one.
         merged: dict[int, float] = {}
         for dev, milli in devices:
             if milli < 0:
                 raise StateError(f"device {dev} on {node}: negative share {milli:g}")
-            merged[int(dev)] = merged.get(int(dev), 0.0) + float(math.ceil(milli))
+            merged[int(dev)] = float(
+                exact_amount(merged.get(int(dev), 0.0)) + exact_amount(float(milli))
+            )
         devs = tuple(sorted(merged.items()))
         if group:
             self._check_group(group, node, devs)
@@ -477,11 +539,18 @@ class ClusterState:
         if mig is not None:
             held_mig = self.mig_used.setdefault(node, {})
             held_mig[mig[0]] = held_mig.get(mig[0], 0) + mig[1]
+        g = self.gpu_col
         for k in range(r):
-            self.free[i * r + k] -= row[k]
-            self._used[k] += row[k]
+            if k != g:
+                self.free[i * r + k] -= row[k]
+                self._used[k] += row[k]
+        gpu = row[g]
+        if gpu:
+            self.free[i * r + g] = self._moved(("free", node), self.free[i * r + g], -gpu)
+            self._used[g] = self._moved(_USED, self._used[g], gpu)
         for dev, milli in devs:
-            self.dev_free[i * d + dev] -= milli
+            at = i * d + dev
+            self.dev_free[at] = self._moved(("dev", node, str(dev)), self.dev_free[at], -milli)
         pod = BoundPod(uid, tenant, node, tuple(row), devs, name, mig=mig, group=group)
         self.pods[uid] = pod
         if group:
@@ -494,9 +563,11 @@ class ClusterState:
         if tenant is not None:
             usage = self.tenant_usage.setdefault(tenant, [0.0] * r)
             for k in range(r):
-                usage[k] += row[k]
+                if k != g:
+                    usage[k] += row[k]
+            usage[g] = self._moved(("usage", tenant), usage[g], gpu)
             held = self.node_tenant_gpu.setdefault(node, {})
-            held[tenant] = held.get(tenant, 0.0) + row[self.gpu_col]
+            held[tenant] = self._moved(("spread", node, tenant), held.get(tenant, 0.0), gpu)
         return pod
 
     def unbind(self, uid: str) -> BoundPod | None:
@@ -509,15 +580,24 @@ class ClusterState:
         if pod.group:
             self._leave_group(pod.group, uid)
         i = self.node_index.get(pod.node)
-        r, d = self.n_res, self.max_dev
+        r, d, g = self.n_res, self.max_dev, self.gpu_col
+        gpu = pod.row[g]
         if i is not None:
             for k in range(r):
-                self.free[i * r + k] += pod.row[k]
-                self._used[k] -= pod.row[k]
+                if k != g:
+                    self.free[i * r + k] += pod.row[k]
+                    self._used[k] -= pod.row[k]
+            if gpu:
+                at = i * r + g
+                self.free[at] = self._moved(("free", pod.node), self.free[at], gpu)
+                self._used[g] = self._moved(_USED, self._used[g], -gpu)
             for dev, milli in pod.devices:
                 # A slot removed while held (the node shrank) stays absent (-1).
                 if dev < d and self.dev_free[i * d + dev] >= 0:
-                    self.dev_free[i * d + dev] += milli
+                    at = i * d + dev
+                    self.dev_free[at] = self._moved(
+                        ("dev", pod.node, str(dev)), self.dev_free[at], milli
+                    )
         if pod.mig is not None:
             held_mig = self.mig_used.get(pod.node, {})
             left = held_mig.get(pod.mig[0], 0) - pod.mig[1]
@@ -530,9 +610,13 @@ class ClusterState:
         if pod.tenant is not None:
             usage = self.tenant_usage[pod.tenant]
             for k in range(r):
-                usage[k] += -pod.row[k]
+                if k != g:
+                    usage[k] += -pod.row[k]
+            usage[g] = self._moved(("usage", pod.tenant), usage[g], -gpu)
             held = self.node_tenant_gpu.get(pod.node, {})
-            held[pod.tenant] = held.get(pod.tenant, 0.0) - pod.row[self.gpu_col]
+            held[pod.tenant] = self._moved(
+                ("spread", pod.node, pod.tenant), held.get(pod.tenant, 0.0), -gpu
+            )
         return pod
 
     def _check_group(self, group: str, node: str, devs: Sequence[tuple[int, float]]) -> None:
@@ -568,17 +652,24 @@ class ClusterState:
             return
         at = i * self.max_dev + shared.slot
         if self.dev_free[at] > 0:
+            key = ("dev", shared.node, str(shared.slot))
+            self._set_exact(("closed", group), self._exact_of(key, self.dev_free[at]))
             shared.closed = self.dev_free[at]
-            self.dev_free[at] = 0.0
+            self.dev_free[at] = self._set_exact(key, Fraction(0))
             self._pod_changes += 1
 
     def _reopen(self, shared: SharedGpu) -> None:
         self._releases += 1
         i = self.node_index.get(shared.node)
+        closed = self._exact_of(("closed", shared.id), shared.closed)
+        self._exact.pop(("closed", shared.id), None)
         if shared.closed and i is not None and shared.slot < self.max_dev:
             at = i * self.max_dev + shared.slot
             if self.dev_free[at] >= 0:
-                self.dev_free[at] += shared.closed
+                key = ("dev", shared.node, str(shared.slot))
+                self.dev_free[at] = self._set_exact(
+                    key, self._exact_of(key, self.dev_free[at]) + closed
+                )
         shared.closed = 0.0
 
     def group_at(self, node: str, slot: int) -> str | None:

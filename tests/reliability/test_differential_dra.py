@@ -44,14 +44,14 @@ bind and finish, every tenant's usage, every node's free vector and its device s
 And one property of the product itself, which no differential can show when both sides
 count alike: fairshare must refuse no DRA node that kube-scheduler's DynamicResources
 would serve (docs/dra.md, "How fairshare stays consistent with kube-scheduler"), unless the
-gate holds the tenant or the node's CPU or memory is short. It does in three open cases,
-pinned below (``OPEN``, expected to fail until mended): MIG partitions kept in milli-GPU
+gate holds the tenant or the node's CPU or memory is short: every such refusal fails the
+test. It found three, mended and kept in ``FIXED``: MIG partitions kept in milli-GPU
 rounded up, partitions counted by their largest dimension, and float drift of a node's
-GPU column; in the random runs such refusals are only counted. A bind the extender
+GPU column (``ClusterState`` now keeps GPU amounts exact; a partition counts its share
+of the GPU's multiprocessors). A bind the extender
 refuses after the allocation because the gate, judging the pod by the devices it got
 rather than its estimate (a 20Gi claim given a whole GPU), holds its tenant, is the same
-on both sides and counted ("bind gated after allocation"). What was fixed is in
-``FIXED``.
+on both sides and counted ("bind gated after allocation").
 
 Size: 200 examples, about 2,000 pods, 3,000 attempts and 1,400 binds (700 of them parts
 of a DRA GPU), 10-15 s on 2 cores; the counts are printed in the fuzz summary. The same
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -560,32 +559,9 @@ class Run:
         return False
 
     def refuse(self, ctx: str, kind: str, what: str, node: str) -> None:
-        """fairshare refused what DynamicResources serves: a failure, but for a MIG
-        partition, a pod on a node whose MIG partitions hold more than a GPU in the ledger,
-        or one refused by float drift: the open causes (``OPEN``), pinned, counted here."""
-        if kind.startswith("claim ") and kind.removeprefix("claim ") in drapool.MIG_PROFILES:
-            self.seen["open: a MIG partition refused (OPEN)"] += 1
-        elif self.overcommitted(node):
-            self.seen["open: a pod refused beside an overcommitted MIG GPU (OPEN)"] += 1
-        elif self.drifted(node):
-            self.seen["open: a pod refused by float drift of the GPU column (OPEN)"] += 1
-        else:
-            self.refusals.append(f"{ctx}: {what}")
-
-    def drifted(self, node: str) -> bool:
-        """Is ``node``'s free GPU column a hair off a whole milli-GPU (a 1/7 row added
-        and taken away again)?"""
-        st_ = self.sim.state
-        free = st_.free[st_.node_index[node] * st_.n_res + st_.gpu_col]
-        return 0 < abs(free - round(free)) < 1e-6
-
-    def overcommitted(self, node: str) -> bool:
-        """Does a ``dra:<gpu>`` group on ``node`` hold more than 1000 milli-GPU?"""
-        held: Counter[str] = Counter()
-        for p in self.sim.state.pods.values():
-            if p.node == node and p.group.startswith(drapool.GROUP_PREFIX):
-                held[p.group] += sum(math.ceil(m) for _, m in p.devices)
-        return any(v > 1000 for v in held.values())
+        """fairshare refused what DynamicResources serves: a failure (``kind`` and
+        ``node`` name it in the log)."""
+        self.refusals.append(f"{ctx}: {kind} on {node}: {what}")
 
     # -- passes and comparisons --------------------------------------------------------
 
@@ -740,26 +716,24 @@ FIXED = {
         [*ONE_MIG_GPU, NodeSpec("node-w", "east")],
         [Wave([_pod(0, "t1", {"mig": "2g.20gb"}), _pod(1, "t0")])],
     ),
-}
-OPEN = {
-    # A device share is kept in whole milli-GPU rounded up (ClusterState.bind): a 1g.10gb
-    # partition (1/7) holds 143, six hold 858, and the seventh (142.857) does not fit the
-    # 142 left, though the A100 has a seventh 1g.10gb placement free. fairshare's filter
-    # refuses the node ("Insufficient nvidia.com/gpu (free 0.142857, requested
-    # 0.142857)"); the same holds for three gpu-fraction 1/3 pods on one GPU.
+    # A device share was kept in whole milli-GPU rounded up (ClusterState.bind): a
+    # 1g.10gb partition (1/7) held 143, six held 858, and the seventh (142.857) did not
+    # fit the 142 left, though the A100 had a seventh 1g.10gb placement free. fairshare's
+    # filter refused the node ("Insufficient nvidia.com/gpu (free 0.142857, requested
+    # 0.142857)"); the same held for three gpu-fraction 1/3 pods on one GPU. GPU amounts
+    # are now exact (``ClusterState._moved``, ``resources.to_kernel_units``).
     "seventh-1g.10gb": Case(
         _config(), ONE_MIG_GPU, [Wave([_pod(i, "t0", {"mig": "1g.10gb"}) for i in range(7)])]
     ),
-    # A partition counts the largest share it takes of any dimension of its GPU's counters:
-    # 1g.10gb 14/98 multiprocessors = 1/7, 3g.40gb 4/8 memory slices = 1/2. Four 1g.10gb
-    # (4/7) and a 3g.40gb at memory slice 4 fit an A100 (8 of 8 memory slices, 98 of 98
-    # multiprocessors), but count 15/14: fairshare's filter refuses the node the 3g.40gb
-    # fits ("Insufficient nvidia.com/gpu (free 0.428571, requested 0.5)"; while a pending
-    # claim counted the class's smallest partition, kube-scheduler allocated it and the
-    # extender's bind refused it, every retry alike). Where another slot has room, the watch then
-    # puts the partition in its GPU's group all the same: that slot holds 15/14 (and seven
-    # 1g.10gb, 1001 milli), the node's GPU column falls short, and a pod asking the
-    # node's remaining whole GPUs is refused ("free 1.92857, requested 2").
+    # A partition counted the largest share it takes of any dimension of its GPU's
+    # counters: 1g.10gb 14/98 multiprocessors = 1/7, 3g.40gb 4/8 memory slices = 1/2. Four
+    # 1g.10gb (4/7) and a 3g.40gb at memory slice 4 fit an A100 (8 of 8 memory slices, 98
+    # of 98 multiprocessors), but counted 15/14: fairshare's filter refused the node the
+    # 3g.40gb fits ("Insufficient nvidia.com/gpu (free 0.428571, requested 0.5)"), and
+    # where the watch put the partition in its GPU's group all the same the node's GPU
+    # column fell short for its other GPUs. A partition now counts its share of the
+    # multiprocessors alone (3g.40gb 42/98 = 3/7, as the device plugin's MIG table has
+    # it), so the partitions kube-scheduler fits on a GPU never count more than 1.
     "3g.40gb-after-four-1g.10gb": Case(
         _config(),
         ONE_MIG_GPU,
@@ -773,11 +747,12 @@ OPEN = {
 }
 
 
-OPEN["float-drift"] = Case(
-    # The node's GPU column is a float sum of rows: after a 1g.10gb partition's row
-    # (142.857142...) was taken and given back among others, two free GPUs are
-    # 1999.9999999999995 milli, and a claim for 2 GPUs is refused on a node with two
-    # free devices ("Insufficient nvidia.com/gpu (free 2, requested 2)").
+FIXED["float-drift"] = Case(
+    # The node's GPU column was a float sum of rows: after a 1g.10gb partition's row
+    # (142.857142...) was taken and given back among others, two free GPUs were
+    # 1999.9999999999995 milli, and a claim for 2 GPUs was refused on a node with two
+    # free devices ("Insufficient nvidia.com/gpu (free 2, requested 2)"). The column is
+    # now kept exact.
     _config(),
     [NodeSpec("node-q", "east", pool=(2, 2, 2))],
     [
@@ -796,17 +771,17 @@ OPEN["float-drift"] = Case(
 )
 
 
-def test_what_it_found_stays_fixed() -> None:
-    run = asyncio.run(drive(FIXED["stale-fair-share"]))
-    assert run.seen["bound"] == 2 and run.refusals == [], run.log
+BOUND = {"stale-fair-share": 2, "seventh-1g.10gb": 7, "3g.40gb-after-four-1g.10gb": 5}
 
 
-@pytest.mark.xfail(strict=True, reason="open: see OPEN (reported, not fixed here)")
-@pytest.mark.parametrize("name", list(OPEN))
-def test_fairshare_refuses_no_dra_node_kube_scheduler_serves(name: str) -> None:
-    run = asyncio.run(drive(OPEN[name]))  # the two sides agree: the refusal is both's
-    opened = [k for k, n in run.seen.items() if k.startswith("open: ") and n]
-    assert run.refusals == [] and opened == [], run.log
+@pytest.mark.parametrize("name", list(FIXED))
+def test_what_it_found_stays_fixed(name: str) -> None:
+    """Each case fairshare once got wrong: no refusal of a node DynamicResources serves,
+    and every pod of the case that fits binds."""
+    run = asyncio.run(drive(FIXED[name]))
+    assert run.refusals == [], run.log
+    if name in BOUND:
+        assert run.seen["bound"] == BOUND[name], run.log
 
 
 # -- the property tests ----------------------------------------------------------------------

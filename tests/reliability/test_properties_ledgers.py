@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -178,12 +177,24 @@ TestReservationLedger.settings = STATEFUL
 # --------------------------------------------------------------------------- devices
 
 INDEX = ResourceIndex((GPU, "cpu", "memory"))
-FRACTIONS = [
-    *(1000.0, 500.0, 250.0, 100.0, 50.0, 750.0, 150.0),  # fractionStep 0.05 multiples
-    *(1000 / 3, 2000 / 3, 1000 / 7, 3000 / 7),  # a third of a GPU, MIG sevenths
-    MILLI_GPU * 10240 / 81559,  # a memory request over the device's memory (10 GiB of 80)
-]
-"""Shares of a device in milli-GPU: those floats hold exactly and those they do not."""
+EXACT = {
+    float(f): f
+    for f in (
+        *map(Fraction, (1000, 500, 250, 100, 50, 750, 150)),  # fractionStep 0.05 multiples
+        *(Fraction(1000, 3), Fraction(2000, 3), Fraction(1000, 7), Fraction(3000, 7)),
+        Fraction(MILLI_GPU * 10240, 81559),  # a memory request over the device's memory
+    )
+}
+"""Shares of a device in milli-GPU (a third of a GPU, MIG sevenths, 10 GiB of an 80 GiB
+device): floats that hold exactly and floats that do not, each with the rational it
+stands for."""
+FRACTIONS = list(EXACT)
+
+
+def _rest(free: float) -> Fraction:
+    """The exact free share a device's float stands for (``ClusterState.exact_amount``
+    recovers it: denominators here are at most 81,559)."""
+    return Fraction(free).limit_denominator(100_000)
 
 
 def _devices_ok(state: ClusterState) -> None:
@@ -252,8 +263,8 @@ class DeviceMachine(RuleBasedStateMachine):
         self.state.bind(uid=uid, node=name, row=row, devices=chosen, tenant="t")
         after = self.state.node_devices(i)
         for k, m in chosen:
-            # Shares are held as whole milli-GPU, rounded up (so unbinds restore exactly).
-            assert after[k] == before[k] - math.ceil(m)
+            # Shares are held exactly: the device keeps the float of its exact rest.
+            assert after[k] == float(EXACT.get(before[k], _rest(before[k])) - EXACT[m])
         return uid
 
     @rule(
@@ -283,7 +294,7 @@ class DeviceMachine(RuleBasedStateMachine):
         self.state.unbind(uid)
         after = self.state.node_devices(i)
         for k, m in pod.devices:
-            assert after[k] == pytest.approx(before[k] + m)
+            assert after[k] == float(_rest(before[k]) + EXACT[m])
 
     @precondition(lambda self: self.state.n_nodes > 0)
     @rule(node=st.integers(0, 3))
@@ -303,14 +314,14 @@ class DeviceMachine(RuleBasedStateMachine):
     def devices_match_the_pods(self) -> None:
         # free share of each device == 1000 - what the bound pods hold on it
         for i, info in enumerate(self.state.nodes):
-            held = [0.0] * self.state.max_dev
+            held = [Fraction(0)] * self.state.max_dev
             for p in self.state.pods.values():
                 if p.node == info.name:
                     for k, m in p.devices:
-                        held[k] += m
+                        held[k] += EXACT[m]
             for k, v in enumerate(self.state.node_devices(i)):
                 if k < self.gpus[info.name]:
-                    assert v == pytest.approx(MILLI_GPU - held[k], abs=1e-6)
+                    assert v == float(MILLI_GPU - held[k])  # exact: no float residue
                 else:
                     # An absent slot stays absent (-1). A pod bound to a device that
                     # vanished (the node came back with fewer GPUs) still holds it in its

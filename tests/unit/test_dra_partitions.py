@@ -99,8 +99,9 @@ def test_partitions_count_their_fraction_and_a_gpu_counts_once():
     assert fractions["gpu-0"] == 1
     # 1g.10gb: 1 of 8 memory slices, 14 of 98 multiprocessors -> 1/7 (not 1, not 1/8).
     assert fractions["gpu-0-mig-19-0-1"] == Fraction(1, 7)
-    # 3g.40gb: 4 of 8 memory slices -> 1/2 (two of them fill the GPU).
-    assert fractions["gpu-0-mig-9-4-4"] == Fraction(1, 2)
+    # 3g.40gb: 42 of 98 multiprocessors -> 3/7, as the device plugin's MIG table counts
+    # it (though it takes 4 of 8 memory slices: compute is the one dimension counted).
+    assert fractions["gpu-0-mig-9-4-4"] == Fraction(3, 7)
     # Every device of GPU 0 is one physical GPU; GPU 1's are another.
     assert len({d.gpu for d in got.devices.values()}) == 2
     # The MIG class's smallest device is what an unallocated MIG request counts.
@@ -110,14 +111,14 @@ def test_partitions_count_their_fraction_and_a_gpu_counts_once():
 def test_counters_from_an_older_generation_are_not_used():
     old = nv.partitioned_slices("n1", 1, generation=1)
     new = nv.partitioned_slices("n1", 1, generation=2)
-    # Generation 2's counter set has 16 memory slices: the 1g.10gb takes 1/16 of them
-    # (still 1/7 of the multiprocessors: the larger dimension wins).
+    # Generation 2's counter set has 196 multiprocessors: the 1g.10gb takes 14 of them,
+    # 1/14 (generation 1's would give 1/7).
     new[0]["metadata"]["name"] += "-2"
     new[1]["metadata"]["name"] += "-2"
     counters = new[0]["spec"]["sharedCounters"][0]["counters"]
     counters["multiprocessors"] = {"value": "196"}
     got = capacity(old + new)
-    assert got.devices[(nv.DRIVER, "n1", "gpu-0-mig-19-0-1")].fraction == Fraction(1, 8)
+    assert got.devices[(nv.DRIVER, "n1", "gpu-0-mig-19-0-1")].fraction == Fraction(1, 14)
     assert dict(got.node_gpus) == {"n1": 1}
 
 
@@ -154,7 +155,7 @@ def test_an_unallocated_mig_claim_counts_the_smallest_partition():
     mig = claim("m", "a", nv.MIG_CLASS)
     assert dra.claim_gpus(mig, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 7)
     done = claim("m", "a", nv.MIG_CLASS, allocated=[("n1", "gpu-0-mig-9-4-4")])
-    assert dra.claim_gpus(done, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 2)
+    assert dra.claim_gpus(done, device_classes=GPU_CLASSES, devices=got) == Fraction(3, 7)
 
 
 # -- the extender's ledger ---------------------------------------------------------------------
@@ -377,14 +378,14 @@ def test_the_fair_allocation_follows_a_pending_pods_claim_when_it_is_allocated()
     assert tr.fair_shares(config)["a"].share == 1 / 7
     done = claim("m", "a", nv.MIG_CLASS, allocated=[("n1", "gpu-0-mig-9-4-4")])
     tr.on_event(dra.KIND_CLAIM, "MODIFIED", done)
-    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(1, 2)
-    assert tr.fair_shares(config)["a"].share == 1 / 2
+    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(3, 7)
+    assert tr.fair_shares(config)["a"].share == 3 / 7
 
 
 def test_an_unallocated_claim_of_a_named_mig_profile_counts_that_profile():
     """A claim whose selector names a MIG profile counts a partition of that profile
     while pending, not the class's smallest: a 3g.40gb claim counted 1/7 until it was
-    allocated (1/2), so the webhook admitted seven against a limit of 1 GPU and the
+    allocated (3/7), so the webhook admitted seven against a limit of 1 GPU and the
     extender's gate judged the pod by 1/7 (found by the DRA differential test: "bind
     gated after allocation")."""
     got = capacity(nv.partitioned_slices("n1", 1))
@@ -393,7 +394,7 @@ def test_an_unallocated_claim_of_a_named_mig_profile_counts_that_profile():
     exactly["selectors"] = [
         {"cel": {"expression": f"device.attributes['{nv.DRIVER}'].profile == '3g.40gb'"}}
     ]
-    assert dra.claim_gpus(three, device_classes=GPU_CLASSES, devices=got) == Fraction(1, 2)
+    assert dra.claim_gpus(three, device_classes=GPU_CLASSES, devices=got) == Fraction(3, 7)
     # A profile no device offers, or a selector fairshare does not read: the smallest.
     exactly["selectors"][0]["cel"]["expression"] = (
         f"device.attributes['{nv.DRIVER}'].profile == '7g.80gb'"
@@ -408,7 +409,7 @@ def test_an_unallocated_claim_of_a_named_mig_profile_counts_that_profile():
     )
     tr.on_resync(dra.KIND_CLAIM, [three])
     tr.on_resync("Pod", [claim_pod("p", "a", ["m"], None)])
-    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(1, 2)
+    assert tr.pending["uid-p"].demand.get(GPU) == Fraction(3, 7)
 
 
 def test_a_claim_pods_shape_in_the_workload_mix_is_its_claims_gpus():

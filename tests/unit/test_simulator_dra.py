@@ -45,7 +45,7 @@ def test_slices_count_one_gpu_per_physical_gpu_and_partitions_at_their_fraction(
     fractions = {k[2]: d.fraction for k, d in got.devices.items()}
     assert fractions["gpu-2-mig-19-0-1"] == Fraction(1, 7)
     assert fractions["gpu-2-mig-14-0-2"] == Fraction(2, 7)
-    assert fractions["gpu-2-mig-9-4-4"] == Fraction(1, 2)
+    assert fractions["gpu-2-mig-9-4-4"] == Fraction(3, 7)
     assert got.devices[(drapool.DRIVER, "n", "gpu-3")].shareable
 
 
@@ -72,12 +72,12 @@ def test_claims_count_their_fraction_and_parts_of_a_gpu_share_one_slot():
     sim = runner.run_scenario(scenario.parse_scenario(text))
     st = sim.state
     usage = {t: st.usage_of(t)[st.gpu_col] / 1000 for t in ("a", "b")}
-    # Six 1g.10gb hold 6/7 of the MIG GPU (the seventh: OPEN in the differential test,
-    # milli-GPU rounding); two 40Gi shares hold the shareable GPU; the 20Gi share waits.
-    assert usage["a"] == pytest.approx(6 / 7, abs=1e-3) and usage["b"] == 1.0
+    # Seven 1g.10gb hold the MIG GPU exactly (rounded up to whole milli-GPU, the seventh
+    # did not fit); two 40Gi shares hold the shareable GPU; the 20Gi share waits.
+    assert usage["a"] == 1.0 and usage["b"] == 1.0
     groups = {p.group for p in st.pods.values()}
     assert all(g.startswith(drapool.GROUP_PREFIX) for g in groups) and len(groups) == 2
-    assert set(sim.pending) == {"a-0-6", "late-0"}
+    assert set(sim.pending) == {"late-0"}
     # The pending share counts a quarter of a GPU in its tenant's demand.
     assert sim.pods["late-0"].demand.gpu.per_device == Fraction(1, 4)
 

@@ -75,3 +75,69 @@ def test_device_memory_from_feature_discovery_label():
     st = _state()
     assert st.nodes[0].device_memory == 81559 * 1024 * 1024
     assert st.nodes[1].device_memory == 0
+
+
+# -- GPU amounts that are not whole milli-GPU ---------------------------------------------
+
+
+def _part(n: int, d: int) -> float:
+    """A part of a DRA GPU as the tracker and the simulator put it in a row: the exact
+    float of its milli-GPU (``objects.with_claim_gpus``)."""
+    return float(F(n, d) * 1000)
+
+
+@pytest.mark.parametrize("d", [3, 7, 6])
+def test_d_shares_of_1_over_d_fill_a_device_exactly(d):
+    """Rounded up to whole milli-GPU, six 1/7 MIG partitions held 858 and the seventh did
+    not fit the 142 left; kept exact, d parts of 1/d fill the device to 0."""
+    st = _state()
+    share = _part(1, d)
+    for k in range(d):
+        assert st.node_devices(0)[0] >= share, k  # what the fit kernel compares
+        st.bind(uid=f"p{k}", node="a", row=[share, 0.0, 0.0], devices=[(0, share)], tenant="t")
+    assert st.node_devices(0)[0] == 0.0
+    assert st.node_free(0)[0] == 1000.0
+    assert st.usage_of("t")[0] == 1000.0
+    with pytest.raises(StateError, match="device 0"):
+        st.bind(uid="more", node="a", row=[share, 0.0, 0.0], devices=[(0, share)])
+    for k in range(d):
+        st.unbind(f"p{k}")
+    assert st.node_devices(0)[:2] == [1000.0, 1000.0]
+    assert st.node_free(0)[0] == 2000.0 and st.usage_of("t")[0] == 0.0
+    assert st.total_free()[0] == 6000.0
+    assert st._exact == {}  # nothing left to keep once the figures are whole again
+
+
+def test_a_partition_taken_and_given_back_among_others_leaves_whole_gpus():
+    """Float sums of 142.857142857142857 drifted: two free GPUs read 1999.9999999999995
+    and a 2-GPU request was refused."""
+    st = _state()
+    seventh, third = _part(1, 7), _part(1, 3)
+    st.bind(uid="w", node="b", row=[1000.0, 0.0, 0.0], devices=[(0, 1000.0)], tenant="t")
+    st.bind(uid="m", node="b", row=[seventh, 0.0, 0.0], devices=[(1, seventh)], tenant="t")
+    st.bind(uid="s", node="b", row=[third, 0.0, 0.0], devices=[(2, third)], tenant="u")
+    st.unbind("w")
+    st.unbind("m")
+    assert st.node_free(1)[0] == 4000.0 - third
+    st.unbind("s")
+    assert st.node_free(1)[0] == 4000.0 and st.node_devices(1)[:4] == [1000.0] * 4
+    assert st.usage_of("t")[0] == 0.0 and st.node_tenant_gpu["b"] == {"t": 0.0, "u": 0.0}
+
+
+def test_a_closed_shared_gpu_reopens_with_exactly_its_room():
+    st = _state()
+    seventh = _part(1, 7)
+    st.bind(uid="p", node="a", row=[seventh, 0.0, 0.0], devices=[(1, seventh)], group="g")
+    st.close_group("g")
+    assert st.node_devices(0)[1] == 0.0
+    st.unbind("p")
+    assert st.node_devices(0)[1] == 1000.0
+
+
+def test_a_node_replaced_while_holding_parts_keeps_them_exactly():
+    st = _state()
+    seventh = _part(1, 7)
+    st.bind(uid="p", node="b", row=[seventh, 0.0, 0.0], devices=[(0, seventh)])
+    st.add_node("b", {GPU: F(4), CPU: F(32), MEMORY: F(128)})  # CPU grew
+    st.unbind("p")
+    assert st.node_free(1)[0] == 4000.0 and st.node_devices(1)[0] == 1000.0
