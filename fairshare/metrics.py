@@ -236,6 +236,27 @@ class Metrics:
             ["tenant", "parent"],
             registry=r,
         )
+        self.tenant_history_usage_share = Gauge(
+            "fairshare_tenant_history_usage_share",
+            "usageHistory: the tenant's decayed dominant usage share of the cluster "
+            "(0..1; its subtree's in a tree of tenants).",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_history_weighted_share = Gauge(
+            "fairshare_tenant_history_weighted_share",
+            "usageHistory: the tenant's weight over its demanding siblings' (times its "
+            "parent's in a tree; 0..1, 0 without demand).",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_history_weight_factor = Gauge(
+            "fairshare_tenant_history_weight_factor",
+            "usageHistory: what the tenant's weight is multiplied by (1 unchanged, down to "
+            "minWeightFactor for a tenant that used more than its weighted share).",
+            ["tenant"],
+            registry=r,
+        )
         self.cluster_gpu_allocation = Gauge(
             "fairshare_cluster_gpu_allocation_ratio",
             "Allocated GPUs over allocatable GPUs in the cluster (0..1).",
@@ -381,6 +402,21 @@ class Metrics:
         self._tenants.add(tenant)
         self.tenant_gangs_waiting.labels(tenant).set(waiting)
         self.tenant_gang_held_gpus.labels(tenant).set(held_gpus)
+
+    def set_usage_history(self, tenants: Mapping[str, tuple[float, float, float]]) -> None:
+        """Replace the ``fairshare_tenant_history_*`` series: per tenant its decayed usage
+        share, weighted share and weight factor. An empty mapping drops them all (history
+        off, or a replica that no longer leads)."""
+        gauges = (
+            self.tenant_history_usage_share,
+            self.tenant_history_weighted_share,
+            self.tenant_history_weight_factor,
+        )
+        for gauge in gauges:
+            gauge.clear()
+        for tenant, values in sorted(tenants.items()):
+            for gauge, value in zip(gauges, values, strict=True):
+                gauge.labels(tenant).set(value)
 
     def retain_tenants(self, tenants: Iterable[str]) -> None:
         """Drop the gauge series of every tenant not in ``tenants`` (after a config reload).

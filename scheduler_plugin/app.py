@@ -703,6 +703,7 @@ async def serve(
                 tracker=deps.tracker,
                 synced=rt.source.ready,
                 is_leader=lambda: deps.leading(),
+                metrics=deps.metrics,
             )
             deps.background.append(keeper.background())
     app = make_app(deps, client_cert=client_ca is not None)

@@ -32,8 +32,14 @@ every round; another replica takes over only when ``renewTime + leaseDurationSec
 has passed. One holder at a time; a replica that loses the lease stops evicting at once
 (it checks before every round).
 
+Usage history (``usageHistory`` on, with ``--configmap``): before every round the
+controller reads the history the extender's leader recorded (``usagehistory.RecordedHistory``)
+and plans with the weights it adjusts, as the extender's gate decides with them, so
+reclaim does not take back what the gate gives (or the reverse).
+
 Clocks: ``time.monotonic`` for the cool-down, rate limit and restore timer (the
-planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps.
+planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps
+and to decay the recorded usage history.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from scheduler_plugin.leader import (
     parse_time,
 )
 from scheduler_plugin.tracking import ExtenderTracker
+from scheduler_plugin.usagehistory import RecordedHistory, read_recorded
 
 if TYPE_CHECKING:  # the controller itself runs without aiohttp; only ``serve`` needs it
     import serving
@@ -141,6 +148,11 @@ class Reclaimer:
     explained: set[tuple[str, str]] = field(default_factory=set)
     restored: deque[tuple[str, float]] = field(default_factory=lambda: deque(maxlen=100))
     """The latest (tenant, seconds) restores, for logs and tests (the metric has them all)."""
+    history: RecordedHistory | None = None
+    """The extender's recorded usage history, read before every round (None: weights as
+    written)."""
+    wall_clock: Callable[[], float] = time.time
+    """Unix time, to decay the recorded history to the moment of the plan."""
 
     def _budget(self, now: float) -> int:
         while self.recent and now - self.recent[0] >= WINDOW:
@@ -173,9 +185,12 @@ class Reclaimer:
             for uid, p in pods.items()
             if uid in state.pods and (key := gangs.group_of(p)) is not None
         }
+        config = self.config()
+        if self.history is not None:
+            config = self.history.config(config, self.tracker, self.wall_clock())
         return reclaim.plan_reclaim(
             state,
-            config=self.config(),
+            config=config,
             pending=self.tracker.pending_queue(),
             now=now,
             last_evictions=self.last_evictions,
@@ -191,6 +206,8 @@ class Reclaimer:
     async def tick(self) -> reclaim.ReclaimPlan:
         """Plan, evict, explain; replan at once (up to 10 times) after a PDB refusal."""
         plan = reclaim.ReclaimPlan()
+        if self.history is not None:
+            await self.history.refresh()
         for _ in range(REPLANS):
             now = self.clock()
             plan = self.plan(now)
@@ -491,6 +508,9 @@ async def serve(
         max_per_minute=max_per_minute,
         grace_period=grace_period,
     )
+    if opts.configmap is not None:
+        config_ns = runtime.parse_ref(opts.configmap)[0]
+        reclaimer.history = RecordedHistory(lambda: read_recorded(api.core, config_ns))
 
     async def metrics_handler(request: web.Request) -> web.Response:
         body, ctype = metrics_mod.render(registry, request.headers.get("Accept"))

@@ -19,7 +19,17 @@ With it, while this replica leads:
   first; the time since the last write decays it, with no usage added (what ran then is
   not known), which keeps every tenant's share of it as it was.
 
-RBAC: the extender may create ConfigMaps and update only this one (by name).
+While it leads it also sets the per-tenant gauges ``fairshare_tenant_history_*`` (U, W
+and the factor, as ``/status.json`` shows them) on the extender's ``/metrics``, and
+drops them when it stops leading or the block goes away.
+
+``RecordedHistory`` is the other side, for a process that decides with the same
+weights without keeping the history itself (the reclaimer): it reads what the leader
+last wrote, as a new leader reads it back, and judges it with
+``history.judge_recorded``, as ``fairshare status`` does.
+
+RBAC: the extender may create ConfigMaps and update only this one (by name); the
+reclaimer may read it.
 """
 
 from __future__ import annotations
@@ -30,11 +40,11 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
-import serving
 from fairshare import gating, history
+from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
 from scheduler_plugin.leader import call_raw, write_configmap
@@ -162,16 +172,20 @@ class UsageHistoryKeeper:
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
+        metrics: metrics_mod.Metrics | None = None,
     ) -> None:
         from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.feed, self.tracker = namespace, feed, tracker
         self.synced, self.is_leader, self.clock = synced, is_leader, clock
+        self.metrics = metrics
         self._loaded = False
         self._written_at = -float("inf")
 
     def background(self) -> Callable[[Any], AsyncIterator[None]]:
+        import serving
+
         return serving.background_task(self.run, "usage-history")
 
     async def run(self) -> None:
@@ -188,33 +202,30 @@ class UsageHistoryKeeper:
         if not self.is_leader() or self.feed.raw().usage_history is None:
             self._loaded = False
             self.feed.forget()
+            self._publish()
             return
         if not self._loaded:
             self.feed.load(await self.read(), self.clock())
             self._loaded = True
             self._written_at = -float("inf")
         self.feed.step(self.clock(), self.tracker)
+        self._publish()
         if time.monotonic() - self._written_at >= PERSIST_EVERY:
             await self.write()
             self._written_at = time.monotonic()
 
+    def _publish(self) -> None:
+        """The gauges: the tenants the feed judged (none once it forgot its history)."""
+        if self.metrics is not None:
+            self.metrics.set_usage_history(
+                {
+                    n: (a.usage_share, a.weighted_share, a.factor)
+                    for n, a in self.feed.assessed.items()
+                }
+            )
+
     async def read(self) -> dict[str, Any] | None:
-        status, current = await call_raw(
-            self.core.read_namespaced_config_map(CONFIGMAP, self.namespace, _preload_content=False)
-        )
-        if status == 404:
-            return None
-        if not 200 <= status < 300:
-            raise FairshareError(f"reading ConfigMap {self.namespace}/{CONFIGMAP}: HTTP {status}")
-        text = (current.get("data") or {}).get(DATA_KEY)
-        if not text:
-            return None
-        with contextlib.suppress(ValueError):
-            data = json.loads(text)
-            if isinstance(data, dict):
-                return data
-        log.warning("ConfigMap %s/%s: unreadable, starting afresh", self.namespace, CONFIGMAP)
-        return None
+        return await read_recorded(self.core, self.namespace)
 
     async def write(self) -> None:
         h = self.feed.history
@@ -222,3 +233,57 @@ class UsageHistoryKeeper:
             return
         body = history_body(self.namespace, h.to_dict())
         await write_configmap(self.core, body, key=DATA_KEY)
+
+
+async def read_recorded(core: Any, namespace: str) -> dict[str, Any] | None:
+    """The history recorded in ``namespace``'s ConfigMap (``History.to_dict``'s form), None
+    when there is none or it cannot be parsed (a new leader then starts afresh); an error
+    for any other answer of the API. ``core``: a CoreV1Api."""
+    status, current = await call_raw(
+        core.read_namespaced_config_map(CONFIGMAP, namespace, _preload_content=False)
+    )
+    if status == 404:
+        return None
+    if not 200 <= status < 300:
+        raise FairshareError(f"reading ConfigMap {namespace}/{CONFIGMAP}: HTTP {status}")
+    text = (current.get("data") or {}).get(DATA_KEY)
+    if not text:
+        return None
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict):
+            return data
+    log.warning("ConfigMap %s/%s: unreadable, starting afresh", namespace, CONFIGMAP)
+    return None
+
+
+class RecordedHistory:
+    """The history the extender's leader last recorded, for a process that must decide
+    with the weights the extender's gate decides with (the reclaimer).
+
+    ``refresh`` reads the ConfigMap again (``read``: ``read_recorded`` in ``serve``, a fake
+    in tests); a failed read keeps the last one read, with a warning. ``config`` is the
+    config in force with the weights adjusted by ``history.judge_recorded``: the recorded
+    history decayed to ``now`` with no usage added, the tenants' demand (bound + pending)
+    from the tracker, factors rounded to 1 % as the extender rounds them. Without the
+    ``usageHistory`` block, or before anything was recorded, the config in force itself.
+    """
+
+    def __init__(self, read: Callable[[], Awaitable[dict[str, Any] | None]]) -> None:
+        self.read = read
+        self.data: dict[str, Any] | None = None
+
+    async def refresh(self) -> None:
+        try:
+            self.data = await self.read()
+        except Exception as exc:  # the next round reads again
+            log.warning("usage history: %s (kept the last one read)", exc)
+
+    def config(
+        self, config: FairShareConfig, tracker: ExtenderTracker, now: float
+    ) -> FairShareConfig:
+        if config.usage_history is None or self.data is None:
+            return config
+        demand = gating.demand_rows(tracker.state, tracker.pending_queue())
+        adjusted, _ = history.judge_recorded(config, self.data, now=now, demand=demand)
+        return adjusted

@@ -188,3 +188,37 @@ async def test_an_unreadable_record_starts_afresh():
     await _keeper(tr, feed, core, clock, [True]).once()
     assert feed.history is not None and feed.history.at == clock.now
     assert core.writes == 7  # replaced with a readable one
+
+
+async def test_the_leader_exports_the_history_per_tenant_and_drops_it_when_it_stops():
+    from prometheus_client import CollectorRegistry
+
+    from fairshare import metrics as metrics_mod
+
+    config = _config(history=True)
+    core, clock, leader = _FakeCore(), _Clock(), [True]
+    tr, feed = _tracker(config)
+    keeper = _keeper(tr, feed, core, clock, leader)
+    keeper.metrics = metrics_mod.Metrics(CollectorRegistry())
+
+    def sample(name: str, tenant: str) -> float | None:
+        value = keeper.metrics.registry.get_sample_value(  # type: ignore[union-attr]
+            f"fairshare_tenant_history_{name}", {"tenant": tenant}
+        )
+        return None if value is None else float(value)
+
+    await keeper.once()
+    clock.now += HOUR  # a held all 4 GPUs for an hour while b waited
+    await keeper.once()
+    assert sample("usage_share", "a") == pytest.approx(1.0)
+    assert sample("weighted_share", "a") == pytest.approx(0.5)
+    assert sample("weight_factor", "a") == pytest.approx(0.5)
+    assert sample("usage_share", "b") == 0.0
+    assert sample("weighted_share", "b") == pytest.approx(0.5)
+    assert sample("weight_factor", "b") == 1.0
+    # The same figures as /status.json (rounded there to 4 places).
+    shown = feed.status()["tenants"]["a"]
+    assert shown["weightFactor"] == pytest.approx(sample("weight_factor", "a"), abs=1e-4)
+    leader[0] = False
+    await keeper.once()
+    assert sample("usage_share", "a") is None and sample("weight_factor", "b") is None
