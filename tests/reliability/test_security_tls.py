@@ -389,4 +389,5 @@ def test_cli_passes_client_ca_to_the_server(command, module, monkeypatch, pki):
     ]
     assert cli.main(argv) == 0
     assert seen["client_ca"] == str(pki.client_ca)
-    assert seen["tls_cert"] == str(pki.server_cert)
+    # The serving certificate travels in the one options object (serving.ServerOptions).
+    assert seen["options"].tls_cert == str(pki.server_cert)
