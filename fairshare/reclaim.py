@@ -45,7 +45,14 @@ and a victim's tenant never becomes a beneficiary through our evictions. On top 
 that, ``cooldown`` blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds
 of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
 
-One file of about 800 lines on purpose: the planner, its ledger and the per-node victim
+The hold: the room a plan makes for a pod (``ReclaimPlan.room``) is kept for it
+(``RoomHold``, ``holds_made``). The reclaimer writes it on the pod as annotations
+(``hold_annotations``); the extender reads them back (``hold_of``, ``holds_in_force``)
+and its filter keeps other tenants' pods off that room (``held_off``) until the pod
+binds or is deleted or the hold lapses (``HOLD_TIMEOUT``). The property test's simulator
+calls the same functions.
+
+One file of about 900 lines on purpose: the planner, its ledger and the per-node victim
 search are one algorithm that keeps the invariants above together; split, each part would
 hold only half of what makes it correct.
 """
@@ -53,7 +60,8 @@ hold only half of what makes it correct.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -820,3 +828,126 @@ def _victims_on(
         if _fits(sim, req):
             chosen = rest
     return chosen, cooled
+
+
+# -- the hold on the room made ----------------------------------------------------------
+
+ANN_HELD_NODE: Final = "fairshare.io/reclaim-node"
+"""Annotation on a beneficiary: the node reclaim freed room on for it."""
+ANN_HELD_UNTIL: Final = "fairshare.io/reclaim-until"
+"""Annotation on a beneficiary: when its hold lapses (Unix seconds, wall clock)."""
+HOLD_TIMEOUT: Final = 120.0
+"""Seconds a hold lasts when its beneficiary neither binds nor goes: long enough for the
+victims' termination (30 s by default) and kube-scheduler's retry of the beneficiary
+(a victim's deletion requeues it; its backoff is at most 10 s by default), short enough
+that room is not kept for a pod that cannot use it."""
+
+
+@dataclass(frozen=True)
+class RoomHold:
+    """Room reclaim made on ``node`` for the pending pod ``req``, until ``until``."""
+
+    req: PodRequest
+    node: str
+    until: float
+
+
+def hold_annotations(node: str, until: float) -> dict[str, str]:
+    """The annotations that carry a hold on ``node`` until ``until`` to the extender."""
+    return {ANN_HELD_NODE: node, ANN_HELD_UNTIL: f"{until:.3f}"}
+
+
+def hold_of(req: PodRequest, annotations: Mapping[str, object] | None) -> RoomHold | None:
+    """The hold a pending pod's annotations carry (None: none, or unreadable)."""
+    if not annotations:
+        return None
+    node, until = annotations.get(ANN_HELD_NODE), annotations.get(ANN_HELD_UNTIL)
+    if not isinstance(node, str) or not node or not isinstance(until, str):
+        return None
+    try:
+        at = float(until)
+    except ValueError:
+        return None
+    return RoomHold(req, node, at) if math.isfinite(at) else None
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def holds_in_force(
+    uids: Iterable[str],
+    pending: Mapping[str, PodRequest],
+    annotations: Callable[[str], Mapping[str, object] | None],
+    *,
+    now: float,
+) -> list[RoomHold]:
+    """The holds of the pods ``uids`` that are in force at ``now``: each still pending
+    (in ``pending``), its annotations (``annotations(uid)``) carrying a hold that has not
+    lapsed. A pod bound or deleted is no longer pending, so its hold is over."""
+    out: list[RoomHold] = []
+    for uid in uids:
+        req = pending.get(uid)
+        hold = hold_of(req, annotations(uid)) if req is not None else None
+        if hold is not None and now < hold.until:
+            out.append(hold)
+    return out
+
+
+def holds_made(
+    plan: ReclaimPlan, pending: Sequence[PodRequest], *, until: float
+) -> tuple[RoomHold, ...]:
+    """A hold for every pod the plan made room for (``plan.room``), lasting ``until``."""
+    rooms = plan.room or {}
+    return tuple(RoomHold(p, rooms[p.uid], until) for p in pending if p.uid in rooms)
+
+
+def held_off(
+    state: ClusterState,
+    holds: Sequence[RoomHold],
+    req: PodRequest,
+    rows: Sequence[int],
+    *,
+    now: float | None = None,
+) -> dict[int, str]:
+    """Rows of ``rows`` (nodes ``req`` fits now) that holds keep ``req`` off, with the
+    reason.
+
+    A hold counts while it has not lapsed (``now < until``; ``now`` None: the caller
+    passes only holds in force) and its pod is still pending (not bound in ``state``);
+    it binds only pods of other tenants. As kube-scheduler
+    does for a pod nominated on a node, its pod is counted as running there (its devices
+    too when it fits; else, its victims still leaving, its request is taken from the free
+    vector down to zero at most), and ``req`` must still fit beside it.
+    """
+    by_node: dict[str, list[RoomHold]] = {}
+    for h in holds:
+        if (
+            (now is None or now < h.until)
+            and h.req.uid != req.uid
+            and h.req.tenant != req.tenant
+            and h.req.uid not in state.pods
+        ):
+            by_node.setdefault(h.node, []).append(h)
+    out: dict[int, str] = {}
+    if not by_node:
+        return out
+    for i in rows:
+        mine = by_node.get(state.nodes[i].name)
+        if not mine:
+            continue
+        sim = _node_copy(state, i)
+        for h in mine:
+            if _fits(sim, h.req):
+                _reserve(sim, h.req)
+            else:
+                for k, v in enumerate(h.req.row):
+                    sim.free[k] = max(sim.free[k] - v, 0.0)
+        if not _fits(sim, req):
+            h = mine[0]
+            out[i] = (
+                f"room on {h.node} is held by reclaim for pod {h.req.namespace}/"
+                f"{h.req.name} (tenant {h.req.tenant}) until it binds, is deleted or "
+                f"the hold lapses at {_utc(h.until)}"
+            )
+    return out

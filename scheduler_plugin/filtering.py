@@ -16,6 +16,10 @@ Design choices:
   now. The gate runs only when some node fits (a pod that fits nowhere waits anyway);
   when it holds the pod back every fitting node fails with the gate's reason, in
   ``FailedNodes``, which kube-scheduler shows in the pod's FailedScheduling event.
+* Room reclaim made for a pending pod (``reclaim.RoomHold``, from the pod's
+  annotations) is kept for it: another tenant's pod that would take it fails there in
+  ``FailedNodes`` with the hold as reason, until the pod binds or goes or the hold
+  lapses.
 * A candidate the state does not know (informer lag) fails in ``FailedNodes`` with a
   reason saying so: retrying later can succeed.
 """
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
 
-from fairshare import fairness, gating
+from fairshare import fairness, gating, reclaim
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
 from fairshare.state.cluster import ClusterState
@@ -69,17 +73,36 @@ def filter_pod(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
     groups: gating.GroupFits | None = None,
+    holds: Sequence[reclaim.RoomHold] = (),
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
-    (``groups``: how waiting pod groups count there, ``fairshare.gangwait``)."""
-    fast = _filter_rows(
+    (``groups``: how waiting pod groups count there, ``fairshare.gangwait``) and the
+    reclaim ``holds`` in force (``reclaim.held_off``: room reclaim made for another
+    tenant's pod fails in ``FailedNodes`` with the hold as reason)."""
+    out = _filter_rows(
         state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
     )
-    if fast is not None:
-        return fast
-    return _filter_names(
-        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
-    )
+    if out is None:
+        out = _filter_names(
+            state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
+        )
+    if holds and out.passing:
+        return _keep_off_held_room(state, req, out, holds)
+    return out
+
+
+def _keep_off_held_room(
+    state: ClusterState, req: PodRequest, out: FilterOutcome, holds: Sequence[reclaim.RoomHold]
+) -> FilterOutcome:
+    """``out`` less the passing nodes the holds keep ``req`` off (failed with the reason)."""
+    rows = [state.node_index[n] for n in dict.fromkeys(out.passing) if n in state.node_index]
+    off = reclaim.held_off(state, holds, req, rows)
+    if not off:
+        return out
+    held = {state.nodes[i].name: reason for i, reason in off.items()}
+    passing = tuple(n for n in out.passing if n not in held)
+    milli = {n: out.gpu_milli[n] for n in passing}
+    return FilterOutcome(passing, {**out.failed, **held}, out.unresolvable, out.gate, milli)
 
 
 def _filter_names(

@@ -79,6 +79,8 @@ IN_FLIGHT_TIMEOUT: Final = 300.0
 """Seconds an evicted pod still counts as leaving if it has not gone by then."""
 REASON_BLOCKED: Final = "ReclaimBlocked"
 REPLANS: Final = 10
+HOLD_RENEW: Final = reclaim.HOLD_TIMEOUT / 2
+"""Seconds left on a hold below which the next round writes it again (room still kept)."""
 """Plans per round at most: each PodDisruptionBudget refusal replans at once."""
 WINDOW: Final = 60.0
 KINDS: Final = (
@@ -116,6 +118,10 @@ class ClusterApi(Protocol):
     async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool: ...
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into the pod's (the reclaim hold, ``reclaim.hold_annotations``)."""
+        ...
 
 
 _parse_time = parse_time  # the pure time parsing, as the tests have long called it
@@ -213,15 +219,40 @@ class Reclaimer:
             plan = self.plan(now)
             self._track_deficits(plan, now)
             blocked = False
+            refused: set[str] = set()
             for batch in _decisions(plan.evictions):
                 if len(batch) == 1 and not batch[0].group:
-                    blocked |= not await self._evict(batch[0], now)
+                    done = await self._evict(batch[0], now)
                 else:
-                    blocked |= not await self._evict_group(batch, now)
+                    done = await self._evict_group(batch, now)
+                if not done:
+                    blocked = True
+                    refused.add(batch[0].beneficiary_uid)
+            await self._hold_room(plan, refused)
             if not blocked:
                 break
         await self._explain_waiting(plan)
         return plan
+
+    async def _hold_room(self, plan: reclaim.ReclaimPlan, refused: set[str]) -> None:
+        """Annotate each pod the plan made room for with its hold (``reclaim.RoomHold``),
+        which the extender's filter reads, so no other tenant's pod takes that room; an
+        annotation already there for the same node is renewed only in its second half."""
+        wall = self.wall_clock()
+        for uid, node in sorted((plan.room or {}).items()):
+            pod, req = self.tracker.pods.get(uid), self.tracker.pending.get(uid)
+            if pod is None or req is None or uid in refused:
+                continue
+            meta = pod.get("metadata") or {}
+            held = reclaim.hold_of(req, meta.get("annotations"))
+            if held is not None and held.node == node and held.until - wall > HOLD_RENEW:
+                continue
+            ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+            ann = reclaim.hold_annotations(node, wall + reclaim.HOLD_TIMEOUT)
+            try:
+                await self.api.annotate_pod(ns, name, ann)
+            except Exception as exc:  # a hold not written costs churn, not correctness
+                log.warning("could not hold %s for %s/%s: %s", node, ns, name, exc)
 
     def _track_deficits(self, plan: reclaim.ReclaimPlan, now: float) -> None:
         for tenant in plan.deficits:
@@ -394,6 +425,17 @@ class KubeApi(KubeLeaseApi):
         if status == 404:
             return EvictResult("evicted", "already gone")
         return EvictResult("failed", f"HTTP {status}: {message}")
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        status, data = await call_raw(
+            self.core.patch_namespaced_pod(
+                name, namespace, body,
+                _content_type="application/merge-patch+json", _preload_content=False,
+            )
+        )  # fmt: skip
+        if not 200 <= status < 300:
+            raise RuntimeError(f"HTTP {status}: {data.get('message', '')}")
 
     async def record_event(
         self, pod: Mapping[str, Any], *, reason: str, message: str, warning: bool = False

@@ -1,7 +1,7 @@
 """The extender's live view of the cluster, fed by a state source (list + watch events).
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
+Pure: no network; its one clock, ``clock`` (injectable), is read only to tell a lapsed
+reclaim hold. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
 
 ``ExtenderTracker`` is a sink (``on_resync`` / ``on_event`` with API-JSON dicts) that
 keeps:
@@ -48,13 +48,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from fairshare import dra, eligibility, fairness, gangs, gangwait, gating, resources, tenancy
+from fairshare import (
+    dra,
+    eligibility,
+    fairness,
+    gangs,
+    gangwait,
+    gating,
+    reclaim,
+    resources,
+    tenancy,
+)
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -178,6 +189,10 @@ class ExtenderTracker:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
     pending: dict[str, PodRequest] = field(default_factory=dict)
+    held_room: set[str] = field(default_factory=set)
+    """Pods whose annotations carry a reclaim hold (``reclaim.ANN_HELD_NODE``)."""
+    clock: Callable[[], float] = time.time
+    """Unix time, to tell a lapsed reclaim hold (the reclaimer writes wall time)."""
     gated: set[str] = field(default_factory=set)
     """Pending pods whose last filter the fair-share gate refused (``note_filter``)."""
     preempted: OrderedDict[str, dict[str, tuple[str, ...]]] = field(default_factory=OrderedDict)
@@ -377,6 +392,7 @@ class ExtenderTracker:
             if held.node in new.node_index:
                 _rebind(new, held, cut(held.row))
         fresh.pods = dict(self.pods)
+        fresh.held_room = set(self.held_room)
         fresh._group_of = dict(self._group_of)
         fresh.pending = {
             uid: dataclasses.replace(req, row=cut(req.row)) for uid, req in self.pending.items()
@@ -824,6 +840,7 @@ class ExtenderTracker:
         had_claims = uid in self.claim_pods
         keys = self._set_claim_pod(uid, None) if had_claims else set()
         self.pods.pop(uid, None)
+        self.held_room.discard(uid)
         self._note_group(uid, None)
         self._read.pop(uid, None)
         self.gated.discard(uid)
@@ -880,6 +897,10 @@ class ExtenderTracker:
         self._note_group(uid, slim)
         self._judge_verdict(uid, slim)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
+        if reclaim.ANN_HELD_NODE in _annotations(slim):
+            self.held_room.add(uid)
+        else:
+            self.held_room.discard(uid)
         inputs = _inputs(slim, tenant)
         held = self._read.get(uid)
         unchanged = held is not None and held[0] is config and held[1] == inputs
@@ -1076,9 +1097,23 @@ class ExtenderTracker:
             self.mix,  # both kept by the tracker until what they are built from changes
             self.context,
             (lambda: fits(config)) if fits is not None else (lambda: None),
+            self.room_holds,
         )
         self._view = (state, config, counts, fits, view)
         return view
+
+    def room_holds(self) -> list[reclaim.RoomHold]:
+        """The reclaim holds in force now (``reclaim.holds_in_force``): of pods still
+        pending, not lapsed. Asked at each filter, as a hold lapses with time alone."""
+        if not self.held_room:
+            return []
+        pods = self.pods
+        return reclaim.holds_in_force(
+            sorted(self.held_room),
+            self.pending,
+            lambda uid: _annotations(pods.get(uid) or {}),
+            now=self.clock(),
+        )
 
     def take_pending(self, uid: str) -> None:
         """The adapter accounted pod ``uid`` (assumed before its Binding): not pending."""

@@ -32,7 +32,7 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from fairshare import fairness, gangs, gating, resources, tenancy
+from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -87,6 +87,10 @@ def _nothing() -> None:
     return None
 
 
+def _no_holds() -> Sequence[reclaim.RoomHold]:
+    return ()
+
+
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -136,6 +140,8 @@ class ExtenderView(NamedTuple):
     mix: Callable[[], WorkloadMix | None] = _nothing
     context: Callable[[], ScoreContext | None] = _nothing
     groups: Callable[[], gating.GroupFits | None] = _nothing
+    holds: Callable[[], Sequence[reclaim.RoomHold]] = _no_holds
+    """The reclaim holds in force when asked (the tracker leaves lapsed ones out)."""
 
     @classmethod
     def of(
@@ -150,6 +156,7 @@ class ExtenderView(NamedTuple):
         mix: WorkloadMix | None = None,
         context: ScoreContext | None = None,
         groups: gating.GroupFits | None = None,
+        holds: Sequence[reclaim.RoomHold] = (),
     ) -> ExtenderView:
         """A view of fixed parts (a state file, a test): ``pending`` as a queue (the first
         of a uid listed twice counts)."""
@@ -166,6 +173,7 @@ class ExtenderView(NamedTuple):
             lambda: mix,
             lambda: context,
             lambda: groups,
+            lambda: holds,
         )
 
     def queue(self) -> list[PodRequest]:
@@ -201,7 +209,8 @@ def filter_answer(
     """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
     The gate judges the pod against ``view.pending``, with the view's fair allocation
-    (computed over the pending pods when the view has none) and its pod groups.
+    (computed over the pending pods when the view has none) and its pod groups; the
+    view's reclaim holds keep other tenants' pods off room made for a pending pod.
 
     ``pick`` (``--pick-in-filter``): when more than one node passes, keep only the one
     prioritize would score highest (with the view's mix and score context); the other
@@ -225,6 +234,7 @@ def filter_answer(
         pending=view.queue(),
         fair=view.fair(),
         groups=view.groups(),
+        holds=view.holds(),
     )
     passing: Sequence[str] = out.passing
     picked = pick and len(passing) > 1

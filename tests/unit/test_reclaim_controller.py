@@ -36,6 +36,7 @@ class FakeApi:
         self.lease: dict[str, Any] | None = None
         self.rv = 0
         self.conflict = False
+        self.annotated: list[tuple[str, dict[str, str]]] = []
 
     async def evict(self, namespace: str, name: str, grace: int | None) -> rec.EvictResult:
         if name in self.refuse:
@@ -50,6 +51,9 @@ class FakeApi:
 
     async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.lease
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.annotated.append((f"{namespace}/{name}", dict(annotations)))
 
     async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool:
         if self.conflict or (create and self.lease is not None):
@@ -110,6 +114,28 @@ async def test_evicts_youngest_and_records_events_on_both_pods():
     # Next round: a3 is still terminating; nothing more is evicted for b0.
     await r.tick()
     assert api.evicted == ["a/a3"]
+
+
+async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
+    api = FakeApi()
+    r, _ = world(api, wall_clock=lambda: 5000.0)
+    want(r, "b0")
+    await r.tick()
+    until = 5000.0 + reclaim.HOLD_TIMEOUT
+    assert api.annotated == [("b/b0", reclaim.hold_annotations("n2", until))]
+    # The watch brings the annotation back: the next round leaves the hold as it is.
+    held = pod("b0", ns="b", gpu=1)
+    held["metadata"]["annotations"] = reclaim.hold_annotations("n2", until)
+    r.tracker.on_event("Pod", "MODIFIED", held)
+    await r.tick()
+    assert len(api.annotated) == 1
+    # In the hold's second half, the round writes it again (the room is still kept).
+    r.wall_clock = lambda: until - rec.HOLD_RENEW + 1
+    await r.tick()
+    assert [node for _, ann in api.annotated for node in [ann[reclaim.ANN_HELD_NODE]]] == [
+        "n2",
+        "n2",
+    ]
 
 
 async def test_pdb_refusal_picks_another_victim_and_explains():

@@ -1,0 +1,167 @@
+"""The hold on room reclaim made: made from a plan, carried by annotations, honoured for
+other tenants' pods, and over once its pod binds or goes or the hold lapses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairshare import reclaim
+from scheduler_plugin import verbs, wire
+from scheduler_plugin.tracking import ExtenderTracker
+from tests.builders import make_pod
+from tests.unit.test_reclaim import World, config, full_world, gpus
+from tests.unit.test_state_objects import node
+
+
+def _made() -> tuple[World, reclaim.RoomHold]:
+    # A holds all 4 GPUs; B (guaranteed 2) wants one: a3 on n2 is evicted for b0.
+    w = full_world()
+    w.want("b", "b0")
+    plan = w.plan()
+    (hold,) = reclaim.holds_made(plan, w.pending, until=100.0 + reclaim.HOLD_TIMEOUT)
+    assert (hold.req.uid, hold.node, hold.until) == ("uid-b0", "n2", 220.0)
+    w.state.unbind("uid-a3")  # the victim is gone: one GPU free on n2
+    return w, hold
+
+
+def _row(w: World, name: str) -> int:
+    return w.state.node_index[name]
+
+
+def test_a_hold_is_made_for_each_pod_the_plan_made_room_for():
+    w, hold = _made()
+    assert hold.req.tenant == "b"
+    assert reclaim.holds_made(reclaim.ReclaimPlan(), w.pending, until=1.0) == ()
+
+
+def test_annotations_carry_the_hold_to_the_extender():
+    _w, hold = _made()
+    ann = reclaim.hold_annotations(hold.node, hold.until)
+    assert ann == {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "220.000"}
+    assert reclaim.hold_of(hold.req, ann) == hold
+    assert reclaim.hold_of(hold.req, None) is None
+    assert reclaim.hold_of(hold.req, {reclaim.ANN_HELD_NODE: "n2"}) is None
+    bad = {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "soon"}
+    assert reclaim.hold_of(hold.req, bad) is None
+    inf = {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "inf"}
+    assert reclaim.hold_of(hold.req, inf) is None
+
+
+def test_another_tenants_pod_is_kept_off_the_held_room():
+    w, hold = _made()
+    w.want("a", "a9")  # a's pod (the victim, recreated) would take b0's place
+    other = w.pending[-1]
+    n2 = _row(w, "n2")
+    off = reclaim.held_off(w.state, [hold], other, [n2], now=150.0)
+    assert list(off) == [n2]
+    assert "held by reclaim for pod b/b0 (tenant b)" in off[n2]
+    assert "1970-01-01T00:03:40Z" in off[n2]  # when it lapses (220 s)
+
+
+def test_the_beneficiary_and_its_own_tenant_are_not_kept_off():
+    w, hold = _made()
+    n2 = _row(w, "n2")
+    assert reclaim.held_off(w.state, [hold], hold.req, [n2], now=150.0) == {}
+    w.want("b", "b1")
+    assert reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
+
+
+def test_room_beyond_the_hold_stays_open():
+    # Two GPUs free on n2, the held pod needs one: another tenant's one-GPU pod fits beside.
+    cfg = config({"name": "a"}, {"name": "b", "guaranteed": gpus(2)}, {"name": "c"})
+    w = World(cfg, ("n2", 2))
+    w.want("b", "b0")
+    w.want("c", "c0")
+    hold = reclaim.RoomHold(w.pending[0], "n2", 220.0)
+    assert reclaim.held_off(w.state, [hold], w.pending[1], [0], now=150.0) == {}
+    w.want("c", "c1", gpu=2)  # two GPUs would leave b0 none
+    assert list(reclaim.held_off(w.state, [hold], w.pending[2], [0], now=150.0)) == [0]
+
+
+def test_the_hold_is_kept_while_the_victims_are_still_leaving():
+    # The victim is still bound: the held pod's request is counted anyway, so another
+    # tenant's pod cannot take the GPU as soon as it is freed.
+    w = full_world()
+    w.want("b", "b0")
+    plan = w.plan()
+    (hold,) = reclaim.holds_made(plan, w.pending, until=220.0)
+    n2 = _row(w, "n2")  # a3 still bound there (terminating)
+    w.want("a", "a9", gpu=0)  # a CPU-only pod still fits beside it
+    assert reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
+    w.state.unbind("uid-a3")  # gone: its GPU is b0's, not a one-GPU pod of a's
+    w.want("a", "a10")
+    assert list(reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0)) == [n2]
+
+
+def test_a_hold_ends_when_its_pod_binds_is_deleted_or_lapses():
+    w, hold = _made()
+    w.want("a", "a9")
+    other, n2 = w.pending[-1], _row(w, "n2")
+    # lapsed
+    assert reclaim.held_off(w.state, [hold], other, [n2], now=220.0) == {}
+    # deleted: the extender finds no pending pod, so no hold (``hold_of`` is never asked)
+    assert reclaim.held_off(w.state, [], other, [n2], now=150.0) == {}
+    # bound (to the room made for it, or anywhere): the hold is over
+    w.run("b", "b0", "n2")
+    assert reclaim.held_off(w.state, [hold], other, [n2], now=150.0) == {}
+
+
+# -- the extender: the hold reaches the filter through the pod's annotations --------------
+
+EXT_CONFIG = config({"name": "a"}, {"name": "b", "guaranteed": gpus(1)})
+
+
+def _pending(ns: str, i: int, **ann: str) -> dict[str, Any]:
+    obj = make_pod(f"{ns}{i}").ns(ns).req(gpu=1, cpu="1").obj()
+    obj["metadata"]["uid"] = f"{ns}{i}"
+    if ann:
+        obj["metadata"]["annotations"] = dict(ann)
+    obj["status"] = {"phase": "Pending"}
+    return obj
+
+
+def _tracker(now: float) -> ExtenderTracker:
+    t = ExtenderTracker(lambda: EXT_CONFIG)
+    t.clock = lambda: now
+    t.on_resync("Node", [node("n1", gpus=1), node("n2", gpus=1)])
+    t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
+    held = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    t.on_resync("Pod", [held, _pending("a", 0)])
+    return t
+
+
+def _filter(t: ExtenderTracker, uid: str) -> wire.ExtenderFilterResult:
+    args = wire.ExtenderArgs(pod=t.pods[uid], nodes=None, node_names=("n1", "n2"))
+    return verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result
+
+
+def test_the_extender_filter_keeps_another_tenants_pod_off_held_room():
+    t = _tracker(now=150.0)
+    (hold,) = t.room_holds()
+    assert (hold.req.uid, hold.node, hold.until) == ("b0", "n1", 200.0)
+    out = _filter(t, "a0")
+    assert out.node_names == ("n2",)
+    assert out.failed_nodes["n1"].startswith("room on n1 is held by reclaim for pod b/b0")
+    assert _filter(t, "b0").node_names == ("n1", "n2")  # its own pod is not kept off
+
+
+def test_the_extender_hold_ends_when_its_pod_binds():
+    t = _tracker(now=150.0)
+    bound = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"] = {"phase": "Running"}
+    t.on_event("Pod", "MODIFIED", bound)
+    assert t.room_holds() == []
+
+
+def test_the_extender_hold_ends_when_its_pod_is_deleted():
+    t = _tracker(now=150.0)
+    t.on_event("Pod", "DELETED", _pending("b", 0))
+    assert t.room_holds() == []
+    assert _filter(t, "a0").node_names == ("n1", "n2")
+
+
+def test_the_extender_hold_ends_when_it_lapses():
+    t = _tracker(now=200.0)
+    assert t.room_holds() == []
+    assert _filter(t, "a0").node_names == ("n1", "n2")
