@@ -4,6 +4,10 @@ allocation kube-scheduler's DynamicResources makes.
 Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
 prometheus_client.
 
+One module (about 650 lines) because its three parts are one model: the slices it
+publishes, the allocator that reads them back as kube-scheduler would, and the pool that
+binds claims through both.
+
 A DRA pool's nodes have no ``nvidia.com/gpu`` allocatable; their GPUs are devices of
 ResourceSlices shaped as NVIDIA's DRA driver publishes them (one pool per node named
 after it): whole GPUs (``type: gpu``), MIG-partitionable GPUs (a counter set per GPU with

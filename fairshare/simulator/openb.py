@@ -4,6 +4,9 @@ Pure apart from reading the CSV files it is pointed at. Must not import aiohttp,
 kubernetes_asyncio or prometheus_client. The trace itself is never copied into the
 repository; see ``TRACE_HELP`` for where it comes from and on what terms.
 
+One module (about 630 lines): the trace reader, the protocol and the report are one
+replay, each part written for the others.
+
 Protocol (Weng et al., ATC'23, as their artifact runs it):
 
 1. nodes from ``openb_node_list_gpu_node.csv`` (1,213 nodes, 6,212 GPUs);

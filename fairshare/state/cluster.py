@@ -5,6 +5,9 @@ prometheus_client. The informers (API watches), the ``--state`` file loader and 
 simulator all feed this one class, so the extender and the simulator see the same
 arrays.
 
+One module (about 720 lines) because it is one class: the arrays and the ledger are
+updated together by each method, and splitting them would expose their invariants.
+
 Design choices:
 
 * Arrays are kept hot and updated in place by ``add_node``/``bind``/``unbind``; they
