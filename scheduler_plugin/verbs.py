@@ -247,27 +247,9 @@ def filter_answer(
 
 
 def filter_result(
-    args: wire.ExtenderArgs,
-    view: ExtenderView | None = None,
-    config: FairShareConfig | None = None,
-    *,
-    pick: bool = False,
-    **parts: Any,
+    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig, *, pick: bool = False
 ) -> wire.ExtenderFilterResult:
-    """``filter_answer``'s wire answer alone.
-
-    ``parts``: instead of ``view``, its parts as keywords (``state=``, ``pending=``,
-    ``namespace_labels=``, ``fair=``, ``parse=``, ``mix=``, ``context=``, ``groups=``),
-    for the callers not moved to a view yet (``ExtenderView.of`` makes the same view).
-    """
-    if config is None:
-        config = parts.pop("config")
-    if view is None:
-        parts["read"] = parts.pop("parse", None)
-        view = ExtenderView.of(parts.pop("state"), **parts)
-    elif parts:
-        raise TypeError(f"filter_result: a view and its parts ({', '.join(sorted(parts))})")
-    assert config is not None
+    """``filter_answer``'s wire answer alone."""
     return filter_answer(args, view, config, pick=pick).result
 
 

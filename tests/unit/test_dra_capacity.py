@@ -138,13 +138,10 @@ def test_tracker_follows_slices_and_classes_live():
 
 def _filter(tr: ExtenderTracker, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
     args = wire.decode_extender_args({"Pod": p, "NodeNames": names})
-    return verbs.filter_result(
-        args,
-        state=tr.state,
-        config=CONFIG,
-        pending=tr.pending_queue(),
-        namespace_labels=tr.namespace_labels,
-    ).encode()
+    view = verbs.ExtenderView.of(
+        tr.state, pending=tr.pending_queue(), namespace_labels=tr.namespace_labels
+    )
+    return verbs.filter_result(args, view, CONFIG).encode()
 
 
 def test_a_kep5004_pod_fits_a_dra_only_node():

@@ -172,14 +172,13 @@ def _tracker(slices: list[dict[str, Any]], nodes: list[str]) -> ExtenderTracker:
 def _filter(tr: ExtenderTracker, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """The filter verb as the extender serves it (the pod read by the tracker)."""
     args = wire.decode_extender_args({"Pod": p, "NodeNames": names})
-    return verbs.filter_result(
-        args,
-        state=tr.state,
-        config=CONFIG,
+    view = verbs.ExtenderView.of(
+        tr.state,
         pending=tr.pending_queue(),
         namespace_labels=tr.namespace_labels,
-        parse=lambda pod: tr.request(pod, CONFIG),
-    ).encode()
+        read=lambda pod: tr.request(pod, CONFIG),
+    )
+    return verbs.filter_result(args, view, CONFIG).encode()
 
 
 def _gpu(tr: ExtenderTracker, tenant: str) -> float:
