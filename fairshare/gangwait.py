@@ -43,7 +43,7 @@ RULES: Final[tuple[Rule, ...]] = ("pod", "whole", "kept", "owed", "near")
 RULE: Final[Rule] = "owed"
 """The rule in use: on the Philly replay it keeps the tenants as near their fair GPU-time
 as judging pod by pod did (``whole`` and ``near`` leave far less room free but let the
-large tenants take the small tenants' share); README, "Gangs in the simulator"."""
+large tenants take the small tenants' share); docs/simulator/philly.md."""
 
 Lookup = Callable[[str], "gangs.Gang | None"]
 """The group of a waiting pod by uid (None: the pod is in no group)."""

@@ -323,7 +323,8 @@ class ScoringWeights(_Model):
     """Best-fit packing: least weighted CPU+GPU left over on the node. A small weight
     breaks FGD's near-ties towards fuller nodes; nodes of a GPU model that pods
     restricted to some models may use get no packing pull, so it never draws
-    unconstrained pods onto them (default 0.02; measured on openb in the README)."""
+    unconstrained pods onto them (default 0.02; measured on openb, see
+    docs/simulator/openb.md)."""
 
     fit: Weight = 0.0
     """DRFH best fit of the pod's demand shape to the node's free shape (default 0)."""

@@ -65,9 +65,9 @@ CHOICE_LEVELS = 30
 """The node fairshare itself chooses (the simulator's ``ours``, the extender's
 ``--pick-in-filter``): scores rounded to this many levels, ties to the first node of one
 fixed random node order (``node_rank``). Near-equal nodes then fill in one order, which
-packs; measured on openb against float scores with name-order ties in the README.
-Pods of whole GPUs on a workload without model-restricted classes are the exception
-(``choice_levels``)."""
+packs; measured on openb against float scores with name-order ties
+(docs/simulator/openb.md, "How ours chooses a node"). Pods of whole GPUs on a workload
+without model-restricted classes are the exception (``choice_levels``)."""
 
 
 @lru_cache(maxsize=1 << 16)
@@ -82,8 +82,8 @@ def choice_levels(req: PodRequest, mix: WorkloadMix | None) -> int | None:
     or None (the exact scores) for a pod of whole GPUs when no class of the workload
     mix is restricted to some GPU models.
 
-    Measured on openb (README, seeds 42-51): the coarse levels with one fixed tie order
-    pack fractional and CPU-only pods, and on fleets where some classes need certain
+    Measured on openb (docs/simulator/openb.md, seeds 42-51): the coarse levels with one
+    fixed tie order pack fractional and CPU-only pods, and on fleets where some classes need certain
     models they keep whole-GPU pods off those nodes (gpuspec33 +5 points over the exact
     scores); without such classes, whole-GPU pods placed by the exact fragmentation
     gradient leave more whole GPUs usable (+0.04 to +0.57 points on 10 of the other 13

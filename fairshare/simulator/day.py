@@ -38,7 +38,7 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class DayScenario:
-    """The scenario's knobs (the defaults are the README's run)."""
+    """The scenario's knobs (the defaults are the run docs/usage-history.md shows)."""
 
     nodes: int = 4
     gpus_per_node: int = 8

@@ -272,7 +272,7 @@ class Simulation:
         # kube-scheduler takes the smallest node name among equal scores, names that
         # carry a seeded random permutation prefix. With a fresh random pick per
         # decision (stock kube-scheduler) FGD measured 89.6 % on openb seed 42 against
-        # the paper's 95.2 %: a fixed order makes the integer scores pack. See README.
+        # the paper's 95.2 %: a fixed order makes the integer scores pack (docs/simulator/openb.md).
         top = max(ints.values())
         tied = [i for i in mask_fits if ints[i] == top]
         rank = self.tie_rank

@@ -125,7 +125,8 @@ def fragmentation_percent(sim: Simulation) -> float:
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:
-    """The report: per-tenant figures and cluster figures (see README for the fields)."""
+    """The report: per-tenant figures and cluster figures (docs/simulator/index.md
+    describes the fields)."""
     tenants = summarize_tenants(sim)
     active = [n for n, t in tenants.items() if t["running"] or t["pending"]]
     return {
