@@ -40,6 +40,45 @@ from typing import Any, Final
 
 from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
+from fairshare.gangkeys import (  # re-exported: gangs.<name> stays valid
+    ANN_MIN_MEMBERS as ANN_MIN_MEMBERS,
+)
+from fairshare.gangkeys import (
+    ANN_TOPOLOGY_KEY as ANN_TOPOLOGY_KEY,
+)
+from fairshare.gangkeys import (
+    NATIVE_GROUP as NATIVE_GROUP,
+)
+from fairshare.gangkeys import (
+    NATIVE_VERSION as NATIVE_VERSION,
+)
+from fairshare.gangkeys import (
+    POD_GROUP_LABEL as POD_GROUP_LABEL,
+)
+from fairshare.gangkeys import (
+    PODGROUP_GROUP as PODGROUP_GROUP,
+)
+from fairshare.gangkeys import (
+    PODGROUP_PLURAL as PODGROUP_PLURAL,
+)
+from fairshare.gangkeys import (
+    PODGROUP_VERSION as PODGROUP_VERSION,
+)
+from fairshare.gangkeys import (
+    GroupKey as GroupKey,
+)
+from fairshare.gangkeys import (
+    _meta as _meta,
+)
+from fairshare.gangkeys import (
+    _positive as _positive,
+)
+from fairshare.gangkeys import (
+    annotated_min_count as annotated_min_count,
+)
+from fairshare.gangkeys import (
+    group_of as group_of,
+)
 from fairshare.placement import (
     PodRequest,
     choose_devices,
@@ -49,77 +88,8 @@ from fairshare.placement import (
 )
 from fairshare.state.cluster import ClusterState
 
-POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
-"""The coscheduling convention's pod label: the name of the pod's PodGroup."""
-ANN_MIN_MEMBERS: Final = "fairshare.io/gang-min-members"
-"""fairshare's fallback when no PodGroup object exists: the group's ``min_count``."""
-PODGROUP_GROUP: Final = "scheduling.x-k8s.io"
-PODGROUP_VERSION: Final = "v1alpha1"
-PODGROUP_PLURAL: Final = "podgroups"
-NATIVE_GROUP: Final = "scheduling.k8s.io"
-"""The native PodGroup's API group (``v1alpha2`` in v1.36; ``NATIVE_VERSION``)."""
-NATIVE_VERSION: Final = "v1alpha2"
-ANN_TOPOLOGY_KEY: Final = "fairshare.io/gang-topology-key"
-"""A node label whose one domain holds the whole group (groups without a native PodGroup
-topology constraint)."""
 RESERVATION_PREFIX: Final = "gang-reservation/"
 """The uid prefix of a planned member's reservation in the ``ClusterState``."""
-
-
-@dataclass(frozen=True, order=True)
-class GroupKey:
-    namespace: str
-    name: str
-    native: bool = False
-    """A native ``scheduling.k8s.io`` PodGroup (else the coscheduling convention)."""
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def api(self) -> tuple[str, str, str]:
-        """(group, version, plural) of the PodGroup object that sizes this group."""
-        if self.native:
-            return (NATIVE_GROUP, NATIVE_VERSION, PODGROUP_PLURAL)
-        return (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
-
-
-def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def group_of(pod: Mapping[str, Any]) -> GroupKey | None:
-    """The pod's group in its namespace, or None: the native ``spec.schedulingGroup
-    .podGroupName`` first, else the label ``scheduling.x-k8s.io/pod-group``."""
-    meta = _meta(pod)
-    spec = pod.get("spec")
-    sched = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
-    native = sched.get("podGroupName") if isinstance(sched, Mapping) else None
-    if isinstance(native, str) and native:
-        return GroupKey(str(meta.get("namespace") or "default"), native, native=True)
-    labels = meta.get("labels")
-    name = labels.get(POD_GROUP_LABEL) if isinstance(labels, Mapping) else None
-    if not isinstance(name, str) or not name:
-        return None
-    return GroupKey(str(meta.get("namespace") or "default"), name)
-
-
-def _positive(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            return None
-    return value if isinstance(value, int) and value > 0 else None
-
-
-def annotated_min_count(pod: Mapping[str, Any]) -> int | None:
-    """``fairshare.io/gang-min-members`` as a positive int (None: absent or not one)."""
-    ann = _meta(pod).get("annotations")
-    return _positive(ann.get(ANN_MIN_MEMBERS)) if isinstance(ann, Mapping) else None
 
 
 def podgroup_min_count(podgroup: Mapping[str, Any]) -> int | None:

@@ -204,7 +204,7 @@ async def _podgroups(api_client: Any, snap: Snapshot) -> list[dict[str, Any]]:
     warning: the groups are then sized by their annotation, as if they had no PodGroup."""
     from kubernetes_asyncio import client
 
-    from fairshare import gangs
+    from fairshare import gangkeys as gangs
 
     if not any(gangs.group_of(p) for p in snap.objects.get("Pod", [])):
         return []
