@@ -219,29 +219,29 @@ class Reclaimer:
             plan = self.plan(now)
             self._track_deficits(plan, now)
             blocked = False
-            refused: set[str] = set()
+            # The hold first: a victim that goes before its room is held lets kube-scheduler
+            # place another tenant's pending pod there at once (seen on the control plane).
+            await self._hold_room(plan)
             for batch in _decisions(plan.evictions):
                 if len(batch) == 1 and not batch[0].group:
-                    done = await self._evict(batch[0], now)
+                    blocked |= not await self._evict(batch[0], now)
                 else:
-                    done = await self._evict_group(batch, now)
-                if not done:
-                    blocked = True
-                    refused.add(batch[0].beneficiary_uid)
-            await self._hold_room(plan, refused)
+                    blocked |= not await self._evict_group(batch, now)
             if not blocked:
                 break
         await self._explain_waiting(plan)
         return plan
 
-    async def _hold_room(self, plan: reclaim.ReclaimPlan, refused: set[str]) -> None:
-        """Annotate each pod the plan made room for with its hold (``reclaim.RoomHold``),
-        which the extender's filter reads, so no other tenant's pod takes that room; an
-        annotation already there for the same node is renewed only in its second half."""
+    async def _hold_room(self, plan: reclaim.ReclaimPlan) -> None:
+        """Annotate each pod the plan makes room for with its hold (``reclaim.RoomHold``),
+        before its victims are evicted, so that the extender's filter keeps other tenants'
+        pods off that room; an annotation already there for the same node is renewed only
+        in its second half. A plan a PodDisruptionBudget spoils is made again at once, and
+        its new node written over the old one."""
         wall = self.wall_clock()
         for uid, node in sorted((plan.room or {}).items()):
             pod, req = self.tracker.pods.get(uid), self.tracker.pending.get(uid)
-            if pod is None or req is None or uid in refused:
+            if pod is None or req is None:
                 continue
             meta = pod.get("metadata") or {}
             held = reclaim.hold_of(req, meta.get("annotations"))

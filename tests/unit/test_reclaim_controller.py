@@ -37,6 +37,7 @@ class FakeApi:
         self.rv = 0
         self.conflict = False
         self.annotated: list[tuple[str, dict[str, str]]] = []
+        self.evicted_before_hold: list[int] = []
 
     async def evict(self, namespace: str, name: str, grace: int | None) -> rec.EvictResult:
         if name in self.refuse:
@@ -54,6 +55,7 @@ class FakeApi:
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.annotated.append((f"{namespace}/{name}", dict(annotations)))
+        self.evicted_before_hold.append(len(self.evicted))
 
     async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool:
         if self.conflict or (create and self.lease is not None):
@@ -123,6 +125,7 @@ async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
     await r.tick()
     until = 5000.0 + reclaim.HOLD_TIMEOUT
     assert api.annotated == [("b/b0", reclaim.hold_annotations("n2", until))]
+    assert api.evicted == ["a/a3"] and api.evicted_before_hold == [0]  # held, then evicted
     # The watch brings the annotation back: the next round leaves the hold as it is.
     held = pod("b0", ns="b", gpu=1)
     held["metadata"]["annotations"] = reclaim.hold_annotations("n2", until)
