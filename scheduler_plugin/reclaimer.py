@@ -9,13 +9,16 @@ Every ``interval`` seconds, while it holds the leader Lease:
 1. plan over the ``ExtenderTracker`` (list + watch of Nodes, Pods, Namespaces and DRA
    ResourceClaims), with the pods it already evicted or that are terminating counted as
    room being freed, and the pods a PodDisruptionBudget protected moments ago skipped;
-2. evict each victim through the Eviction API (``policy/v1``, honouring PDBs; optional
+2. hold the room: annotate each pod the plan makes room for with the node and an end
+   time (``reclaim.hold_annotations``; renewed in the hold's second half), before any
+   victim goes, so that the extender's filter keeps other tenants' pods off that room;
+3. evict each victim through the Eviction API (``policy/v1``, honouring PDBs; optional
    grace period). A 429 (the budget forbids it now) protects that pod for
    ``PDB_BACKOFF`` seconds and the round is planned again at once, so another victim is
    chosen or the pod waits; either way an Event on the waiting pod says why;
-3. record an Event on each victim (``Reclaimed``) and on the pod it made room for
+4. record an Event on each victim (``Reclaimed``) and on the pod it made room for
    (``ReclaimedFor``), and once per pod and reason on pods left waiting;
-4. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
+5. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
 
 Pod groups (``gangs.group_of``: the coscheduling label or the native
 ``spec.schedulingGroup``) are evicted whole: the planner chooses a group's bound members
@@ -38,8 +41,9 @@ and plans with the weights it adjusts, as the extender's gate decides with them,
 reclaim does not take back what the gate gives (or the reverse).
 
 Clocks: ``time.monotonic`` for the cool-down, rate limit and restore timer (the
-planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps
-and to decay the recorded usage history.
+planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps,
+to decay the recorded usage history and for the end of a room hold (the extender reads
+it in another process).
 """
 
 from __future__ import annotations
