@@ -603,6 +603,11 @@ def test_only_the_extender_binds_pods() -> None:
     for resource in ("nodes", "pods", "namespaces", "persistentvolumeclaims"):
         assert grants(extender, "watch", resource)
         assert grants(reclaimer, "watch", resource)
+    # The reclaimer annotates the pod it makes room for (the hold the extender honours)
+    # and evicts through the Eviction API, never by deleting pods.
+    assert grants(reclaimer, "patch", "pods")
+    assert grants(reclaimer, "create", "pods/eviction")
+    assert not grants(reclaimer, "delete", "pods")
 
 
 def test_extender_replicas_elect_a_leader() -> None:
