@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from fairshare import fairness, gating, quantities, tenancy
+from fairshare import fairness, gating, quantities, reclaim, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
@@ -382,8 +382,13 @@ def explain_pod(
     demand_error: str | None = None,
     gang: Mapping[str, Any] | None = None,
     group_fits: gating.GroupFits | None = None,
+    holds: Sequence[reclaim.RoomHold] = (),
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
+
+    ``holds``: the reclaim holds in force (``reclaim.holds_in_force``); a node whose room
+    one keeps for another tenant's pod is shown as not fitting, with the hold's reason, as
+    the extender's filter answers.
 
     ``gang``: the pod's group (``gangstatus.GroupStatus.as_dict``) when it is a member of
     one: a member waits with its group, so the verdict says why the group waits.
@@ -421,8 +426,10 @@ def explain_pod(
     # a node they refuse is named with their reason, not judged on resources.
     allowed = state.eligible_rows(req.constraints)
     fr = filter_nodes(state, req, rows=allowed, explain=True)
+    off = reclaim.held_off(state, holds, req, fr.fits) if holds and fr.fits else {}
     nodes: list[dict[str, Any]] = [
-        {"node": state.nodes[i].name, "fits": True, "reason": ""} for i in fr.fits
+        {"node": state.nodes[i].name, "fits": i not in off, "reason": off.get(i, "")}
+        for i in fr.fits
     ]
     nodes += [
         {"node": f.node, "fits": False, "reason": f.reason, "unresolvable": f.unresolvable}
@@ -437,7 +444,7 @@ def explain_pod(
                     {"node": info.name, "fits": False, "reason": why, "unresolvable": True}
                 )
     nodes.sort(key=lambda n: n["node"])
-    extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits)}
+    extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits) - len(off)}
     gate = gating.check_fair_gate(state, config=config, req=req, pending=queue, groups=group_fits)
     shares = gating.current_shares(state, config)
     if all(p.uid != req.uid for p in queue):
@@ -464,10 +471,12 @@ def explain_pod(
         verdict = "pending: no node fits now"
         if not gating.pod_fits_drained(state, req):
             verdict = f"pending: can never fit: {_never_fits(state, req)}"
+    elif len(off) == len(fr.fits):
+        verdict = f"pending: the room it fits is held by reclaim: {next(iter(off.values()))}"
     elif gate is not None and not gate.allowed and gang is None:
         verdict = f"held by the fair-share gate: {gate.reason}"
     else:
-        verdict = f"schedulable on {len(fr.fits)} node(s)"
+        verdict = f"schedulable on {len(fr.fits) - len(off)} node(s)"
     # kube-scheduler's verdict on a member is often the group's own refusal (the
     # extender's "gang ns/name ..." reasons): then the group's standing says more.
     own_verdict = (

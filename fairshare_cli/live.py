@@ -325,6 +325,7 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         demand_error=error,
         gang=gang,
         group_fits=group_fits(snap, tracker, config),
+        holds=tracker.room_holds(),
     )
 
 

@@ -165,3 +165,32 @@ def test_the_extender_hold_ends_when_it_lapses():
     t = _tracker(now=200.0)
     assert t.room_holds() == []
     assert _filter(t, "a0").node_names == ("n1", "n2")
+
+
+def test_explain_names_the_hold_that_keeps_a_pod_off_a_node():
+    """``fairshare explain`` answers as the extender's filter: the held node does not fit
+    the other tenant's pod, with the hold's reason, and the verdict says why it waits."""
+    from fairshare import report
+    from fairshare.usageview import StaticView
+
+    w, hold = _made()
+    w.want("a", "a9")
+    other = w.pending[-1]
+    args: dict[str, Any] = {
+        "config": w.cfg,
+        "state": w.state,
+        "pending": w.pending,
+        "req": other,
+        "namespace": "a",
+        "name": "a9",
+        "quota": StaticView(),
+        "admission": report.AdmissionVerdict(True),
+    }
+    free = report.explain_pod(**args)["extender"]
+    assert free["fitsNodes"] == 1 and "held by reclaim" not in free["verdict"]
+    assert next(n for n in free["nodes"] if n["node"] == "n2")["fits"]
+    held = report.explain_pod(**args, holds=[hold])["extender"]
+    n2 = next(n for n in held["nodes"] if n["node"] == "n2")
+    assert not n2["fits"] and "held by reclaim for pod b/b0 (tenant b)" in n2["reason"]
+    assert held["fitsNodes"] == 0
+    assert held["verdict"].startswith("pending: the room it fits is held by reclaim")
