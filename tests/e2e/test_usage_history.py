@@ -42,6 +42,41 @@ async def recorded(api: client.ApiClient) -> dict[str, Any] | None:
     return data
 
 
+async def a_alone_at_night(
+    api: client.ApiClient,
+    fairshare: FairshareDev,
+    make_gpu_node: Any,
+    tenant_namespace: Any,
+    prefix: str,
+) -> str:
+    """The night of the day scenario, on the control plane: no history recorded yet, a
+    config with ``usageHistory`` (1 h) and tenants a and b, and tenant a's 8-GPU pod
+    ``night`` bound on a node of its own. Returns a's name."""
+    dev = dev_module()
+    core = client.CoreV1Api(api)
+    try:
+        await core.delete_namespaced_config_map(CONFIGMAP, dev.SYSTEM_NAMESPACE)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    a, b = unique(f"{prefix}-a"), unique(f"{prefix}-b")
+    await fairshare.set_config(
+        api,
+        CONFIG_HEAD + f"usageHistory: {{halfLife: 1h}}\ntenants:\n- name: {a}\n- name: {b}\n",
+    )
+    node = unique(f"{prefix}-node")
+    await make_gpu_node(node, gpus=8)
+    ns = await tenant_namespace(a)
+    await core.create_namespaced_pod(ns, gpu_pod_manifest("night", 8, node=node))
+
+    async def bound() -> bool:
+        pod = await core.read_namespaced_pod("night", ns)
+        return bool(pod.spec.node_name)
+
+    await wait_for(bound, timeout=60, what="tenant a's pod to be bound")
+    return a
+
+
 async def test_a_wrong_half_life_is_refused_with_a_clear_message(
     api: client.ApiClient, fairshare: FairshareDev
 ) -> None:
@@ -62,28 +97,7 @@ async def test_the_history_is_kept_shown_and_survives_an_extender_restart(
     make_gpu_node: Any,
     tenant_namespace: Any,
 ) -> None:
-    dev = dev_module()
-    core = client.CoreV1Api(api)
-    try:
-        await core.delete_namespaced_config_map(CONFIGMAP, dev.SYSTEM_NAMESPACE)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-    a, b = unique("uh-a"), unique("uh-b")
-    await fairshare.set_config(
-        api,
-        CONFIG_HEAD + f"usageHistory: {{halfLife: 1h}}\ntenants:\n- name: {a}\n- name: {b}\n",
-    )
-    node = unique("uh-node")
-    await make_gpu_node(node, gpus=8)
-    ns = await tenant_namespace(a)
-    await core.create_namespaced_pod(ns, gpu_pod_manifest("night", 8, node=node))
-
-    async def bound() -> bool:
-        pod = await core.read_namespaced_pod("night", ns)
-        return bool(pod.spec.node_name)
-
-    await wait_for(bound, timeout=60, what="tenant a's pod to be bound")
+    a = await a_alone_at_night(api, fairshare, make_gpu_node, tenant_namespace, "uh")
 
     async def accrued() -> dict[str, Any] | None:
         data = await recorded(api)

@@ -25,14 +25,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .conftest import (
-    CONFIG_HEAD,
     STATE_DIR,
     FairshareDev,
     MakeNode,
     TenantNamespace,
     cluster_module,
     dev_module,
-    gpu_pod_manifest,
     unique,
     wait_for,
 )
@@ -43,7 +41,7 @@ from .test_extender_replicas import (
     lease_holder,
     stand_in_pod,
 )
-from .test_usage_history import GPU, recorded
+from .test_usage_history import GPU, a_alone_at_night, recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -88,23 +86,7 @@ async def test_the_history_survives_a_leader_failover(
     system = dev.SYSTEM_NAMESPACE
     core = client.CoreV1Api(api)
     leases = client.CoordinationV1Api(api)
-    with contextlib.suppress(ApiException):
-        await core.delete_namespaced_config_map("fairshare-usage-history", system)
-    a, b = unique("uhf-a"), unique("uhf-b")
-    await fairshare.set_config(
-        api,
-        CONFIG_HEAD + f"usageHistory: {{halfLife: 1h}}\ntenants:\n- name: {a}\n- name: {b}\n",
-    )
-    node = unique("uhf-node")
-    await make_gpu_node(node, gpus=8)
-    ns = await tenant_namespace(a)
-    await core.create_namespaced_pod(ns, gpu_pod_manifest("night", 8, node=node))
-
-    async def bound() -> bool:
-        pod = await core.read_namespaced_pod("night", ns)
-        return bool(pod.spec.node_name)
-
-    await wait_for(bound, timeout=60, what="tenant a's pod to be bound")
+    a = await a_alone_at_night(api, fairshare, make_gpu_node, tenant_namespace, "uhf")
 
     parked, lease = unique("uhf-parked"), unique("uhf-lease")
     stand_ins = [f"{lease}-{i}" for i in range(2)]

@@ -9,23 +9,16 @@ from typing import Any
 from fairshare.config.loading import config_from_mapping
 from scheduler_plugin import verbs, wire
 from scheduler_plugin.tracking import ExtenderTracker
-from tests.builders import make_pod
+from tests.unit.test_extender_bind_costs import CONFIG
+from tests.unit.test_extender_bind_costs import pending as bind_costs_pending
 from tests.unit.test_state_objects import node
-
-CONFIG = config_from_mapping(
-    {
-        "apiVersion": "fairshare.io/v1alpha1",
-        "kind": "FairShareConfig",
-        "tenants": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
-    }
-)
 
 
 def pending(ns: str, i: int, gpus: int = 1) -> dict[str, Any]:
-    obj = make_pod(f"{ns}{i}").ns(ns).req(gpu=gpus, cpu="1").obj()
-    obj["metadata"]["uid"] = f"{ns}{i}"
+    """``test_extender_bind_costs``' pending pod, with a resourceVersion (the view is
+    made per tracker version, and the request cache per pod version)."""
+    obj = bind_costs_pending(ns, i, gpus)
     obj["metadata"]["resourceVersion"] = "1"
-    obj["status"] = {"phase": "Pending"}
     return obj
 
 
