@@ -242,8 +242,12 @@ def fitting_pending(
     memo: dict[ShapeKey, bool] | None = None,
     blocked: dict[str, PodRequest] | None = None,
     groups: GroupFits | None = None,
+    admits: Callable[[PodRequest], bool] | None = None,
 ) -> dict[str, bool]:
     """For each of ``tenants``: does it have a pod waiting that could run now?
+
+    With ``admits``, only pods it admits count (the yield band: pods that keep their
+    tenant within its fair share).
 
     One walk over ``queue``, which stops once every tenant has a pod that fits. Each
     distinct shape (``shape_key``) is probed at most once: the answer goes in ``memo``,
@@ -274,6 +278,8 @@ def fitting_pending(
         u = p.tenant
         if u not in open_ or not p.waiting or p.uid in pods:
             continue
+        if admits is not None and not admits(p):
+            continue
         whole = groups(state, p) if groups is not None else None
         if whole is not None:
             if whole:
@@ -303,6 +309,39 @@ def fitting_pending(
         elif blocked is not None and drained is not None and u not in blocked and drained.fits(p):
             blocked[u] = p
     return out
+
+
+def _within_fair_share(
+    state: ClusterState,
+    config: FairShareConfig,
+    fair: Mapping[str, fairness.FairShare],
+    weights: Mapping[str, float],
+) -> Callable[[PodRequest], bool]:
+    """Does a waiting pod keep its tenant within its fair share (the plain gate never
+    holds it)? In the yield band a tenant yields only to such pods. A pod that would lift
+    its tenant above its fair share is judged by the plain gate, in the order of current
+    shares, and may wait for the very tenant that yields to it: the band orders tenants by
+    the fraction of their fair share instead, so counting such pods let two tenants hold
+    each other while GPUs stayed idle (seen with ``yieldBand: 0.1`` on the simulator's
+    dra-mixed scenario: inference near its share waited for vision, whose next pod,
+    above its share, waited for inference)."""
+    capacity = state.total_capacity()
+    res_weights = config.resource_weights()
+
+    def admits(p: PodRequest) -> bool:
+        u = p.tenant
+        mine = fair.get(u) if u is not None else None
+        if u is None or mine is None:
+            return False
+        after = state.usage_of(u)
+        for k, v in enumerate(p.row):
+            after[k] += v
+        share = fairness.dominant_shares(
+            used={u: after}, capacity=capacity, res_weights=res_weights, tenant_weights=weights
+        )[u]
+        return share <= fairness.gate_floor(mine.share)
+
+    return admits
 
 
 def pod_fits_drained(state: ClusterState, p: PodRequest) -> bool:
@@ -435,6 +474,7 @@ def check_fair_gate(
         memo=memo,
         blocked=blocked if hold else None,
         groups=groups,
+        admits=None if above else _within_fair_share(state, config, fair, weights),
     )
     contenders = [
         fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))

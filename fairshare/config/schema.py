@@ -442,12 +442,13 @@ class FairShareConfig(_Model):
     """From which fraction of its fair share a tenant yields: a pod whose tenant's
     share after it would exceed ``(1 - yieldBand)`` × its fair share waits while a
     tenant further behind its own fair share (a lower fraction of it; of equal
-    fractions, the smaller name first) has a waiting pod that fits now (default 0: only
-    above the fair share; 1: furthest behind first, always). Work-conserving like the
-    plain gate (the lowest-share tenant with a fitting pod is never held), and below the
-    fair share only pods that fit now hold others, never blocked ones. Spreads what
-    fragmentation leaves idle over the tenants instead of on whoever runs out of
-    fitting pods first; costs gate work for pods near their tenant's fair share."""
+    fractions, the smaller name first) has a waiting pod that fits now and keeps that
+    tenant within its fair share (default 0: only above the fair share; 1: furthest
+    behind first, always). Work-conserving like the plain gate: when waiting pods fit
+    now, some pod goes. Below the fair share only pods that fit now hold others, never
+    blocked ones. Spreads what fragmentation leaves idle over the tenants instead of on
+    whoever runs out of fitting pods first; costs gate work for pods near their
+    tenant's fair share."""
 
     usage_history: UsageHistory | None = None
     """Fairness with memory: past usage, decayed with a half-life, lowers the weight of

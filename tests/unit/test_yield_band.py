@@ -154,3 +154,33 @@ def test_in_a_simulation_the_band_makes_tenants_take_turns():
     queue). Both end at the fair 4 and 4."""
     assert _one_pass(0.0) == ({"a": 4, "b": 4}, {"a": 4, "b": 4})
     assert _one_pass(1.0) == ({"a": 1, "b": 1}, {"a": 4, "b": 4})
+
+
+def test_the_band_never_holds_two_tenants_for_each_other():
+    """In the band a tenant yields only to pods that keep their tenant within its fair
+    share. Counting any fitting pod let two tenants hold each other on the simulator's
+    mixed fleet with ``yieldBand: 0.1``: inference, near its fair share, waited for vision
+    (further behind its own), whose next pod would lift vision above its fair share and
+    so waited for inference (the lower share); 91.1 % of the GPUs allocated instead of
+    the default config's 99.3 %."""
+    from pathlib import Path
+
+    from fairshare.simulator import runner, scenario
+
+    root = Path(__file__).parents[2] / "fairshare/simulator/scenarios/dra-mixed.yaml"
+    text = root.read_text()
+    banded = text.replace(
+        "  kind: FairShareConfig\n", "  kind: FairShareConfig\n  yieldBand: 0.1\n"
+    )
+    assert banded != text
+    plain = runner.build_report(runner.run_scenario(scenario.parse_scenario(text)))
+    band = runner.build_report(runner.run_scenario(scenario.parse_scenario(banded)))
+    held_for: dict[str, set[str]] = {}
+    for why in band["pending"].values():
+        tenant = why.split()[1] if why.startswith("tenant ") else None
+        if tenant and " while " in why:
+            held_for.setdefault(tenant, set()).add(why.rsplit(" while ", 1)[1].split()[0])
+    cycles = [(t, u) for t, us in held_for.items() for u in us if t in held_for.get(u, ())]
+    assert cycles == [], band["pending"]
+    allocated = band["cluster"]["gpuAllocationRatio"]
+    assert allocated >= plain["cluster"]["gpuAllocationRatio"] - 0.005, (allocated, plain)
