@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from fairshare import eligibility, fairness, gangs, gating, tenancy
+from fairshare import eligibility, fairness, gangs, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.state.cluster import ClusterState
@@ -137,15 +137,7 @@ def owed(
     t = gang.tenant
     if t is None or not fair or t not in fair:
         return False
-    after = state.usage_of(t)
-    for k, v in enumerate(group_row(gang)):
-        after[k] += v
-    share = fairness.dominant_shares(
-        used={t: after},
-        capacity=state.total_capacity(),
-        res_weights=config.resource_weights(),
-        tenant_weights=tenancy.tenant_weights(config),
-    )[t]
+    share = gating.dominant_share(state, config, t, gating.usage_after(state, t, group_row(gang)))
     return share <= fair[t].share + fairness.EPS
 
 

@@ -53,6 +53,31 @@ def fair_fractions(
     }
 
 
+def usage_after(state: ClusterState, tenant: str, row: Sequence[float]) -> list[float]:
+    """What ``tenant`` holds once ``row`` is added (a new list)."""
+    after = state.usage_of(tenant)
+    for k, v in enumerate(row):
+        after[k] += v
+    return after
+
+
+def dominant_share(
+    state: ClusterState,
+    config: FairShareConfig,
+    tenant: str,
+    used: Sequence[float],
+    weights: Mapping[str, float] | None = None,
+) -> float:
+    """``tenant``'s weighted dominant share if it held ``used`` (``weights``:
+    ``tenancy.tenant_weights(config)``, passed when the caller has them)."""
+    return fairness.dominant_shares(
+        used={tenant: list(used)},
+        capacity=state.total_capacity(),
+        res_weights=config.resource_weights(),
+        tenant_weights=tenancy.tenant_weights(config) if weights is None else weights,
+    )[tenant]
+
+
 def current_shares(state: ClusterState, config: FairShareConfig) -> dict[str, float]:
     """Weighted dominant share of every configured or active tenant (bound pods only).
 
@@ -325,20 +350,13 @@ def _within_fair_share(
     each other while GPUs stayed idle (seen with ``yieldBand: 0.1`` on the simulator's
     dra-mixed scenario: inference near its share waited for vision, whose next pod,
     above its share, waited for inference)."""
-    capacity = state.total_capacity()
-    res_weights = config.resource_weights()
 
     def admits(p: PodRequest) -> bool:
         u = p.tenant
         mine = fair.get(u) if u is not None else None
         if u is None or mine is None:
             return False
-        after = state.usage_of(u)
-        for k, v in enumerate(p.row):
-            after[k] += v
-        share = fairness.dominant_shares(
-            used={u: after}, capacity=capacity, res_weights=res_weights, tenant_weights=weights
-        )[u]
+        share = dominant_share(state, config, u, usage_after(state, u, p.row), weights)
         return share <= fairness.gate_floor(mine.share)
 
     return admits
@@ -432,15 +450,8 @@ def check_fair_gate(
     if t is None:
         return None
     weights = tenancy.tenant_weights(config)
-    after = state.usage_of(t)
-    for k, v in enumerate(req.row):
-        after[k] += v
-    share_after = fairness.dominant_shares(
-        used={t: after},
-        capacity=state.total_capacity(),
-        res_weights=config.resource_weights(),
-        tenant_weights=weights,
-    )[t]
+    after = usage_after(state, t, req.row)
+    share_after = dominant_share(state, config, t, after, weights)
     queue = list(pending)
     if all(p.uid != req.uid for p in queue):
         queue.append(req)
