@@ -121,11 +121,35 @@ async def _contend(
     kube-scheduler's backoff, so the next node moves them all to its active queue
     together, where a's come first."""
     more_a = [pod_manifest(f"a-{i}", pool, gpus=1) for i in range(9, 12)]
+    more_b = [pod_manifest(f"b-{i}", pool, gpus=1) for i in range(7, 12)]
+    for pod in more_a + more_b:
+        # The next node starts tainted (not-ready or unreachable until kwok reports it
+        # Ready): without this, kube-scheduler's own taint filter refuses every pod when
+        # the node appears, and b's pods count as unschedulable by kube-scheduler
+        # (holding no one) until it asks the extender about them again, after a's, which
+        # then pass: no band to see (a race of the test, seen in about 1 run in 10).
+        pod["spec"].setdefault("tolerations", []).extend(
+            {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        )
     for pod in more_a:
         pod["spec"]["priorityClassName"] = priority_class
+
+    async def priority_class_admitted() -> bool:
+        # The Priority admission plugin learns new PriorityClasses through an informer:
+        # a pod created at once may be refused ("no PriorityClass with name ...").
+        try:
+            await client.CoreV1Api(api).create_namespaced_pod(ns_a, more_a[0], dry_run="All")
+        except client.exceptions.ApiException as exc:
+            if exc.status == 403 and "PriorityClass" in str(exc.body):
+                return False
+            raise
+        return True
+
+    await wait_for(priority_class_admitted, timeout=30, what=f"PriorityClass {priority_class}")
     await create_pods(api, ns_a, more_a)
     await asyncio.sleep(1)  # a's pods are the older ones
-    await create_pods(api, ns_b, [pod_manifest(f"b-{i}", pool, gpus=1) for i in range(7, 12)])
+    await create_pods(api, ns_b, more_b)
     waiting = [(ns_a, f"a-{i}") for i in range(9, 12)] + [(ns_b, f"b-{i}") for i in range(7, 12)]
     for ns, name in waiting:
         await wait_event(api, ns, involved_name=name, reason="FailedScheduling")
