@@ -149,12 +149,23 @@ def shape_key(p: PodRequest) -> ShapeKey:
     return p.shape
 
 
-def pod_fits_somewhere(state: ClusterState, p: PodRequest) -> bool:
-    """Does some node pass ``p``'s node constraints and fit it now?"""
+HeldOff = Callable[[ClusterState, PodRequest, Sequence[int]], Mapping[int, str]]
+"""Of the rows given (nodes a pod fits now), those that reclaim's room holds keep the pod
+off, with the reason (``reclaim.held_off`` over the holds in force: ``reclaim.gate_held``).
+A gate given one counts a waiting pod as fitting only where no hold keeps it off, as the
+filter does: else a tenant would yield to a pod that the filter then refuses."""
+
+
+def pod_fits_somewhere(state: ClusterState, p: PodRequest, held: HeldOff | None = None) -> bool:
+    """Does some node pass ``p``'s node constraints and fit it now (and, with ``held``,
+    is not kept off by a reclaim hold)?"""
     rows = state.eligible_rows(p.constraints)
     if rows is not None and not rows:
         return False
-    return bool(filter_nodes(state, p, rows=rows, explain=False).fits)
+    fits = filter_nodes(state, p, rows=rows, explain=False).fits
+    if not fits or held is None:
+        return bool(fits)
+    return len(held(state, p, fits)) < len(fits)
 
 
 def dominates(big: PodRequest, small: PodRequest, *, mig: bool = False) -> bool:
@@ -268,6 +279,7 @@ def fitting_pending(
     blocked: dict[str, PodRequest] | None = None,
     groups: GroupFits | None = None,
     admits: Callable[[PodRequest], bool] | None = None,
+    held: HeldOff | None = None,
 ) -> dict[str, bool]:
     """For each of ``tenants``: does it have a pod waiting that could run now?
 
@@ -288,16 +300,21 @@ def fitting_pending(
 
     With ``groups``, a member of a pod group counts as its group does (``GroupFits``):
     a group is waiting work as a whole, never one member at a time.
+
+    With ``held`` (reclaim holds in force), a pod that fits counts only where no hold
+    keeps it off; a hold binds other tenants' pods only, so that answer is kept per
+    tenant and shape, for this walk.
     """
     out = dict.fromkeys(tenants, False)
     open_ = set(out)
     if not open_:
         return out
     known = {} if memo is None else memo
-    held: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
-    misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
+    nowhere: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
+    misfits = nowhere.get("misfits") or nowhere.setdefault("misfits", _Misfits())
     mig = bool(state.mig_nodes)
     drained = _DrainedFit.of(state) if blocked is not None else None
+    held_memo: dict[tuple[str, ShapeKey], bool] = {}
     pods = state.pods
     for p in queue:
         u = p.tenant
@@ -326,6 +343,11 @@ def fitting_pending(
                     fits = known[key] = pod_fits_somewhere(state, p)
                     if not fits:
                         misfits.add(key, order, mig)
+        if fits and held is not None:
+            outside = held_memo.get((u, key))
+            if outside is None:
+                outside = held_memo[(u, key)] = pod_fits_somewhere(state, p, held)
+            fits = outside
         if fits:
             out[u] = True
             open_.discard(u)
@@ -439,12 +461,15 @@ def check_fair_gate(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
     groups: GroupFits | None = None,
+    held: HeldOff | None = None,
 ) -> fairness.GateDecision | None:
     """The gate's decision for ``req``; None when it does not apply.
 
     ``pending`` is every pod waiting to be placed (``req`` is counted once whether or
     not it is listed). ``fair`` may be passed when the caller caches the allocation.
     ``groups``: how a waiting member of a pod group counts (``fitting_pending``).
+    ``held``: the reclaim holds in force (``HeldOff``); a waiting pod that fits only in
+    room held for another tenant's pod does not count as fitting now.
     """
     t = req.tenant
     if t is None:
@@ -486,6 +511,7 @@ def check_fair_gate(
         blocked=blocked if hold else None,
         groups=groups,
         admits=None if above else _within_fair_share(state, config, fair, weights),
+        held=held,
     )
     contenders = [
         fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))

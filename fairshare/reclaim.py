@@ -41,9 +41,14 @@ without groups the choice is exactly the per-pod one above.
 
 Why it cannot loop: a beneficiary only gains up to its guarantee, and a victim's tenant
 never drops below its guarantee, so what one reclaim gave can never be reclaimed back,
-and a victim's tenant never becomes a beneficiary through our evictions. On top of
-that, ``cooldown`` blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds
-of a reclaim from ``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
+and a victim's tenant never becomes a beneficiary through our evictions. Toward fair
+share (opt-in), fair shares move with demand, so the bound alone does not hold there:
+a pod that got room by reclaim records the tenants whose pods went for it
+(``ANN_RECLAIMED_FROM``, ``given``), and while it is there, for up to
+``reclaimTakeBackAfter``, reclaim toward fair share takes nothing from its tenant for
+them (no take-back). On top of that, ``cooldown``
+blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds of a reclaim from
+``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
 
 The hold: the room a plan makes for a pod (``ReclaimPlan.room``) is kept for it
 (``RoomHold``, ``holds_made``). The reclaimer writes it on the pod as annotations
@@ -160,6 +165,14 @@ class ReclaimPlan:
     def decisions(self) -> tuple[Pair, ...]:
         """Distinct (victim tenant, beneficiary tenant) pairs, sorted."""
         return tuple(sorted({(e.victim_tenant, e.beneficiary_tenant) for e in self.evictions}))
+
+    def givers(self) -> dict[str, frozenset[str]]:
+        """Beneficiary uid -> the tenants whose pods this plan evicts for it (what the
+        reclaimer records on the pod: ``ANN_RECLAIMED_FROM``)."""
+        out: dict[str, set[str]] = {}
+        for e in self.evictions:
+            out.setdefault(e.beneficiary_uid, set()).add(e.victim_tenant)
+        return {uid: frozenset(tenants) for uid, tenants in out.items()}
 
 
 # -- the per-node simulation --------------------------------------------------------------
@@ -354,6 +367,7 @@ def plan_reclaim(
     protected: frozenset[str] = frozenset(),
     node_selectors: Mapping[str, Mapping[str, str]] | None = None,
     groups: Mapping[str, str] | None = None,
+    given: Mapping[str, frozenset[str]] | None = None,
 ) -> ReclaimPlan:
     """The evictions that give under-guarantee tenants room (see the module docstring).
 
@@ -368,6 +382,10 @@ def plan_reclaim(
     ``waiting`` (scheduling gates, another scheduler) is never a beneficiary.
     ``groups``: pod uid -> the name of its pod group; a bound member is a victim only
     with all its group's other bound members (those not ``releasing``), or not at all.
+    ``given``: pod uid -> the tenants whose pods an earlier plan evicted for it, for
+    pods still there, bound or pending, and records still in force (``given_in_force``):
+    while such a pod of tenant t holds room from u, reclaim toward fair share takes
+    nothing from t for u (no take-back, ``_toward_fair_share``).
     """
     if state.n_nodes == 0 or not pending:
         return ReclaimPlan()
@@ -450,8 +468,27 @@ def plan_reclaim(
         node_selectors=node_selectors,
         evictions=evictions,
         room=room,
+        holders=_holders(state, pending, given or {}),
     )
     return ReclaimPlan(tuple(evictions), tuple(waiting), deficits, room)
+
+
+def _holders(
+    state: ClusterState, pending: Sequence[PodRequest], given: Mapping[str, frozenset[str]]
+) -> dict[str, set[str]]:
+    """Giver tenant u -> the tenants holding a pod (bound, else pending) that got room
+    from u by an earlier plan (``given``); pods no longer there count for nothing."""
+    tenant_of = {p.uid: p.tenant for p in pending}
+    out: dict[str, set[str]] = {}
+    for uid, givers in given.items():
+        bound = state.pods.get(uid)
+        holder = bound.tenant if bound is not None else tenant_of.get(uid)
+        if holder is None:
+            continue
+        for u in givers:
+            if u != holder:
+                out.setdefault(u, set()).add(holder)
+    return out
 
 
 def _behind_in_band(
@@ -494,6 +531,7 @@ def _toward_fair_share(
     node_selectors: Mapping[str, Mapping[str, str]] | None,
     evictions: list[Eviction],
     room: dict[str, str],
+    holders: Mapping[str, set[str]],
 ) -> None:
     """Opt-in reclaim toward fair share (``reclaimToFairShare``), after the guarantees.
 
@@ -555,6 +593,9 @@ def _toward_fair_share(
             room[req.uid] = freed
             continue
         blocked = _blocked_pairs(t, last_evictions, now=now, cooldown=cooldown)
+        if config.take_back_after_seconds() > 0:  # no take-back
+            given_now = {e.beneficiary_tenant for e in evictions if e.victim_tenant == t}
+            blocked = blocked | holders.get(t, set()) | given_now
         failed = filter_nodes(state, req, rows=rows, explain=True).failed
         best: tuple[_Cost, list[_Unit]] | None = None
         for node in sorted(f.node for f in failed if not f.unresolvable):
@@ -836,6 +877,12 @@ ANN_HELD_NODE: Final = "fairshare.io/reclaim-node"
 """Annotation on a beneficiary: the node reclaim freed room on for it."""
 ANN_HELD_UNTIL: Final = "fairshare.io/reclaim-until"
 """Annotation on a beneficiary: when its hold lapses (Unix seconds, wall clock)."""
+ANN_RECLAIMED_FROM: Final = "fairshare.io/reclaimed-from"
+"""Annotation on a beneficiary: the tenants whose pods reclaim evicted for it (sorted,
+comma-separated); it stays on the pod for its life (no take-back, ``given_in_force``)."""
+ANN_RECLAIMED_AT: Final = "fairshare.io/reclaimed-at"
+"""Annotation on a beneficiary: when reclaim last evicted pods for it (Unix seconds, wall
+clock); the record counts for ``reclaimTakeBackAfter`` from then."""
 HOLD_TIMEOUT: Final = 120.0
 """Seconds a hold lasts when its beneficiary neither binds nor goes: long enough for the
 victims' termination (30 s by default) and kube-scheduler's retry of the beneficiary
@@ -869,6 +916,46 @@ def hold_of(req: PodRequest, annotations: Mapping[str, object] | None) -> RoomHo
     except ValueError:
         return None
     return RoomHold(req, node, at) if math.isfinite(at) else None
+
+
+def given_of(annotations: Mapping[str, object] | None) -> frozenset[str]:
+    """The tenants a pod's ``ANN_RECLAIMED_FROM`` names (empty: none, or unreadable)."""
+    value = (annotations or {}).get(ANN_RECLAIMED_FROM)
+    if not isinstance(value, str):
+        return frozenset()
+    return frozenset(t for t in (part.strip() for part in value.split(",")) if t)
+
+
+def given_in_force(
+    annotations: Mapping[str, object] | None, *, now: float, keep: float
+) -> frozenset[str]:
+    """The tenants a pod's record names while it counts: ``keep`` seconds
+    (``reclaimTakeBackAfter``) from its ``ANN_RECLAIMED_AT``, wall clock ``now``. A
+    record without a readable time counts for nothing, as does any with ``keep`` 0."""
+    givers = given_of(annotations)
+    if not givers or keep <= 0:
+        return frozenset()
+    at = (annotations or {}).get(ANN_RECLAIMED_AT)
+    try:
+        since = float(at) if isinstance(at, str) else math.nan
+    except ValueError:
+        return frozenset()
+    return givers if math.isfinite(since) and now - since < keep else frozenset()
+
+
+def given_annotation(already: frozenset[str], now: frozenset[str], *, at: float) -> dict[str, str]:
+    """The record for a pod that had ``already`` and now also gets room from ``now``, at
+    wall time ``at`` (empty when nothing is new: the record and its time stay)."""
+    if now <= already:
+        return {}
+    return {ANN_RECLAIMED_FROM: ",".join(sorted(already | now)), ANN_RECLAIMED_AT: f"{at:.3f}"}
+
+
+def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:
+    """The holds in force as the gate takes them (``gating.HeldOff``; None: no hold)."""
+    if not holds:
+        return None
+    return lambda state, req, rows: held_off(state, holds, req, rows)
 
 
 def _utc(at: float) -> str:

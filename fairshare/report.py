@@ -445,7 +445,14 @@ def explain_pod(
                 )
     nodes.sort(key=lambda n: n["node"])
     extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits) - len(off)}
-    gate = gating.check_fair_gate(state, config=config, req=req, pending=queue, groups=group_fits)
+    gate = gating.check_fair_gate(
+        state,
+        config=config,
+        req=req,
+        pending=queue,
+        groups=group_fits,
+        held=reclaim.gate_held(holds),
+    )
     shares = gating.current_shares(state, config)
     if all(p.uid != req.uid for p in queue):
         queue.append(req)

@@ -79,13 +79,16 @@ def filter_pod(
     (``groups``: how waiting pod groups count there, ``fairshare.gangwait``) and the
     reclaim ``holds`` in force (``reclaim.held_off``: room reclaim made for another
     tenant's pod fails in ``FailedNodes`` with the hold as reason)."""
+    held = reclaim.gate_held(holds)
     out = _filter_rows(
-        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
-    )
+        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups,
+        held=held,
+    )  # fmt: skip
     if out is None:
         out = _filter_names(
-            state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups
-        )
+            state, config=config, req=req, names=names, pending=pending, fair=fair,
+            groups=groups, held=held,
+        )  # fmt: skip
     if holds and out.passing:
         return _keep_off_held_room(state, req, out, holds)
     return out
@@ -114,6 +117,7 @@ def _filter_names(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
     groups: gating.GroupFits | None = None,
+    held: gating.HeldOff | None = None,
 ) -> FilterOutcome:
     """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
@@ -130,7 +134,7 @@ def _filter_names(
     gate = None
     if fits:
         gate = check_fair_gate(
-            state, config=config, req=req, pending=pending, fair=fair, groups=groups
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
         )
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(fits, gate.reason))
@@ -148,6 +152,7 @@ def _filter_rows(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
     groups: gating.GroupFits | None = None,
+    held: gating.HeldOff | None = None,
 ) -> FilterOutcome | None:
     """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
     None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""
@@ -170,7 +175,7 @@ def _filter_rows(
     gate = None
     if passing:
         gate = check_fair_gate(
-            state, config=config, req=req, pending=pending, fair=fair, groups=groups
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
         )
         if gate is not None and not gate.allowed:
             failed.update(dict.fromkeys(passing, gate.reason))

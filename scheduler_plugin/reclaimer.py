@@ -12,6 +12,10 @@ Every ``interval`` seconds, while it holds the leader Lease:
 2. hold the room: annotate each pod the plan makes room for with the node and an end
    time (``reclaim.hold_annotations``; renewed in the hold's second half), before any
    victim goes, so that the extender's filter keeps other tenants' pods off that room;
+   and with the tenants whose pods go for it and when (``reclaim.ANN_RECLAIMED_FROM``,
+   ``ANN_RECLAIMED_AT``, kept for the pod's life: reclaim does not take that room back
+   for them for ``reclaimTakeBackAfter``, and a restart or a new leader reads it from
+   the pod);
 3. evict each victim through the Eviction API (``policy/v1``, honouring PDBs; optional
    grace period). A 429 (the budget forbids it now) protects that pod for
    ``PDB_BACKOFF`` seconds and the round is planned again at once, so another victim is
@@ -196,8 +200,18 @@ class Reclaimer:
             if uid in state.pods and (key := gangs.group_of(p)) is not None
         }
         config = self.config()
+        wall, keep = self.wall_clock(), config.take_back_after_seconds()
+        given = {
+            uid: tenants
+            for uid, p in pods.items()
+            if (
+                tenants := reclaim.given_in_force(
+                    (p.get("metadata") or {}).get("annotations"), now=wall, keep=keep
+                )
+            )
+        }
         if self.history is not None:
-            config = self.history.config(config, self.tracker, self.wall_clock())
+            config = self.history.config(config, self.tracker, wall)
         return reclaim.plan_reclaim(
             state,
             config=config,
@@ -211,6 +225,7 @@ class Reclaimer:
             protected=frozenset(self.protected),
             node_selectors=selectors,
             groups=groups,
+            given=given,
         )
 
     async def tick(self) -> reclaim.ReclaimPlan:
@@ -243,16 +258,22 @@ class Reclaimer:
         in its second half. A plan a PodDisruptionBudget spoils is made again at once, and
         its new node written over the old one."""
         wall = self.wall_clock()
+        givers = plan.givers()
         for uid, node in sorted((plan.room or {}).items()):
             pod, req = self.tracker.pods.get(uid), self.tracker.pending.get(uid)
             if pod is None or req is None:
                 continue
             meta = pod.get("metadata") or {}
-            held = reclaim.hold_of(req, meta.get("annotations"))
-            if held is not None and held.node == node and held.until - wall > HOLD_RENEW:
+            have = meta.get("annotations")
+            given = reclaim.given_annotation(
+                reclaim.given_of(have), givers.get(uid, frozenset()), at=wall
+            )
+            held = reclaim.hold_of(req, have)
+            fresh = held is not None and held.node == node and held.until - wall > HOLD_RENEW
+            if fresh and not given:
                 continue
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            ann = reclaim.hold_annotations(node, wall + reclaim.HOLD_TIMEOUT)
+            ann = {**reclaim.hold_annotations(node, wall + reclaim.HOLD_TIMEOUT), **given}
             try:
                 await self.api.annotate_pod(ns, name, ann)
             except Exception as exc:  # a hold not written costs churn, not correctness
@@ -287,9 +308,10 @@ class Reclaimer:
             )
             await self.api.record_event(victim, reason=reclaim.REASON_RECLAIMED, message=ev.message)
             if beneficiary is not None:
+                goal = "its guaranteed share" if ev.toward == "guarantee" else "its fair share"
                 text = (
                     f"evicted {ns}/{name} (tenant {ev.victim_tenant}) on {ev.node} to give "
-                    f"tenant {ev.beneficiary_tenant} its guaranteed share"
+                    f"tenant {ev.beneficiary_tenant} {goal}"
                 )
                 await self.api.record_event(
                     beneficiary, reason=reclaim.REASON_MADE_ROOM, message=text

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import serving
-from fairshare import fairness, gating
+from fairshare import fairness, gating, reclaim
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.resources import ANN_REQUEUED
@@ -62,6 +62,7 @@ def lifted(
     state = tracker.state
     queue = tracker.pending_queue()
     fair = tracker.fair_shares(config)
+    held = reclaim.gate_held(tracker.room_holds())
     judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
     out = []
     for uid in sorted(tracker.gated - tracker.requeued):
@@ -71,7 +72,7 @@ def lifted(
         key = (req.tenant, gating.shape_key(req))
         if key not in judged:
             judged[key] = gating.check_fair_gate(
-                state, config=config, req=req, pending=queue, fair=fair, groups=groups
+                state, config=config, req=req, pending=queue, fair=fair, groups=groups, held=held
             )
         gate = judged[key]
         if gate is None or gate.allowed:

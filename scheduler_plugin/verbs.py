@@ -916,6 +916,7 @@ def bind_decision(
             pending=view.queue(),
             fair=view.fair(),
             groups=view.groups(),
+            held=reclaim.gate_held(view.holds()),
         )
         if gate is not None and not gate.allowed:
             return BindDecision(gate.reason, None, req, gate)

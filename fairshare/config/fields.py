@@ -233,7 +233,8 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * scale[u] for n, u in _DURATION_PART.findall(text.strip()))
 
 
-def _half_life(value: object) -> object:
+def _seconds(value: object) -> float:
+    """``value`` as a duration in seconds, or the field's error."""
     if not isinstance(value, str):
         _fail(
             "duration",
@@ -241,12 +242,25 @@ def _half_life(value: object) -> object:
             "(a bare number has no unit)",
         )
     try:
-        seconds = parse_duration(value)
+        return parse_duration(value)
     except ValueError:
         _fail(
             "duration",
             f'"{value}" is not a duration; write it as 1h, 30m, 90s or 1h30m (units h, m, s)',
         )
+
+
+def _duration(value: object) -> object:
+    _seconds(value)
+    return value
+
+
+Duration = Annotated[str, BeforeValidator(_duration)]
+"""A Go-style duration (``1h``, ``30m``, ``0s``), kept as written."""
+
+
+def _half_life(value: object) -> object:
+    seconds = _seconds(value)
     if seconds < MIN_HALF_LIFE_SECONDS:
         _fail(
             "duration",

@@ -52,6 +52,7 @@ from fairshare.config.fields import (
     Band,
     ConditionType,
     DnsLabel,
+    Duration,
     HalfLife,
     LabelSelector,
     MigProfile,
@@ -84,6 +85,7 @@ __all__ = [
     "ConditionType",
     "DefaultTenantPolicy",
     "DnsLabel",
+    "Duration",
     "FairShareConfig",
     "GpuSharing",
     "HalfLife",
@@ -430,6 +432,16 @@ class FairShareConfig(_Model):
     """Reclaim toward fair share for every tenant that does not say otherwise (default
     false: reclaim only gives tenants their ``guaranteed`` amounts back)."""
 
+    reclaim_take_back_after: Duration = Field(default="1h", examples=["1h", "30m", "0s"])
+    """No take-back: for how long a pod that got its room by reclaim keeps its tenant
+    from being a victim of reclaim toward fair share for the tenants whose pods were
+    evicted for it (while the pod runs; the reclaimer records them on the pod,
+    ``fairshare.io/reclaimed-from`` and ``fairshare.io/reclaimed-at``). Fair shares
+    move with demand and usage history; without this, room given would be taken back,
+    two running pods lost for nothing. After it, reclaim may take room back if the
+    fair shares still call for it. ``0s``: no such rule. Guarantees are always
+    reclaimed."""
+
     hold_for_blocked_tenants: bool = False
     """Hold a tenant above its fair share also while a lower-share tenant has a waiting
     pod that fits no node now but would fit some node once that node's pods were gone
@@ -578,6 +590,10 @@ class FairShareConfig(_Model):
         if spec is None or not self.children(name):
             return "tenant"
         return "organisation" if spec.parent is None else "team"
+
+    def take_back_after_seconds(self) -> float:
+        """``reclaimTakeBackAfter`` in seconds."""
+        return parse_duration(self.reclaim_take_back_after)
 
     def reclaims_to_fair_share(self, name: str) -> bool:
         """Does reclaim bring tenant ``name`` up to its fair share (its own setting, else

@@ -124,11 +124,13 @@ async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
     want(r, "b0")
     await r.tick()
     until = 5000.0 + reclaim.HOLD_TIMEOUT
-    assert api.annotated == [("b/b0", reclaim.hold_annotations("n2", until))]
+    # Whose pod went for it, and when: no take-back for reclaimTakeBackAfter.
+    given = {reclaim.ANN_RECLAIMED_FROM: "a", reclaim.ANN_RECLAIMED_AT: "5000.000"}
+    assert api.annotated == [("b/b0", {**reclaim.hold_annotations("n2", until), **given})]
     assert api.evicted == ["a/a3"] and api.evicted_before_hold == [0]  # held, then evicted
     # The watch brings the annotation back: the next round leaves the hold as it is.
     held = pod("b0", ns="b", gpu=1)
-    held["metadata"]["annotations"] = reclaim.hold_annotations("n2", until)
+    held["metadata"]["annotations"] = {**reclaim.hold_annotations("n2", until), **given}
     r.tracker.on_event("Pod", "MODIFIED", held)
     await r.tick()
     assert len(api.annotated) == 1
@@ -139,6 +141,37 @@ async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
         "n2",
         "n2",
     ]
+
+
+async def test_the_record_of_who_gave_room_is_read_back_from_the_pods():
+    """b (fair share 2 of 4 GPUs, guarantee 2) runs 3 pods, one of them with room a gave
+    it; a (1 pod) wants one more, toward its fair share: nothing is taken from b."""
+    cfg = config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "reclaimToFairShare": True,
+            "yieldBand": 0.0,
+            "tenants": [{"name": n, "namespaces": [n]} for n in ("a", "b")],
+        }
+    )
+    record_at = {reclaim.ANN_RECLAIMED_FROM: "a", reclaim.ANN_RECLAIMED_AT: "9000.000"}
+    for record in ({}, record_at):
+        api = FakeApi()
+        tracker = ExtenderTracker(lambda: cfg)
+        tracker.on_resync("Node", [node("n1", gpus=4)])
+        pods = [bound("a0", "a", "n1", 0)] + [bound(f"b{k}", "b", "n1", k + 1) for k in range(3)]
+        pods[1]["metadata"]["annotations"] = dict(record)
+        tracker.on_resync("Pod", pods)
+        tracker.on_event("Pod", "ADDED", pod("a1", ns="a", gpu=1))
+        r = rec.Reclaimer(tracker, lambda: cfg, api, metrics_mod.Metrics(CollectorRegistry()))
+        r.wall_clock = lambda: 9000.0 + 3599.0  # within the hour of reclaimTakeBackAfter
+        await r.tick()
+        assert api.evicted == ([] if record else ["b/b2"])
+    # An hour after it was given, the record no longer counts: the room may be taken back.
+    r = rec.Reclaimer(tracker, lambda: cfg, FakeApi(), metrics_mod.Metrics(CollectorRegistry()))
+    r.wall_clock = lambda: 9000.0 + 3600.0
+    assert [e.victim_name for e in (await r.tick()).evictions] == ["b2"]
 
 
 async def test_pdb_refusal_picks_another_victim_and_explains():

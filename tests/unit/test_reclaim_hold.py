@@ -194,3 +194,38 @@ def test_explain_names_the_hold_that_keeps_a_pod_off_a_node():
     assert not n2["fits"] and "held by reclaim for pod b/b0 (tenant b)" in n2["reason"]
     assert held["fitsNodes"] == 0
     assert held["verdict"].startswith("pending: the room it fits is held by reclaim")
+
+
+def test_the_gate_does_not_yield_to_a_pod_the_hold_keeps_off():
+    """b's pod b9 has room held on n1 (fair shares have moved since: b9 now takes b above
+    its fair share); a, further behind, has a pod a9 that fits only in that room. The
+    filter keeps a9 off it, so the gate must not count a9 as able to run: else b9 waits
+    for a9 and a9 for b9's hold, and the GPU stays idle until the hold lapses."""
+    from fairshare import gating
+
+    def world(n1: int) -> tuple[World, Any]:
+        w = World(config({"name": "a"}, {"name": "b"}), ("n1", n1), ("n2", 2))
+        w.run("a", "a0", "n1")
+        w.run("b", "b0", "n2")
+        w.run("b", "b1", "n2")
+        w.want("b", "b9")
+        w.want("a", "a9")
+        w.want("a", "a8")
+        return w, w.pending[0]
+
+    w, b9 = world(n1=2)
+    hold = reclaim.RoomHold(b9, "n1", until=220.0)
+
+    def gate(**kw: Any) -> Any:
+        return gating.check_fair_gate(w.state, config=w.cfg, req=b9, pending=w.pending, **kw)
+
+    plain = gate()
+    assert plain is not None and not plain.allowed and plain.waiting_for == "a"
+    held = gate(held=reclaim.gate_held([hold]))
+    assert held is not None and held.allowed
+    assert reclaim.gate_held([]) is None
+    # With room for a's pod beside the held one, a's pod still counts.
+    w, b9 = world(n1=3)
+    hold = reclaim.RoomHold(b9, "n1", until=220.0)
+    again = gate(held=reclaim.gate_held([hold]))
+    assert again is not None and not again.allowed and again.waiting_for == "a"

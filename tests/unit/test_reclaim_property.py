@@ -52,7 +52,14 @@ def _config(guarantees: tuple[Any, Any, Any], **options: Any) -> Any:
 
 
 class Sim:
-    def __init__(self, guarantees: tuple[Any, Any, Any], n_nodes: int, **options: Any) -> None:
+    def __init__(
+        self,
+        guarantees: tuple[Any, Any, Any],
+        n_nodes: int,
+        *,
+        records: bool = True,
+        **options: Any,
+    ) -> None:
         self.cfg = _config(guarantees, **options)
         self.g = dict(zip(TENANTS, guarantees, strict=True))
         self.state = ClusterState(ResourceIndex(self.cfg.resource_names()))
@@ -67,6 +74,10 @@ class Sim:
         # Room reclaim made, kept for its pod: the product's holds (reclaim.held_off).
         self.holds: dict[str, reclaim.RoomHold] = {}
         self.eviction_rounds: list[float] = []
+        # Pod uid -> tenants evicted for it, for pods still there (the product's
+        # reclaimed-from annotation: reclaim.given_of).
+        self.given: dict[str, tuple[frozenset[str], float]] = {}
+        self.records = records  # False: nothing kept between rounds (the rule's benchmark)
 
     def arrive(self, tenant: str, gpus: int) -> None:
         name = f"{tenant}-{next(self.ids)}"
@@ -81,7 +92,7 @@ class Sim:
             progress = False
             for req in list(self.queue):
                 gate = gating.check_fair_gate(
-                    self.state, config=self.cfg, req=req, pending=self.queue
+                    self.state, config=self.cfg, req=req, pending=self.queue, held=self.held()
                 )
                 if gate is not None and not gate.allowed:
                     continue
@@ -106,6 +117,16 @@ class Sim:
                 self.holds.pop(req.uid, None)  # bound: its hold ends
                 progress = True
 
+    def given_in_force(self) -> dict[str, frozenset[str]]:
+        """The records of who gave room to whom that count now (``reclaimTakeBackAfter``
+        from the latest give: ``reclaim.given_in_force``)."""
+        keep = self.cfg.take_back_after_seconds()
+        return {u: g for u, (g, at) in self.given.items() if keep > 0 and self.now - at < keep}
+
+    def held(self) -> gating.HeldOff | None:
+        """The holds in force as the gate takes them (the extender's ``room_holds``)."""
+        return reclaim.gate_held([h for h in self.holds.values() if self.now < h.until])
+
     def gpus_of(self, tenant: str) -> float:
         return self.state.usage_of(tenant)[self.state.gpu_col] / 1000
 
@@ -120,7 +141,10 @@ class Sim:
             cooldown=0.0,
             max_evictions=100,
             created=self.created,
+            given=self.given_in_force(),
         )
+        for uid, tenants in plan.givers().items() if self.records else ():
+            self.given[uid] = (self.given.get(uid, (frozenset(), now))[0] | tenants, now)
         beneficiaries = {e.beneficiary_uid for e in plan.evictions}
         # What the reclaimer annotates on each pod it made room for (refreshed each round).
         for hold in reclaim.holds_made(plan, self.queue, until=now + reclaim.HOLD_TIMEOUT):
@@ -130,6 +154,7 @@ class Sim:
         for e in plan.evictions:
             gone = self.state.unbind(e.victim_uid)
             assert gone is not None
+            self.given.pop(e.victim_uid, None)  # the pod is gone, and what it held
             assert self.gpus_of(e.victim_tenant) >= self.g[e.victim_tenant], (
                 f"{e.victim_tenant} taken below its guarantee"
             )
@@ -139,7 +164,7 @@ class Sim:
             if req.uid in beneficiaries:
                 # The room made for it is its own: the gate (with any hold) lets it in.
                 gate = gating.check_fair_gate(
-                    self.state, config=self.cfg, req=req, pending=self.queue
+                    self.state, config=self.cfg, req=req, pending=self.queue, held=self.held()
                 )
                 assert gate is None or gate.allowed, f"evicted for {req.name}, then held: {gate}"
         for pair in plan.decisions:
@@ -228,10 +253,11 @@ def hold_worlds(draw: Any) -> tuple[tuple[Any, Any, int], int, list[tuple[str, i
 @example(((0, 0, 0), 2, [("a", 1)] * 7 + [("b", 4)] + [("c", 2)] * 2))
 @example(((0, 4, 0), 2, [("a", 2)] * 4 + [("b", 4)] * 2 + [("c", 3)]))
 # Found by hypothesis in CI: once a's guaranteed 4-GPU pod arrives, its guarantee takes
-# c's whole-node pod, c falls below its fair share and reclaim toward fair share gives c
+# c's whole-node pod, c falls below its fair share and reclaim toward fair share gave c
 # a pod of b's, after it evicted c for b a round or two before (the fair shares moved
-# with a's demand). Before the hold, c's pending pods also took room made for b and a,
-# and reclaim evicted for two more rounds; now it settles in the round a's pod arrives
+# with a's demand): a reversal. Before the hold, c's pending pods also took room made for
+# b and a, and reclaim evicted for two more rounds. Now the hold keeps the room and the
+# no-take-back rule keeps b's pod (it got its room from c): one round, no reversal
 # (test_whole_node_guarantee_settles_in_the_round_it_arrives).
 @example(
     ((6, 2, 0), 3, [("a", 1)] * 2 + [("b", 4)] + [("c", 1)] * 2 + [("c", 4), ("b", 1), ("a", 4)])
@@ -246,10 +272,10 @@ def hold_worlds(draw: Any) -> tuple[tuple[Any, Any, int], int, list[tuple[str, i
 def test_hold_for_blocked_tenants_with_reclaim_to_fair_share_does_not_loop(band, world):
     """With ``holdForBlockedTenants`` and ``reclaimToFairShare`` both on (and a
     ``yieldBand`` or not), pods up to a whole node (blocked pods are common): reclaim
-    never evicts for a pod the gate then holds (checked after every plan), and settles.
-    A pair may reverse once when a guarantee takes a tenant below its fair share (the
-    examples above: fair shares move with demand, which the room hold cannot change), so
-    that check is off here; no room made is taken by another tenant's pod (the hold)."""
+    never evicts for a pod the gate then holds (checked after every plan), never reverses
+    a pair, and settles. Fair shares move with demand (the examples above: a guarantee
+    takes a tenant below its fair share), and the room hold cannot change that; the
+    no-take-back rule (``reclaim.ANN_RECLAIMED_FROM``: ``Sim.given``) keeps the pairs."""
     guarantees, n_nodes, seq = world
     sim = Sim(
         guarantees,
@@ -258,7 +284,6 @@ def test_hold_for_blocked_tenants_with_reclaim_to_fair_share_does_not_loop(band,
         reclaimToFairShare=True,
         yieldBand=band,
     )
-    sim.check_reversals = False  # one reversal when fair shares move (the docstring)
     now = 0.0
     for tenant, gpus in seq:
         sim.arrive(tenant, gpus)
@@ -289,12 +314,13 @@ def test_whole_node_guarantee_settles_in_the_round_it_arrives(band, world):
     """The worlds that churned (a guaranteed whole-node pod arrives last): with the room
     held for its beneficiary, no pending pod of another tenant takes it, so reclaim
     evicts in no round after the one a's pod arrives in (without the hold, the second
-    world evicted in two more rounds, 6 evictions in all instead of 3)."""
+    world evicted in two more rounds, 6 evictions in all instead of 3); and the round a's
+    pod arrives in evicts only for a (without the no-take-back rule, it also evicted one
+    of b's pods for c, reversing the earlier eviction of c's for b)."""
     guarantees, n_nodes, seq = world
     sim = Sim(
         guarantees, n_nodes, holdForBlockedTenants=True, reclaimToFairShare=True, yieldBand=band
     )
-    sim.check_reversals = False  # one reversal when fair shares move (see the test above)
     now = 0.0
     for tenant, gpus in seq:
         sim.arrive(tenant, gpus)
