@@ -26,7 +26,8 @@ then the youngest pod (``created``, newest first), then uid. On each node where 
 failed for capacity, victims are released in that order on a copy of the node's free
 vector and device ledger until ``filter_nodes`` accepts ``p`` there, then pruned (a
 victim whose release is not needed is put back). The node needing the fewest victims
-wins (ties: node name). This is a greedy minimal set, not a global minimum.
+wins (ties: the node whose least preferred victim is the most preferred, then the next;
+then node name). This is a greedy minimal set, not a global minimum.
 
 Pod groups (gangs, ``fairshare.gangs.group_of``; ``groups`` maps a bound pod to its group)
 are victims as whole units: a distributed job that loses one member is lost, so evicting
@@ -36,7 +37,8 @@ members gone (the group's guaranteed share is protected as a whole); on the node
 its members there free room, and its members elsewhere free room on their own nodes
 (counted for later beneficiaries of the round). Within a tenant, lone pods are tried
 before groups (then the youngest); the node chosen evicts the fewest pods, then the
-fewest units, then the most preferred ones. Pods outside a group are units of one, so
+fewest units, then the least preferred victim being the most preferred it can be (then
+the next). Pods outside a group are units of one, so
 without groups the choice is exactly the per-pod one above.
 
 Why it cannot loop: a beneficiary only gains up to its guarantee, and a victim's tenant
@@ -743,9 +745,13 @@ def _cost(
     units: Sequence[_Unit], node: str, over: Mapping[str, float], ages: Mapping[str, float]
 ) -> _Cost:
     """Fewest pods evicted, then fewest units (one job lost rather than two), then the
-    most preferred (youngest of the most over-share), then node name. Without groups this
-    is the per-pod order: fewest victims, then preference, then node."""
-    keys = tuple(sorted(_key(u, over, ages) for u in units))
+    victims compared from the least preferred up (the node whose worst victim is the most
+    over-share tenant's wins: one young pod of that tenant does not make a node whose
+    other victims are of a tenant less over-share win; seen on the local control plane,
+    a guarantee took three pods of a tenant 3 GPUs over its share instead of four of one
+    7 over), then node name. Without groups this is the per-pod order: fewest victims,
+    then preference, then node."""
+    keys = tuple(sorted((_key(u, over, ages) for u in units), reverse=True))
     return (sum(len(u) for u in units), len(units), keys, node)
 
 
@@ -943,6 +949,32 @@ def given_in_force(
     return givers if math.isfinite(since) and now - since < keep else frozenset()
 
 
+@dataclass(frozen=True)
+class GivenRoom:
+    """A pod that holds room reclaim gave it: no take-back for ``givers`` until ``until``."""
+
+    pod: str
+    """NAMESPACE/NAME."""
+    tenant: str
+    givers: frozenset[str]
+    until: float
+
+
+def given_rooms(
+    pods: Iterable[tuple[str, str | None, Mapping[str, object] | None]], *, now: float, keep: float
+) -> list[GivenRoom]:
+    """The records in force among ``pods`` (NAMESPACE/NAME, tenant, annotations), for
+    ``fairshare explain``: which tenant's pods reclaim takes nothing from, for whom, until
+    when (``given_in_force``)."""
+    out: list[GivenRoom] = []
+    for name, tenant, ann in pods:
+        givers = given_in_force(ann, now=now, keep=keep)
+        if givers and tenant is not None:
+            at = float(str((ann or {})[ANN_RECLAIMED_AT]))
+            out.append(GivenRoom(name, tenant, givers, at + keep))
+    return sorted(out, key=lambda g: (g.tenant, g.pod))
+
+
 def given_annotation(already: frozenset[str], now: frozenset[str], *, at: float) -> dict[str, str]:
     """The record for a pod that had ``already`` and now also gets room from ``now``, at
     wall time ``at`` (empty when nothing is new: the record and its time stay)."""
@@ -958,7 +990,8 @@ def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:
     return lambda state, req, rows: held_off(state, holds, req, rows)
 
 
-def _utc(at: float) -> str:
+def utc(at: float) -> str:
+    """``at`` (Unix seconds) as an RFC 3339 UTC time."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
@@ -1002,19 +1035,17 @@ def held_off(
 
     A hold counts while it has not lapsed (``now < until``; ``now`` None: the caller
     passes only holds in force) and its pod is still pending (not bound in ``state``);
-    it binds only pods of other tenants. As kube-scheduler
+    it binds every other pod, its own tenant's too: a sibling that takes the room made
+    for another pod of its tenant leaves its own room open when it binds (its hold ends),
+    and other tenants' pods take that (seen on the local control plane: two 4-GPU pods
+    of one tenant swapped nodes, and the second found its room gone). As kube-scheduler
     does for a pod nominated on a node, its pod is counted as running there (its devices
     too when it fits; else, its victims still leaving, its request is taken from the free
     vector down to zero at most), and ``req`` must still fit beside it.
     """
     by_node: dict[str, list[RoomHold]] = {}
     for h in holds:
-        if (
-            (now is None or now < h.until)
-            and h.req.uid != req.uid
-            and h.req.tenant != req.tenant
-            and h.req.uid not in state.pods
-        ):
+        if (now is None or now < h.until) and h.req.uid != req.uid and h.req.uid not in state.pods:
             by_node.setdefault(h.node, []).append(h)
     out: dict[int, str] = {}
     if not by_node:
@@ -1035,6 +1066,6 @@ def held_off(
             out[i] = (
                 f"room on {h.node} is held by reclaim for pod {h.req.namespace}/"
                 f"{h.req.name} (tenant {h.req.tenant}) until it binds, is deleted or "
-                f"the hold lapses at {_utc(h.until)}"
+                f"the hold lapses at {utc(h.until)}"
             )
     return out

@@ -369,6 +369,26 @@ def _nodes(state: ClusterState) -> list[dict[str, Any]]:
 # -- explain -----------------------------------------------------------------------------
 
 
+def _no_take_back(
+    given: Sequence[reclaim.GivenRoom],
+    tenant: str,
+    shares: Mapping[str, float],
+    fair: Mapping[str, fairness.FairShare],
+) -> list[dict[str, Any]]:
+    """Per tenant above its fair share that holds room ``tenant`` gave it by reclaim (so
+    reclaim toward fair share takes nothing from it for ``tenant``): its pods with such
+    a record, and when the last record lapses."""
+    out: dict[str, dict[str, Any]] = {}
+    for g in given:
+        holder = g.tenant
+        above = shares.get(holder, 0.0) > (fair[holder].share if holder in fair else 0.0)
+        if tenant in g.givers and holder != tenant and above:
+            row = out.setdefault(holder, {"tenant": holder, "pods": [], "until": 0.0})
+            row["pods"].append(g.pod)
+            row["until"] = max(row["until"], g.until)
+    return [{**row, "until": reclaim.utc(row["until"])} for _, row in sorted(out.items())]
+
+
 def explain_pod(
     *,
     config: FairShareConfig,
@@ -383,8 +403,13 @@ def explain_pod(
     gang: Mapping[str, Any] | None = None,
     group_fits: gating.GroupFits | None = None,
     holds: Sequence[reclaim.RoomHold] = (),
+    given: Sequence[reclaim.GivenRoom] = (),
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
+
+    ``given``: the no-take-back records in force (``reclaim.given_rooms``); when the
+    pod's tenant reclaims toward fair share, the tenants that reclaim takes nothing from
+    for it (they hold room it gave) are listed under ``noTakeBack``.
 
     ``holds``: the reclaim holds in force (``reclaim.holds_in_force``); a node whose room
     one keeps for another tenant's pod is shown as not fitting, with the hold's reason, as
@@ -471,6 +496,8 @@ def explain_pod(
         }
         if gate is not None and gate.blocked:
             extender["gate"]["blockedPod"] = gate.blocked
+        if given and config.reclaims_to_fair_share(tenant):
+            extender["noTakeBack"] = _no_take_back(given, tenant, shares, fair)
     if req.unschedulable:
         verdict = f"{UNSCHEDULABLE_BY_KUBE_SCHEDULER}: {req.unschedulable}"
         extender["kubeScheduler"] = req.unschedulable

@@ -194,6 +194,12 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
                 else ""
             )
         )
+    for g in ext.get("noTakeBack", ()):
+        lines.append(
+            f"  no take-back: tenant {g['tenant']} is above its fair share, but reclaim takes "
+            f"nothing from it for this tenant until {g['until']}: its pods "
+            f"{', '.join(g['pods'])} got their room from this tenant (reclaimTakeBackAfter)"
+        )
     rows = [[n["node"], "fits" if n["fits"] else "no", n["reason"]] for n in ext["nodes"]]
     lines += ["  " + line for line in _table(["NODE", "FIT", "REASON"], rows)]
     return "\n".join(lines) + "\n"

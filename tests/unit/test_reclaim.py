@@ -382,3 +382,22 @@ def test_tenants_tied_in_the_yield_band_do_not_wait_for_each_other(band):
 def test_goes_first_is_a_strict_order(u, su, t, st, expect):
     assert fairness.goes_first(u, su, t, st) is expect
     assert fairness.goes_first(t, st, u, su) is not expect
+
+
+def test_of_nodes_needing_as_many_victims_the_one_whose_worst_victim_is_best_wins():
+    """n1 holds two of hog's older pods; n2 one of hog's, the youngest of all, and mid's
+    pod (mid is at its fair share, hog 2 GPUs above). Both free a 2-GPU place for low's
+    guarantee with two victims: n1 takes both from hog, the most over-share tenant.
+    (Comparing the most preferred victim first chose n2 for its one young pod, and took
+    mid's pod too.)"""
+    cfg = config({"name": "hog"}, {"name": "mid"}, {"name": "low", "guaranteed": gpus(4)})
+    w = World(cfg, ("n1", 2), ("n2", 2), ("n3", 2))
+    w.run("low", "l1", "n3")
+    w.run("low", "l2", "n3")
+    w.run("hog", "h-old-1", "n1")
+    w.run("hog", "h-old-2", "n1")
+    w.run("mid", "m0", "n2")
+    w.run("hog", "h-young", "n2")
+    w.want("low", "l0", gpu=2)
+    plan = w.plan()
+    assert sorted(victims(plan)) == ["uid-h-old-1", "uid-h-old-2"]

@@ -131,3 +131,36 @@ def test_the_take_back_time_is_configured_and_validated():
         _config(reclaimTakeBackAfter="an hour")
     with pytest.raises(ConfigError, match=r"reclaimTakeBackAfter.*bare number has no unit"):
         _config(reclaimTakeBackAfter=3600)
+
+
+def test_explain_names_the_tenant_reclaim_takes_nothing_back_from():
+    from fairshare import report, report_render
+    from fairshare.usageview import StaticView
+
+    w, _ = _t_over_u_under(_config())
+    ann = {reclaim.ANN_RECLAIMED_FROM: "u", reclaim.ANN_RECLAIMED_AT: "1000.000"}
+    given = reclaim.given_rooms(
+        [("t/t0", "t", ann), ("t/t1", "t", {}), ("u/u0", "u", ann)], now=1010.0, keep=3600.0
+    )
+    assert [(g.pod, g.tenant, g.until) for g in given] == [
+        ("t/t0", "t", 4600.0),
+        ("u/u0", "u", 4600.0),
+    ]
+    args: dict[str, Any] = {
+        "config": w.cfg,
+        "state": w.state,
+        "pending": w.pending,
+        "req": w.pending[0],
+        "namespace": "u",
+        "name": "u1",
+        "quota": StaticView(),
+        "admission": report.AdmissionVerdict(True),
+    }
+    out = report.explain_pod(**args, given=given)
+    # t holds 3 GPUs, above its fair share of 2; u's own record does not count.
+    assert out["extender"]["noTakeBack"] == [
+        {"tenant": "t", "pods": ["t/t0"], "until": "1970-01-01T01:16:40Z"}
+    ]
+    text = report_render.render_explain_text(out)
+    assert "no take-back: tenant t is above its fair share" in text
+    assert "noTakeBack" not in report.explain_pod(**args)["extender"]  # no record
