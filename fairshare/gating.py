@@ -302,7 +302,8 @@ def fitting_pending(
     a group is waiting work as a whole, never one member at a time.
 
     With ``held`` (reclaim holds in force), a pod that fits counts only where no hold
-    keeps it off; a hold binds every pod but its own, so that answer is per pod.
+    keeps it off; a hold binds other tenants' pods only, so that answer is kept per
+    tenant and shape, for this walk.
     """
     out = dict.fromkeys(tenants, False)
     open_ = set(out)
@@ -313,7 +314,7 @@ def fitting_pending(
     misfits = nowhere.get("misfits") or nowhere.setdefault("misfits", _Misfits())
     mig = bool(state.mig_nodes)
     drained = _DrainedFit.of(state) if blocked is not None else None
-    held_memo: dict[str, bool] = {}
+    held_memo: dict[tuple[str, ShapeKey], bool] = {}
     pods = state.pods
     for p in queue:
         u = p.tenant
@@ -343,9 +344,9 @@ def fitting_pending(
                     if not fits:
                         misfits.add(key, order, mig)
         if fits and held is not None:
-            outside = held_memo.get(p.uid)
+            outside = held_memo.get((u, key))
             if outside is None:
-                outside = held_memo[p.uid] = pod_fits_somewhere(state, p, held)
+                outside = held_memo[(u, key)] = pod_fits_somewhere(state, p, held)
             fits = outside
         if fits:
             out[u] = True

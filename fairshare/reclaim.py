@@ -1035,17 +1035,22 @@ def held_off(
 
     A hold counts while it has not lapsed (``now < until``; ``now`` None: the caller
     passes only holds in force) and its pod is still pending (not bound in ``state``);
-    it binds every other pod, its own tenant's too: a sibling that takes the room made
-    for another pod of its tenant leaves its own room open when it binds (its hold ends),
-    and other tenants' pods take that (seen on the local control plane: two 4-GPU pods
-    of one tenant swapped nodes, and the second found its room gone). As kube-scheduler
+    it binds only pods of other tenants (a tenant's own pods sharing the room reclaimed
+    for it is its own business; binding them too made a tenant's beneficiaries wait for
+    each other on the local control plane while victims were still leaving, until the
+    holds lapsed). As kube-scheduler
     does for a pod nominated on a node, its pod is counted as running there (its devices
     too when it fits; else, its victims still leaving, its request is taken from the free
     vector down to zero at most), and ``req`` must still fit beside it.
     """
     by_node: dict[str, list[RoomHold]] = {}
     for h in holds:
-        if (now is None or now < h.until) and h.req.uid != req.uid and h.req.uid not in state.pods:
+        if (
+            (now is None or now < h.until)
+            and h.req.uid != req.uid
+            and h.req.tenant != req.tenant
+            and h.req.uid not in state.pods
+        ):
             by_node.setdefault(h.node, []).append(h)
     out: dict[int, str] = {}
     if not by_node:

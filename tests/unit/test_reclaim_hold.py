@@ -58,17 +58,12 @@ def test_another_tenants_pod_is_kept_off_the_held_room():
     assert "1970-01-01T00:03:40Z" in off[n2]  # when it lapses (220 s)
 
 
-def test_only_the_beneficiary_is_not_kept_off():
-    """Its own tenant's other pods are kept off too: a sibling that took the room would
-    leave its own (its hold ends when it binds) to whoever comes (seen on the local
-    control plane: two 4-GPU pods of one tenant swapped nodes, the second one's room was
-    taken by other tenants' pods)."""
+def test_the_beneficiary_and_its_own_tenant_are_not_kept_off():
     w, hold = _made()
     n2 = _row(w, "n2")
     assert reclaim.held_off(w.state, [hold], hold.req, [n2], now=150.0) == {}
     w.want("b", "b1")
-    off = reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0)
-    assert list(off) == [n2] and "held by reclaim for pod b/b0 (tenant b)" in off[n2]
+    assert reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
 
 
 def test_room_beyond_the_hold_stays_open():
