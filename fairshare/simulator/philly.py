@@ -14,6 +14,7 @@ All virtual clusters share one cluster of ``--nodes`` × ``--gpus-per-node`` GPU
 each job is replayed under the three policies of ``gangsim`` (ours, per-pod, gang-fifo)::
 
     python -m fairshare.simulator.philly [--trace DIR] [--nodes 64] [--jobs N] [--quick]
+        [--yield-band B]
 
 It prints, per policy, the GPU-hours held by incomplete gangs, job waits, and how far
 each tenant's GPU-time is from its weighted fair allocation; progress goes to stderr.
@@ -212,15 +213,17 @@ def load_jobs(
 _REQUESTS = (("nvidia.com/gpu", "1"), ("cpu", "4"), ("memory", "32Gi"))
 
 
-def make_config(tenants: Sequence[str]) -> FairShareConfig:
-    return config_from_mapping(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "resources": {"nvidia.com/gpu": {}, "cpu": {}, "memory": {}},
-            "tenants": [{"name": t, "namespaces": [t], "weight": 1} for t in sorted(tenants)],
-        }
-    )
+def make_config(tenants: Sequence[str], yield_band: float | None = None) -> FairShareConfig:
+    """Each tenant of weight 1; ``yield_band`` sets ``yieldBand`` (None: the default)."""
+    doc: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "resources": {"nvidia.com/gpu": {}, "cpu": {}, "memory": {}},
+        "tenants": [{"name": t, "namespaces": [t], "weight": 1} for t in sorted(tenants)],
+    }
+    if yield_band is not None:
+        doc["yieldBand"] = yield_band
+    return config_from_mapping(doc)
 
 
 def make_nodes(count: int, gpus: int) -> list[Node]:
@@ -381,10 +384,11 @@ def replay_one(
     gpu_type: str = "v100",
     quiet: bool = False,
     group_rule: gangwait.Rule = gangwait.RULE,
+    yield_band: float | None = None,
 ) -> dict[str, Any]:
     """One policy's replay of the trace, summarised (a worker process runs one)."""
     jobs, _, _ = load_jobs(folder, vcs=vcs, limit=limit, gpu_type=gpu_type)
-    config = make_config(sorted({j.namespace for j in jobs}))
+    config = make_config(sorted({j.namespace for j in jobs}), yield_band)
     t0 = time.monotonic()
     prog = None if quiet else Progress(policy)
     horizon = max(j.arrival + j.duration for j in jobs)
@@ -411,6 +415,7 @@ def run(
     quiet: bool = False,
     workers: int = 1,
     group_rule: gangwait.Rule = gangwait.RULE,
+    yield_band: float | None = None,
 ) -> tuple[dict[str, dict[str, Any]], str]:
     """Replay the trace under each policy (``workers`` processes at once); the figures
     by policy and the header line."""
@@ -429,7 +434,7 @@ def run(
     )
     common: dict[str, Any] = dict(
         nodes=nodes, gpus_per_node=gpus_per_node, limit=limit, vcs=vcs, gpu_type=gpu_type,
-        quiet=quiet, group_rule=group_rule,
+        quiet=quiet, group_rule=group_rule, yield_band=yield_band,
     )  # fmt: skip
     if workers <= 1 or len(policies) <= 1:
         return {p: replay_one(folder, p, **common) for p in policies}, header
@@ -457,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="how a waiting group counts at the gate under ours (fairshare.gangwait; "
         f"default {gangwait.RULE})",
     )  # fmt: skip
+    ap.add_argument(
+        "--yield-band", type=float, metavar="B",
+        help="the config's yieldBand (default: the config's default, 0: off)",
+    )  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="the first 1,500 jobs only")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument(
@@ -468,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--nodes and --gpus-per-node must be at least 1")
     if args.jobs is not None and args.jobs < 1:
         ap.error("--jobs must be at least 1")
+    if args.yield_band is not None and not 0 <= args.yield_band <= 1:
+        ap.error("--yield-band must be between 0 and 1")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in GANG_POLICIES]
     if unknown or not policies:
@@ -486,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu_type=args.gpu_type,
             workers=args.workers,
             group_rule=args.group_rule,
+            yield_band=args.yield_band,
         )
     except TraceError as exc:
         print(f"philly: {exc}", file=sys.stderr)

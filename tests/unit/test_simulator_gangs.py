@@ -142,3 +142,24 @@ def test_the_report_prints_every_policy(tmp_path, capsys):
         assert f"| {policy} |" in out.out
     assert "| vc-aa | 2 |" in out.out
     assert "philly: per-pod: done in" in out.err
+
+
+def test_the_yield_band_option_sets_the_config(tmp_path, monkeypatch):
+    """``--yield-band B`` replays with ``yieldBand: B``; without it the config's default."""
+    assert philly.make_config(["a"]).yield_band == 0.0
+    assert philly.make_config(["a"], 0.1).yield_band == 0.1
+    seen: list[float | None] = []
+    real = philly.make_config
+
+    def spy(tenants, yield_band=None):  # type: ignore[no-untyped-def]
+        seen.append(yield_band)
+        return real(tenants, yield_band)
+
+    monkeypatch.setattr(philly, "make_config", spy)
+    folder = interleaved(tmp_path)
+    common = ["--trace", str(folder), "--nodes", "2", "--gpus-per-node", "4", "--workers", "1"]
+    assert philly.main([*common, "--policies", "per-pod", "--yield-band", "0.1"]) == 0
+    assert philly.main([*common, "--policies", "per-pod"]) == 0
+    assert seen == [0.1, None]
+    with pytest.raises(SystemExit):
+        philly.main([*common, "--yield-band", "1.5"])
