@@ -59,9 +59,10 @@ and its filter keeps other tenants' pods off that room (``held_off``) until the 
 binds or is deleted or the hold lapses (``HOLD_TIMEOUT``). The property test's simulator
 calls the same functions.
 
-One file of about 900 lines on purpose: the planner, its ledger and the per-node victim
+One file of about 1,100 lines on purpose: the planner, its ledger and the per-node victim
 search are one algorithm that keeps the invariants above together; split, each part would
-hold only half of what makes it correct.
+hold only half of what makes it correct. The hold's and the records' annotations (the
+last part) are the part that could move out if it grows.
 """
 
 from __future__ import annotations
