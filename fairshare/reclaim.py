@@ -984,6 +984,22 @@ def given_annotation(already: frozenset[str], now: frozenset[str], *, at: float)
     return {ANN_RECLAIMED_FROM: ",".join(sorted(already | now)), ANN_RECLAIMED_AT: f"{at:.3f}"}
 
 
+def _bound_on(state: ClusterState, hold: RoomHold) -> bool:
+    """Has the hold's pod bound on the node it holds room on (its hold is over)?"""
+    bound = state.pods.get(hold.req.uid)
+    return bound is not None and bound.node == hold.node
+
+
+def hold_until(annotations: Mapping[str, object] | None) -> float | None:
+    """When a pod's hold lapses (``ANN_HELD_UNTIL``), or None: no hold, or unreadable."""
+    until = (annotations or {}).get(ANN_HELD_UNTIL)
+    try:
+        at = float(until) if isinstance(until, str) else math.nan
+    except ValueError:
+        return None
+    return at if math.isfinite(at) else None
+
+
 def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:
     """The holds in force as the gate takes them (``gating.HeldOff``; None: no hold)."""
     if not holds:
@@ -1005,7 +1021,9 @@ def holds_in_force(
 ) -> list[RoomHold]:
     """The holds of the pods ``uids`` that are in force at ``now``: each still pending
     (in ``pending``), its annotations (``annotations(uid)``) carrying a hold that has not
-    lapsed. A pod bound or deleted is no longer pending, so its hold is over."""
+    lapsed. A pod deleted, or bound on its hold's node, is no longer pending, so its hold
+    is over; the extender adds the holds of pods bound on another node
+    (``ExtenderTracker.room_holds``: ``held_off`` keeps that room for their tenant)."""
     out: list[RoomHold] = []
     for uid in uids:
         req = pending.get(uid)
@@ -1035,11 +1053,14 @@ def held_off(
     reason.
 
     A hold counts while it has not lapsed (``now < until``; ``now`` None: the caller
-    passes only holds in force) and its pod is still pending (not bound in ``state``);
-    it binds only pods of other tenants (a tenant's own pods sharing the room reclaimed
-    for it is its own business; binding them too made a tenant's beneficiaries wait for
-    each other on the local control plane while victims were still leaving, until the
-    holds lapsed). As kube-scheduler
+    passes only holds in force) and its pod has not bound on its node: a pod that bound
+    elsewhere (in room made for another pod of its tenant, say) leaves its room held for
+    its tenant until the hold lapses, else other tenants' pods would take the room the
+    swap left (seen on the local control plane: two 4-GPU pods of one tenant swapped
+    nodes, and the second found its room taken). It binds only pods of other tenants (a
+    tenant's own pods sharing the room reclaimed for it is its own business; binding
+    them too made a tenant's beneficiaries wait for each other on the local control
+    plane while victims were still leaving, until the holds lapsed). As kube-scheduler
     does for a pod nominated on a node, its pod is counted as running there (its devices
     too when it fits; else, its victims still leaving, its request is taken from the free
     vector down to zero at most), and ``req`` must still fit beside it.
@@ -1050,7 +1071,7 @@ def held_off(
             (now is None or now < h.until)
             and h.req.uid != req.uid
             and h.req.tenant != req.tenant
-            and h.req.uid not in state.pods
+            and not _bound_on(state, h)
         ):
             by_node.setdefault(h.node, []).append(h)
     out: dict[int, str] = {}

@@ -1104,16 +1104,34 @@ class ExtenderTracker:
 
     def room_holds(self) -> list[reclaim.RoomHold]:
         """The reclaim holds in force now (``reclaim.holds_in_force``): of pods still
-        pending, not lapsed. Asked at each filter, as a hold lapses with time alone."""
+        pending, not lapsed; and of pods bound on another node than the one their hold is
+        on, until it lapses (``reclaim.held_off``: the room stays held for their tenant).
+        Asked at each filter, as a hold lapses with time alone."""
         if not self.held_room:
             return []
-        pods = self.pods
-        return reclaim.holds_in_force(
+        pods, now = self.pods, self.clock()
+        out = reclaim.holds_in_force(
             sorted(self.held_room),
             self.pending,
             lambda uid: _annotations(pods.get(uid) or {}),
-            now=self.clock(),
+            now=now,
         )
+        for uid in sorted(self.held_room):
+            bound = self.state.pods.get(uid)
+            ann = _annotations(pods.get(uid) or {})
+            until = reclaim.hold_until(ann)
+            if bound is None or until is None or now >= until:
+                continue
+            if ann.get(reclaim.ANN_HELD_NODE) == bound.node or uid in self.pending:
+                continue
+            try:
+                req = self.request(pods[uid], self.config())
+            except resources.DemandError:
+                continue
+            hold = reclaim.hold_of(req, ann)
+            if hold is not None:
+                out.append(hold)
+        return out
 
     def take_pending(self, uid: str) -> None:
         """The adapter accounted pod ``uid`` (assumed before its Binding): not pending."""

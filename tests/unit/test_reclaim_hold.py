@@ -101,9 +101,14 @@ def test_a_hold_ends_when_its_pod_binds_is_deleted_or_lapses():
     assert reclaim.held_off(w.state, [hold], other, [n2], now=220.0) == {}
     # deleted: the extender finds no pending pod, so no hold (``hold_of`` is never asked)
     assert reclaim.held_off(w.state, [], other, [n2], now=150.0) == {}
-    # bound (to the room made for it, or anywhere): the hold is over
+    # bound in the room made for it: the hold is over
     w.run("b", "b0", "n2")
     assert reclaim.held_off(w.state, [hold], other, [n2], now=150.0) == {}
+    # bound elsewhere: the room stays held for its tenant until the hold lapses
+    w.state.unbind("uid-b0")
+    w.run("b", "b0", "n1")
+    assert list(reclaim.held_off(w.state, [hold], other, [n2], now=150.0)) == [n2]
+    assert reclaim.held_off(w.state, [hold], other, [n2], now=220.0) == {}
 
 
 # -- the extender: the hold reaches the filter through the pod's annotations --------------
@@ -151,6 +156,32 @@ def test_the_extender_hold_ends_when_its_pod_binds():
     bound["spec"]["nodeName"] = "n1"
     bound["status"] = {"phase": "Running"}
     t.on_event("Pod", "MODIFIED", bound)
+    assert t.room_holds() == []
+
+
+def test_a_pod_bound_elsewhere_leaves_its_room_held_for_its_tenant():
+    """b0 (hold on n1) binds on n2: n1 stays held for tenant b until the hold lapses, so
+    a's pod is still kept off it (else another tenant takes the room the swap left, seen
+    on the local control plane), while b's own pods may use it."""
+    t = _tracker(now=150.0)
+    t.on_resync("Node", [node("n1", gpus=1), node("n2", gpus=1), node("n3", gpus=1)])
+    bound = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    bound["spec"]["nodeName"] = "n2"
+    bound["status"] = {"phase": "Running"}
+    t.on_event("Pod", "MODIFIED", bound)
+    (hold,) = t.room_holds()
+    assert (hold.req.uid, hold.node) == ("b0", "n1")
+    args = wire.ExtenderArgs(pod=t.pods["a0"], nodes=None, node_names=("n1", "n3"))
+    out = verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result
+    assert out.node_names == ("n3",)
+    assert out.failed_nodes["n1"].startswith("room on n1 is held by reclaim for pod b/b0")
+    t.on_event("Pod", "ADDED", _pending("b", 1))
+    args = wire.ExtenderArgs(pod=t.pods["b1"], nodes=None, node_names=("n1", "n3"))
+    assert verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result.node_names == (
+        "n1",
+        "n3",
+    )
+    t.clock = lambda: 200.0  # lapsed
     assert t.room_holds() == []
 
 

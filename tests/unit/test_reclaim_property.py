@@ -114,7 +114,10 @@ class Sim:
                     name=req.name,
                 )
                 self.queue.remove(req)
-                self.holds.pop(req.uid, None)  # bound: its hold ends
+                hold = self.holds.get(req.uid)
+                if hold is not None and hold.node == self.state.nodes[i].name:
+                    del self.holds[req.uid]  # bound in its room: its hold ends
+                # (bound elsewhere: the room stays held for its tenant until it lapses)
                 progress = True
 
     def given_in_force(self) -> dict[str, frozenset[str]]:
