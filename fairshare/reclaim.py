@@ -559,6 +559,7 @@ def _toward_fair_share(
             tenant_weights={tenant: weights.get(tenant, 1.0)},
         )[tenant]
 
+    no_take_back = config.take_back_after_seconds() > 0  # the rule is on
     for req in pending:
         t = req.tenant
         if len(evictions) >= budget:
@@ -596,7 +597,7 @@ def _toward_fair_share(
             room[req.uid] = freed
             continue
         blocked = _blocked_pairs(t, last_evictions, now=now, cooldown=cooldown)
-        if config.take_back_after_seconds() > 0:  # no take-back
+        if no_take_back:
             given_now = {e.beneficiary_tenant for e in evictions if e.victim_tenant == t}
             blocked = blocked | holders.get(t, set()) | given_now
         failed = filter_nodes(state, req, rows=rows, explain=True).failed
@@ -911,18 +912,26 @@ def hold_annotations(node: str, until: float) -> dict[str, str]:
     return {ANN_HELD_NODE: node, ANN_HELD_UNTIL: f"{until:.3f}"}
 
 
-def hold_of(req: PodRequest, annotations: Mapping[str, object] | None) -> RoomHold | None:
-    """The hold a pending pod's annotations carry (None: none, or unreadable)."""
-    if not annotations:
-        return None
-    node, until = annotations.get(ANN_HELD_NODE), annotations.get(ANN_HELD_UNTIL)
-    if not isinstance(node, str) or not node or not isinstance(until, str):
+def _unix_seconds(annotations: Mapping[str, object] | None, key: str) -> float | None:
+    """An annotation holding Unix seconds (``hold_annotations``, ``given_annotation``),
+    or None: missing, not a number, or not finite."""
+    value = (annotations or {}).get(key)
+    if not isinstance(value, str):
         return None
     try:
-        at = float(until)
+        at = float(value)
     except ValueError:
         return None
-    return RoomHold(req, node, at) if math.isfinite(at) else None
+    return at if math.isfinite(at) else None
+
+
+def hold_of(req: PodRequest, annotations: Mapping[str, object] | None) -> RoomHold | None:
+    """The hold a pending pod's annotations carry (None: none, or unreadable)."""
+    node = (annotations or {}).get(ANN_HELD_NODE)
+    at = hold_until(annotations)
+    if not isinstance(node, str) or not node or at is None:
+        return None
+    return RoomHold(req, node, at)
 
 
 def given_of(annotations: Mapping[str, object] | None) -> frozenset[str]:
@@ -942,12 +951,8 @@ def given_in_force(
     givers = given_of(annotations)
     if not givers or keep <= 0:
         return frozenset()
-    at = (annotations or {}).get(ANN_RECLAIMED_AT)
-    try:
-        since = float(at) if isinstance(at, str) else math.nan
-    except ValueError:
-        return frozenset()
-    return givers if math.isfinite(since) and now - since < keep else frozenset()
+    since = _unix_seconds(annotations, ANN_RECLAIMED_AT)
+    return givers if since is not None and now - since < keep else frozenset()
 
 
 @dataclass(frozen=True)
@@ -970,8 +975,8 @@ def given_rooms(
     out: list[GivenRoom] = []
     for name, tenant, ann in pods:
         givers = given_in_force(ann, now=now, keep=keep)
-        if givers and tenant is not None:
-            at = float(str((ann or {})[ANN_RECLAIMED_AT]))
+        at = _unix_seconds(ann, ANN_RECLAIMED_AT)
+        if givers and tenant is not None and at is not None:
             out.append(GivenRoom(name, tenant, givers, at + keep))
     return sorted(out, key=lambda g: (g.tenant, g.pod))
 
@@ -992,12 +997,7 @@ def _bound_on(state: ClusterState, hold: RoomHold) -> bool:
 
 def hold_until(annotations: Mapping[str, object] | None) -> float | None:
     """When a pod's hold lapses (``ANN_HELD_UNTIL``), or None: no hold, or unreadable."""
-    until = (annotations or {}).get(ANN_HELD_UNTIL)
-    try:
-        at = float(until) if isinstance(until, str) else math.nan
-    except ValueError:
-        return None
-    return at if math.isfinite(at) else None
+    return _unix_seconds(annotations, ANN_HELD_UNTIL)
 
 
 def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:

@@ -1118,11 +1118,13 @@ class ExtenderTracker:
         )
         for uid in sorted(self.held_room):
             bound = self.state.pods.get(uid)
-            ann = _annotations(pods.get(uid) or {})
-            until = reclaim.hold_until(ann)
-            if bound is None or until is None or now >= until:
+            if bound is None or uid in self.pending:
                 continue
-            if ann.get(reclaim.ANN_HELD_NODE) == bound.node or uid in self.pending:
+            ann = _annotations(pods.get(uid) or {})
+            if ann.get(reclaim.ANN_HELD_NODE) == bound.node:
+                continue  # bound in its room (most of these): the hold is over
+            until = reclaim.hold_until(ann)
+            if until is None or now >= until:
                 continue
             try:
                 req = self.request(pods[uid], self.config())
