@@ -33,7 +33,7 @@ test: install build lint docs-check
 	@echo "== pure-Python kernel twins (FAIRSHARE_NO_EXTENSIONS=1): native + unit suites"
 	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest tests/native tests/unit -q
 	@echo "== the whole suite on the compiled kernels (e2e last)"
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=10
 
 test-pure: install
 	FAIRSHARE_NO_EXTENSIONS=1 $(PY) -m pytest -q
