@@ -164,7 +164,7 @@ class Cluster:
     def restart_scheduler(self, scheduler_config: Path) -> None:
         """Run kube-scheduler with another KubeSchedulerConfiguration (local cluster only)."""
         if not self.managed:
-            pytest.skip("restarting kube-scheduler needs the local control plane")
+            _skip_or_fail("restarting kube-scheduler needs the local control plane")
         proc = run_cluster_py(
             "restart-scheduler", "--scheduler-config", str(scheduler_config), timeout=120
         )
@@ -711,7 +711,7 @@ def fairshare_dev(cluster: Cluster) -> Iterator[FairshareDev]:
     Left running if it was already up (`make dev-up`); otherwise stopped at the end (webhook
     configurations removed, kube-scheduler back to its default configuration)."""
     if not cluster.managed:
-        pytest.skip(
+        _skip_or_fail(
             "fairshare e2e tests need the local control plane (the apiserver and scheduler "
             "call the servers on 127.0.0.1 and the scheduler is restarted with the extender)"
         )

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gotools import built_tool
+from tests.gotools import built_tool, skip_or_fail
 
 from .conftest import ROOT, Cluster, run_cluster_py
 
@@ -43,7 +43,7 @@ def own_cluster(cluster: Cluster) -> Iterator[Cluster]:
     """A second local control plane, only for this module (needs the shared one's binaries,
     which the `cluster` fixture checked)."""
     if not cluster.managed:
-        pytest.skip("the helm install test starts its own local control plane")
+        skip_or_fail("the helm install test starts its own local control plane")
     state = Path(tempfile.mkdtemp(prefix="fairshare-helm-e2e-"))
     up = run_cluster_py("up", timeout=300, state_dir=state)
     if up.returncode != 0:

@@ -20,6 +20,7 @@ from fairshare.config.loading import parse_config
 from fairshare.config.reloading import ConfigHolder, ConfigMapSink
 from fairshare.state.informers import make_api_client
 from fairshare.state.sources import ApiSource, Sink, Store
+from tests.gotools import skip_or_fail
 
 from .conftest import (
     GPU,
@@ -147,7 +148,7 @@ async def test_an_expired_watch_gets_410_from_the_apiserver_and_relists_exactly(
     from fairshare.state import informers
 
     if not cluster.managed:
-        pytest.skip("restarts kube-apiserver: needs the local control plane, not a kind cluster")
+        skip_or_fail("restarts kube-apiserver: needs the local control plane, not a kind cluster")
     core = client.CoreV1Api(api)
     names = [unique("rv") for _ in range(3)]
     for name in names:

@@ -19,7 +19,8 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 TOL = 1e-6
 
 # Fractions no float holds exactly (a third, a seventh) as well as 3-decimal values; zero
-# demands and limits below. No zero capacity: see test_properties_fairness.py's xfail.
+# demands and limits below. No zero capacity here: a resource no node has counts in no
+# share, which test_properties_fairness.py's test_a_resource_no_node_has_counts_in_no_share pins.
 INEXACT = [1 / 3, 2 / 3, 10 / 3, 100 / 7]
 positive = st.floats(min_value=0.5, max_value=100.0, allow_nan=False).map(
     lambda v: round(v, 3)

@@ -191,10 +191,15 @@ stands for."""
 FRACTIONS = list(EXACT)
 
 
-def _rest(free: float) -> Fraction:
-    """The exact free share a device's float stands for (``ClusterState.exact_amount``
-    recovers it: denominators here are at most 81,559)."""
-    return Fraction(free).limit_denominator(100_000)
+def _held(state: ClusterState, node: str, dev: int) -> Fraction:
+    """What the bound pods hold on one device, exactly (the model's side: summed from the
+    rationals the shares stand for, never recovered from the ledger's floats; a rest such
+    as 1000 - 1000/3 - 10240000/81559 has a denominator of 244,677, which no float-to-
+    rational rounding with a bound below it recovers)."""
+    return sum(
+        (EXACT[m] for p in state.pods.values() if p.node == node for k, m in p.devices if k == dev),
+        Fraction(0),
+    )
 
 
 def _devices_ok(state: ClusterState) -> None:
@@ -258,13 +263,13 @@ class DeviceMachine(RuleBasedStateMachine):
         chosen = tuple((k, milli) for k in fitting[:count])
         if len(chosen) < count:
             return uid
-        before = self.state.node_devices(i)
+        before = {k: _held(self.state, name, k) for k, _ in chosen}
         row = [sum(m for _, m in chosen), 1000.0, 0.0]
         self.state.bind(uid=uid, node=name, row=row, devices=chosen, tenant="t")
         after = self.state.node_devices(i)
         for k, m in chosen:
             # Shares are held exactly: the device keeps the float of its exact rest.
-            assert after[k] == float(EXACT.get(before[k], _rest(before[k])) - EXACT[m])
+            assert after[k] == float(MILLI_GPU - before[k] - EXACT[m])
         return uid
 
     @rule(
@@ -290,11 +295,11 @@ class DeviceMachine(RuleBasedStateMachine):
             assert self.state.unbind(uid) is None
             return
         i = self.state.node_index[pod.node]
-        before = self.state.node_devices(i)
+        before = {k: _held(self.state, pod.node, k) for k, _ in pod.devices}
         self.state.unbind(uid)
         after = self.state.node_devices(i)
         for k, m in pod.devices:
-            assert after[k] == float(_rest(before[k]) + EXACT[m])
+            assert after[k] == float(MILLI_GPU - before[k] + EXACT[m])
 
     @precondition(lambda self: self.state.n_nodes > 0)
     @rule(node=st.integers(0, 3))
@@ -340,6 +345,29 @@ class DeviceMachine(RuleBasedStateMachine):
 
 TestDeviceLedger = DeviceMachine.TestCase
 TestDeviceLedger.settings = STATEFUL
+
+# A memory share of an 81,559-MiB device (denominator 81,559) beside a third of the same
+# device leaves a rest of denominator 244,677. The ledger keeps that rest exactly; a model
+# that recovered it from the device's float (limit_denominator(100_000)) was off by ~2e-10
+# milli once a 500 followed (41.1133862193831 == 41.11338621921336 failed on three seeds
+# in four). Pinned as the steps hypothesis found, since a state machine takes no @example.
+MEMORY_SHARE = float(Fraction(MILLI_GPU * 10240, 81559))
+
+
+@pytest.mark.parametrize(
+    "order", [(1000 / 3, MEMORY_SHARE, 500.0), (MEMORY_SHARE, 1000 / 3, 500.0)]
+)
+def test_device_ledger_third_then_memory_share_then_half(order: tuple[float, ...]) -> None:
+    machine = DeviceMachine()
+    machine.nodes(count=1, gpus=[1, 0, 0])
+    uids = [machine.bind(node=0, milli=m, count=1, pick="best") for m in order]
+    machine.devices_in_range()
+    machine.devices_match_the_pods()
+    assert machine.state.node_devices(0)[0] == float(MILLI_GPU - sum(EXACT[m] for m in order))
+    for uid in uids:
+        machine.unbind(uid)
+        machine.devices_match_the_pods()
+    machine.teardown()
 
 
 def fresh(gpus: int = 2) -> ClusterState:
