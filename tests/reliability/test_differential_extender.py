@@ -21,6 +21,21 @@ the counts are printed in the fuzz summary). A failure is shrunk by hypothesis t
 small cluster and sequence and printed with its reproduction blob; the cases found so far
 are pinned below (``FOUND``).
 
+What it can and cannot catch. Both drivers decide with the same core: the fair shares
+and dominant shares (``fairshare.fairness``), the gate (``fairshare.gating``) and the
+node filter, scores and device choice (``fairshare.placement``) are one code shared by
+the extender and the simulator. So a wrong rule in that core (a fair share computed
+wrongly, a gate that holds the wrong tenant, a score that fragments GPUs) is made
+identically on both sides and passes here: the property tests of the core
+(``test_properties_fairness``, ``test_properties_hierarchy``, ``test_properties_ledgers``)
+and the e2e tests judge those rules against what they should be. What this test catches
+is everything between the core and the wire, where the two drivers differ: the
+extender's parsing of pods, nodes and namespaces as the informers deliver them, its
+tracker's bookkeeping (pending queue and order, usage, the ledger re-read from the
+Binding's annotations, finished and deleted pods), its caches of fair shares and the
+workload mix, the JSON of kube-scheduler's extender protocol (filter, prioritize, bind,
+``FailedNodes`` reasons, the 0..10 score scale) and the simulator's own loop.
+
 The same cluster and sequence go through two drivers:
 
 * **extender**: the real aiohttp app (``scheduler_plugin.app.make_app``) behind an
