@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run fairshare against the local control plane of tools/e2e/cluster.py.
 
-    python tools/e2e/dev.py up     [--state-dir .e2e] [--config FILE]
+    python tools/e2e/dev.py up     [--state-dir .e2e] [--config FILE] [--nodes 2] [--gpus 8]
     python tools/e2e/dev.py down   [--state-dir .e2e]
     python tools/e2e/dev.py status [--state-dir .e2e]
     python tools/e2e/dev.py restart-extender [--state-dir .e2e]
@@ -19,7 +19,10 @@
   (https://127.0.0.1:<port>/mutate|/validate) with the caBundle;
 * kube-scheduler restarted with a KubeSchedulerConfiguration that names the extender
   (filter, prioritize, preempt, bind; nodeCacheCapable; no managedResources, so every pod
-  goes through it; ignorable: false).
+  goes through it; ignorable: false);
+* `--nodes N` (default 2; 0 for none) kwok GPU nodes `dev-gpu-0`.. of `--gpus` (8) A100s
+  each, created if missing, so that pods created next can be scheduled (the e2e fixtures
+  call `start` and make their own nodes).
 
 `down` undoes all of that (the scheduler gets back its default configuration) and leaves
 the cluster running; `make cluster-down` stops the cluster. The processes run in their own
@@ -256,6 +259,53 @@ def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
     }
     apply(state, namespace, configmap(config_yaml), reservations, reporter)
     ensure_podgroup_crd(state)
+
+
+DEV_NODES = 2
+DEV_GPUS = 8
+DEV_NODE_PREFIX = "dev-gpu-"
+
+
+def dev_gpu_node(name: str, gpus: int) -> dict[str, Any]:
+    """A fake GPU node that kwok runs (its annotation), with the allocatable and the labels
+    NVIDIA's device plugin and GPU feature discovery give an A100 80GB node."""
+    amounts = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti",
+               "nvidia.com/gpu": str(gpus)}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                "nvidia.com/gpu.memory": "81920",
+            },
+        },
+        # A Node created with its status keeps it (kubelets register this way); kwok
+        # fills in the conditions and heartbeats.
+        "status": {"capacity": dict(amounts), "allocatable": dict(amounts)},
+    }
+
+
+def ensure_gpu_nodes(state: dict[str, Any], count: int, gpus: int) -> list[str]:
+    """``count`` kwok GPU nodes ``dev-gpu-0``.. of ``gpus`` GPUs each; existing ones are
+    left as they are (a re-run keeps the pods on them). Returns the names created."""
+    names = [f"{DEV_NODE_PREFIX}{k}" for k in range(count)]
+    have = kubectl(state, "get", "nodes", "-o", "name", check=False).stdout.split()
+    new = [n for n in names if f"node/{n}" not in have]
+    if new:
+        doc = {"apiVersion": "v1", "kind": "List", "items": [dev_gpu_node(n, gpus) for n in new]}
+        kubectl(state, "create", "-f", "-", input=json.dumps(doc))
+        kubectl(state, "wait", "--for=condition=Ready", "--timeout=60s",
+                *(f"node/{n}" for n in new))  # fmt: skip
+    return new
 
 
 PODGROUP_CRD = ROOT / "manifests" / "gangs" / "podgroup-crd.yaml"
@@ -1126,12 +1176,27 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
         cmds[name] = p
     cmds["up"].add_argument("--config", type=Path, help="a FairShareConfig file for the ConfigMap")
+    cmds["up"].add_argument(
+        "--nodes",
+        type=int,
+        default=DEV_NODES,
+        help=f"kwok GPU nodes {DEV_NODE_PREFIX}0.. to create if missing (default "
+        f"{DEV_NODES}; 0 for none)",
+    )
+    cmds["up"].add_argument(
+        "--gpus", type=int, default=DEV_GPUS, help=f"GPUs per node (default {DEV_GPUS})"
+    )
     args = parser.parse_args(argv)
     state_dir = args.state_dir.expanduser().resolve()
     try:
         if args.cmd == "up":
+            if args.nodes < 0 or args.gpus < 0:
+                parser.error("--nodes and --gpus must be 0 or more")
             text = args.config.read_text() if args.config else None
             h = start(state_dir, text)
+            made = ensure_gpu_nodes(cluster_state(state_dir), args.nodes, args.gpus)
+            if made:
+                print(f"nodes:    {', '.join(made)} ({args.gpus} GPUs each, kwok)")
             print(f"webhook:  {h.url('webhook')}  (log {Layout(state_dir).log('webhook')})")
             print(f"extender: {h.url('extender')}  (log {Layout(state_dir).log('extender')})")
             print(f"kubectl:  {h.kubectl} --kubeconfig {h.kubeconfig}")

@@ -9,7 +9,8 @@
 #
 #   make dev-up           cluster-up, then fairshare webhook + extender as local processes,
 #                         registered with the apiserver (webhooks by URL) and kube-scheduler
-#                         (extender); FAIRSHARE_CONFIG=file fills the ConfigMap
+#                         (extender); FAIRSHARE_CONFIG=file fills the ConfigMap;
+#                         DEV_NODES=2 kwok GPU nodes of DEV_GPUS=8 GPUs (DEV_NODES=0: none)
 #   make dev-down         unregister and stop them (the cluster keeps running)
 #   make dev-status       are both servers ready?
 #
@@ -19,6 +20,8 @@
 E2E_STATE_DIR ?= .e2e
 SCHEDULER_CONFIG ?=
 FAIRSHARE_CONFIG ?=
+DEV_NODES ?= 2
+DEV_GPUS ?= 8
 E2E_CLUSTER := $(PY) tools/e2e/cluster.py
 E2E_DEV := $(PY) tools/e2e/dev.py
 
@@ -34,7 +37,8 @@ cluster-status:
 	$(E2E_CLUSTER) status --state-dir $(E2E_STATE_DIR)
 
 dev-up: install
-	$(E2E_DEV) up --state-dir $(E2E_STATE_DIR) $(if $(FAIRSHARE_CONFIG),--config $(FAIRSHARE_CONFIG))
+	$(E2E_DEV) up --state-dir $(E2E_STATE_DIR) $(if $(FAIRSHARE_CONFIG),--config $(FAIRSHARE_CONFIG)) \
+	  --nodes $(DEV_NODES) --gpus $(DEV_GPUS)
 
 dev-down:
 	$(E2E_DEV) down --state-dir $(E2E_STATE_DIR)
