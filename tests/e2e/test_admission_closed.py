@@ -15,6 +15,14 @@ tasks, each creating 1-GPU pods in that tenant's namespace in a loop) run throug
 And a webhook process asked from the instant its port opens (AdmissionReviews posted
 straight to it, before its first list of the cluster can be done) never allows the pod.
 
+The first list is quick, usually done within the 2 s a request waits for it, so left
+alone these restarts might never answer a request before it. In the in-place restart and
+the starting webhook, the new webhook therefore runs as a ServiceAccount with the
+webhook's RBAC except reading pods (`ListHold`): its pod list is refused (403) and
+retried, so the first list cannot finish, until the test sees the webhook's first answer
+(in-place: its first "not synced" refusal) and grants pods. Both tests require at least
+one 503 "not synced" refusal (webhook.app.NOT_SYNCED_MESSAGE).
+
 Each time nothing is admitted: the creators' creates are all refused and the namespace
 holds the same two pods. What the creators saw is recorded in `FAULT_SUMMARY`.
 """
@@ -31,11 +39,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -44,6 +54,7 @@ from .conftest import (
     FAULT_SUMMARY,
     GPU,
     PAUSE_IMAGE,
+    ROOT,
     STATE_DIR,
     Cluster,
     FairshareDev,
@@ -124,11 +135,15 @@ def classify(tally: Tally, exc: ApiException) -> None:
 
 
 async def run_creators_through(
-    api: client.ApiClient, namespace: str, restart: Callable[[], Awaitable[None]]
+    api: client.ApiClient,
+    namespace: str,
+    restart: Callable[[], Awaitable[None]],
+    tally: Tally | None = None,
 ) -> Tally:
-    """Eight creators from 1 s before `restart` until 2 s after it returned."""
+    """Eight creators from 1 s before `restart` until 2 s after it returned; what they saw
+    goes in `tally` (a new one when None), which `restart` may watch."""
     core = client.CoreV1Api(api)
-    tally = Tally()
+    tally = Tally() if tally is None else tally
     stop = asyncio.Event()
     restarting = asyncio.Event()
 
@@ -190,17 +205,139 @@ async def assert_nothing_admitted(
     assert not tally.other, f"unexpected answers during {what}: {tally.line()}"
 
 
+HOLD_LIMIT = 20.0
+"""Seconds a `ListHold` waits for what releases it before it releases anyway (then the
+test fails on its assertions, not on a webhook that never becomes ready)."""
+
+
+@dataclass
+class ListHold:
+    """A kubeconfig for a webhook that cannot finish its first list of the cluster until
+    `release`: a ServiceAccount bound to the webhook's ClusterRole of
+    manifests/base/rbac-webhook.yaml without pods (and with the config's ConfigMap), so
+    its pod list is refused (403) and retried with backoff; `release` binds a ClusterRole
+    that reads pods."""
+
+    api: client.ApiClient
+    kubeconfig: str
+    namespace: str
+    name: str
+    released: bool = False
+
+    async def release_when(self, seen: Callable[[], bool]) -> bool:
+        """Grant pods once `seen()` (polled) or after `HOLD_LIMIT` seconds; whether
+        `seen()` came first."""
+        deadline = time.monotonic() + HOLD_LIMIT
+        while not (came := seen()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.release()
+        return came
+
+    async def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        await client.RbacAuthorizationV1Api(self.api).create_cluster_role_binding(
+            binding(f"{self.name}-pods", self.namespace)
+        )
+
+
+def binding(name: str, namespace: str) -> dict[str, Any]:
+    """ClusterRole `name` bound to `namespace`'s default ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+
+
+def webhook_rules() -> list[dict[str, Any]]:
+    """The rules of the webhook's ClusterRole as the manifests ship it."""
+    docs = yaml.safe_load_all((ROOT / "manifests/base/rbac-webhook.yaml").read_text())
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    return list(role["rules"])
+
+
+@pytest.fixture
+async def list_hold(
+    api: client.ApiClient, cluster: Cluster, namespace: str, tmp_path: Path
+) -> AsyncIterator[ListHold]:
+    name = unique("held-webhook")
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = []
+    for rule in webhook_rules():
+        kept = [r for r in rule["resources"] if r != "pods"]
+        if kept:
+            rules.append({**rule, "resources": kept})
+    assert len(rules) == len(webhook_rules()) and rules != webhook_rules(), "pods dropped"
+    read = ["get", "list", "watch"]
+    rules.append({"apiGroups": [""], "resources": ["configmaps"], "verbs": read})
+    pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": read}]
+    for role, role_rules in ((name, rules), (f"{name}-pods", pods)):
+        await rbac.create_cluster_role({"metadata": {"name": role}, "rules": role_rules})
+    await rbac.create_cluster_role_binding(binding(name, namespace))
+    token = await client.CoreV1Api(api).create_namespaced_service_account_token(
+        "default", namespace, {"spec": {"expirationSeconds": 3600}}
+    )
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    entry = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    kubeconfig = tmp_path / "held-webhook.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [entry],
+                "users": [{"name": name, "user": {"token": token.status.token}}],
+                "contexts": [{"name": name, "context": {"cluster": entry["name"], "user": name}}],
+                "current-context": name,
+            }
+        )
+    )
+    yield ListHold(api, str(kubeconfig), namespace, name)
+    for role in (name, f"{name}-pods"):
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                await delete(role)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
 async def test_in_place_restart_admits_nothing_before_the_first_list(
-    api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
+    api: client.ApiClient,
+    fairshare: FairshareDev,
+    tenant_namespace: TenantNamespace,
+    list_hold: ListHold,
 ):
     namespace, first = await tenant_at_limit(api, fairshare, tenant_namespace)
     dev = dev_module()
+    tally = Tally()
+    seen: list[bool] = []
 
     async def restart() -> None:
-        fairshare.handles = await asyncio.to_thread(dev.restart_webhook, STATE_DIR, in_place=True)
+        # The first list is held until the creators saw a "not synced" refusal.
+        releasing = asyncio.create_task(list_hold.release_when(lambda: tally.not_synced > 0))
+        try:
+            fairshare.handles = await asyncio.to_thread(
+                dev.restart_webhook, STATE_DIR, in_place=True, kubeconfig=list_hold.kubeconfig
+            )
+        finally:
+            await list_hold.release()
+            seen.append(await releasing)
 
-    tally = await run_creators_through(api, namespace, restart)
+    try:
+        await run_creators_through(api, namespace, restart, tally)
+    finally:
+        # Back to the dev webhook's own credentials, with no gap in admission.
+        fairshare.handles = await asyncio.to_thread(dev.restart_webhook, STATE_DIR)
     await assert_nothing_admitted(api, namespace, first, tally, "an in-place webhook restart")
+    assert tally.not_synced > 0 and seen == [True], (
+        f"no refusal before the first list during the in-place restart: {tally.line()}"
+    )
 
 
 async def test_handover_restart_keeps_a_ready_webhook_registered(
@@ -266,12 +403,14 @@ def review(namespace: str, name: str) -> dict[str, Any]:
     }
 
 
-def first_answers(url: str, ctx: ssl.SSLContext, namespace: str, count: int) -> list[Any]:
-    """The first `count` answers of `url`, asked in a loop from before its port opens."""
+def first_answers(
+    url: str, ctx: ssl.SSLContext, namespace: str, count: int, answers: list[Any]
+) -> list[Any]:
+    """The first `count` answers of `url`, asked in a loop from before its port opens,
+    appended to `answers` as they come."""
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
     )
-    answers: list[Any] = []
     deadline = time.monotonic() + 60
     while len(answers) < count and time.monotonic() < deadline:
         body = json.dumps(review(namespace, unique("early"))).encode()
@@ -285,21 +424,30 @@ def first_answers(url: str, ctx: ssl.SSLContext, namespace: str, count: int) -> 
 
 
 async def test_a_starting_webhook_never_allows_from_an_incomplete_view(
-    api: client.ApiClient, fairshare: FairshareDev, tenant_namespace: TenantNamespace
+    api: client.ApiClient,
+    fairshare: FairshareDev,
+    tenant_namespace: TenantNamespace,
+    list_hold: ListHold,
 ):
     namespace, _first = await tenant_at_limit(api, fairshare, tenant_namespace)
     dev = dev_module()
     layout = dev.Layout(STATE_DIR)
     port = dev.cluster_module().free_port()
-    argv = dev.server_argv(layout, dev.cluster_state(STATE_DIR), "webhook", port)
+    state = {**dev.cluster_state(STATE_DIR), "kubeconfig": list_hold.kubeconfig}
+    argv = dev.server_argv(layout, state, "webhook", port)
     ctx = fairshare.handles.client_context("webhook")
     url = f"https://127.0.0.1:{port}/validate"
-    asking = asyncio.create_task(asyncio.to_thread(first_answers, url, ctx, namespace, 20))
+    answers: list[Any] = []
+    asking = asyncio.create_task(asyncio.to_thread(first_answers, url, ctx, namespace, 20, answers))
+    # The first list is held until the webhook's first answer.
+    releasing = asyncio.create_task(list_hold.release_when(lambda: bool(answers)))
     proc = dev._spawn(argv, layout.logs / "fairshare-webhook-cold.log")
     try:
-        answers = await asking
+        await asking
     finally:
         dev.stop_server("webhook-cold", proc.pid)
+        await list_hold.release()
+        await releasing
     codes = collections.Counter(
         "allowed" if a["allowed"] else str(a["status"]["code"]) for a in answers
     )
@@ -307,6 +455,9 @@ async def test_a_starting_webhook_never_allows_from_an_incomplete_view(
     assert len(answers) == 20, f"the starting webhook answered {len(answers)} of 20"
     assert codes["allowed"] == 0, f"allowed before its first list: {dict(codes)}"
     assert set(codes) <= {"403", "503"}, dict(codes)
+    refusals = [a["status"]["message"] for a in answers if a["status"]["code"] == 503]
+    assert refusals, f"no refusal before the first list: {dict(codes)}"
+    assert all(NOT_SYNCED in m for m in refusals), refusals
 
 
 async def test_a_limit_below_usage_is_applied_with_a_warning(

@@ -6,8 +6,10 @@
 * Pods the gate held move as soon as the gate lifts (the requeue annotation), not at
   kube-scheduler's 5-minute flush of unschedulable pods.
 * Preemption respects fair shares: with both tenants at their fair share, a high-priority
-  pod displaces its own tenant's low-priority pod, not the other tenant's; with the other
-  tenant above its fair share, one of that tenant's.
+  pod displaces its own tenant's low-priority pod, not the other tenant's; with another
+  tenant above its fair share, one of that tenant's, not one of a third tenant at its fair
+  share. In both cases the pods are laid out so that kube-scheduler's own choice of
+  victim (the lower-priority pod that started last) is a pod fairshare must spare.
 """
 
 from __future__ import annotations
@@ -154,6 +156,34 @@ def with_priority(pod: dict[str, Any], priority_class: str) -> dict[str, Any]:
     return pod
 
 
+START_GAP = 2.5
+"""Seconds between the last start of the older pods and the creation of the newer ones:
+``status.startTime`` has a resolution of 1 s, and kube-scheduler orders victims by it."""
+
+
+async def run_pinned(
+    api: client.ApiClient, pods: dict[str, list[dict[str, Any]]]
+) -> dict[str, client.V1Pod]:
+    """Create ``pods`` (namespace -> manifests) and return them by name once every one is
+    bound and has its ``status.startTime``."""
+    for namespace, manifests in pods.items():
+        await create_pods(api, namespace, manifests)
+
+    async def running() -> dict[str, client.V1Pod] | None:
+        out: dict[str, client.V1Pod] = {}
+        for namespace, manifests in pods.items():
+            listed = {p.metadata.name: p for p in await pods_of(api, namespace)}
+            for m in manifests:
+                p = listed.get(m["metadata"]["name"])
+                if p is None or not p.spec.node_name or not p.status.start_time:
+                    return None
+                out[p.metadata.name] = p
+        return out
+
+    n = sum(len(m) for m in pods.values())
+    return await wait_for(running, timeout=60, what=f"{n} low-priority pods running")
+
+
 @pytest.mark.parametrize("b_above", [False, True], ids=["both-at-fair-share", "b-above"])
 async def test_preemption_takes_from_the_own_tenant_or_a_tenant_above_its_fair_share(
     b_above: bool,
@@ -163,39 +193,70 @@ async def test_preemption_takes_from_the_own_tenant_or_a_tenant_above_its_fair_s
     fairshare: FairshareDev,
     priorities: tuple[str, str],
 ) -> None:
+    """kube-scheduler alone evicts, on each node, the lower-priority pod that started last
+    (equal priorities), and picks the node whose victim started last. Each case pins pods
+    to nodes so that kube-scheduler's victim is one fairshare must spare:
+
+    * both-at-fair-share: a and b run 2 low-priority pods on each node, b's started after
+      a's. kube-scheduler would evict one of b's (at its fair share); fairshare evicts one
+      of a's own low-priority pods instead, on the node a's high-priority pod goes to.
+    * b-above: b runs 6 pods (4 on node 0, 2 on node 1), above its fair share; c runs 2
+      on node 1, started after all of b's, at its fair share. kube-scheduler would evict
+      one of c's (node 1 holds the newest victim); fairshare evicts one of b's, on node 0.
+    """
     low, high = priorities
-    a, b = unique("tp-a"), unique("tp-b")
-    await fairshare.set_config(api, config(a, b))
+    a, b, c = unique("tp-a"), unique("tp-b"), unique("tp-c")
+    tenants = (a, b, c) if b_above else (a, b)
+    await fairshare.set_config(api, config(*tenants))
     pool = unique("tp")
-    for k in range(2):
-        await make_gpu_node(f"{pool}-{k}", gpus=4, labels={POOL: pool})
-    ns_a, ns_b = await tenant_namespace(a), await tenant_namespace(b)
-    n_a, n_b = (0, 8) if b_above else (4, 4)
-    # Interleaved, so that both nodes hold pods of both tenants when both run 4.
-    for i in range(max(n_a, n_b)):
-        if i < n_a:
-            await create_pods(api, ns_a, [with_priority(pod_manifest(f"a-{i}", pool, gpus=1), low)])
-        if i < n_b:
-            await create_pods(api, ns_b, [with_priority(pod_manifest(f"b-{i}", pool, gpus=1), low)])
+    nodes = [f"{pool}-{k}" for k in range(2)]
+    for node in nodes:
+        await make_gpu_node(node, gpus=4, labels={POOL: pool})
+    ns = {t: await tenant_namespace(t) for t in tenants}
 
-    async def settled() -> bool:
-        return len(await bound(api, ns_a)) == n_a and len(await bound(api, ns_b)) == n_b
+    def pinned(name: str, node: str) -> dict[str, Any]:
+        pod = pod_manifest(name, pool, gpus=1, node_selector={"kubernetes.io/hostname": node})
+        return with_priority(pod, low)
 
-    await wait_for(settled, timeout=60, what=f"{n_a} + {n_b} low-priority pods bound")
-    await create_pods(api, ns_a, [with_priority(pod_manifest("a-high", pool, gpus=1), high)])
-
-    async def high_bound() -> bool:
-        pods = {p.metadata.name: p for p in await pods_of(api, ns_a)}
-        return "a-high" in pods and bool(pods["a-high"].spec.node_name)
-
-    await wait_for(high_bound, timeout=60, what="a's high-priority pod bound by preemption")
-    await asyncio.sleep(1)
-    live_a = [p for p in await pods_of(api, ns_a) if not p.metadata.deletion_timestamp]
-    live_b = [p for p in await pods_of(api, ns_b) if not p.metadata.deletion_timestamp]
     if b_above:
-        # b held all 8 of 8 GPUs, above its fair share of 4: one of b's pods made room.
-        assert len(live_b) == 7 and [p.metadata.name for p in live_a] == ["a-high"]
+        older = {ns[b]: [pinned(f"b-{i}", nodes[i // 4]) for i in range(6)]}
+        newer = {ns[c]: [pinned(f"c-{i}", nodes[1]) for i in range(2)]}
+    else:
+        older = {ns[a]: [pinned(f"a-{i}", nodes[i % 2]) for i in range(4)]}
+        newer = {ns[b]: [pinned(f"b-{i}", nodes[i % 2]) for i in range(4)]}
+    old = await run_pinned(api, older)
+    await asyncio.sleep(START_GAP)
+    new = await run_pinned(api, newer)
+    # The layout kube-scheduler's own choice depends on: the newer pods started later.
+    last_old = max(p.status.start_time for p in old.values())
+    first_new = min(p.status.start_time for p in new.values())
+    assert first_new > last_old, (first_new, last_old)
+
+    await create_pods(api, ns[a], [with_priority(pod_manifest("a-high", pool, gpus=1), high)])
+
+    async def high_node() -> str | None:
+        pods = {p.metadata.name: p for p in await pods_of(api, ns[a])}
+        return pods["a-high"].spec.node_name if "a-high" in pods else None
+
+    node = await wait_for(high_node, timeout=60, what="a's high-priority pod bound by preemption")
+    await asyncio.sleep(1)
+    live: dict[str, set[str]] = {}
+    for t in tenants:
+        pods = await pods_of(api, ns[t])
+        live[t] = {p.metadata.name for p in pods if not p.metadata.deletion_timestamp}
+    gone = sorted((set(old) | set(new)) - set().union(*live.values()))
+    where = {name: (old | new)[name].spec.node_name for name in gone}
+    if b_above:
+        # b held 6 of 8 GPUs, above its fair share: one of its pods on node 0 made room;
+        # c's pods, the newest, kube-scheduler's own victims, stay.
+        assert live[c] == {"c-0", "c-1"}, f"c (at its fair share) lost a pod: {where}"
+        assert len(where) == 1 and where[gone[0]] == nodes[0] == node, (where, node)
+        assert gone[0].startswith("b-") and live[a] == {"a-high"}, (where, live)
     else:
         # Both at their fair share: a's own low-priority pod made room; b kept its 4.
-        assert len(live_b) == 4, [p.metadata.name for p in live_b]
-        assert len(live_a) == 4 and "a-high" in {p.metadata.name for p in live_a}
+        assert live[b] == set(new), f"b (at its fair share) lost a pod: {where}"
+        assert len(where) == 1 and gone[0].startswith("a-") and where[gone[0]] == node, (
+            where,
+            node,
+        )
+        assert len(live[a]) == 4 and "a-high" in live[a]

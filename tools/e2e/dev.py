@@ -969,7 +969,9 @@ def restart_extender(
         return h
 
 
-def restart_webhook(state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = False) -> Handles:
+def restart_webhook(
+    state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = False, kubeconfig: str = ""
+) -> Handles:
     """Replace the webhook process; returns once the new one answers.
 
     Default, a handover that leaves no gap: a new webhook on a new port, waited for on
@@ -978,7 +980,8 @@ def restart_webhook(state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = Fal
     `in_place=True` does what a kubelet does to a crashed container behind a Service:
     stop the old process and start a new one on the same port (the registrations never
     change; until it answers, failurePolicy Fail refuses pods, and its first answers come
-    before its first list of the cluster is complete)."""
+    before its first list of the cluster is complete). `kubeconfig`: the new webhook's
+    credentials instead of the cluster's (e.g. a test's ServiceAccount with less RBAC)."""
     state_dir = Path(state_dir).resolve()
     layout = Layout(state_dir)
     with _locked(state_dir):
@@ -986,10 +989,11 @@ def restart_webhook(state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = Fal
         if h is None:
             raise DevError("fairshare is not up: run `make dev-up` first")
         state = cluster_state(state_dir)
+        server_state = {**state, "kubeconfig": kubeconfig} if kubeconfig else state
         t0 = time.monotonic()
         if in_place:
             stop_server("webhook", h.webhook_pid)
-            h.webhook_pid = start_server(layout, state, "webhook", h.webhook_port)
+            h.webhook_pid = start_server(layout, server_state, "webhook", h.webhook_port)
             save_handles(layout, h)
             wait_ready(layout, h, "webhook")
             log(f"fairshare webhook restarted in place ({time.monotonic() - t0:.1f}s)")
@@ -999,7 +1003,7 @@ def restart_webhook(state_dir: Path = DEFAULT_STATE_DIR, *, in_place: bool = Fal
         while port in (h.webhook_port, h.extender_port):
             port = cluster_module().free_port()
         h.webhook_port = port
-        h.webhook_pid = start_server(layout, state, "webhook", port)
+        h.webhook_pid = start_server(layout, server_state, "webhook", port)
         try:
             wait_ready(layout, h, "webhook")
             apply(state, *webhook_configurations(h))
