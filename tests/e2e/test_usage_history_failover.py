@@ -41,7 +41,15 @@ from .test_extender_replicas import (
     lease_holder,
     stand_in_pod,
 )
-from .test_usage_history import GPU, a_alone_at_night, recorded
+from .test_usage_history import (
+    GPU,
+    HALF_LIFE,
+    ON_RECORD,
+    a_alone_at_night,
+    assert_read_back_decayed,
+    gpu_history,
+    recorded,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +94,11 @@ async def test_the_history_survives_a_leader_failover(
     system = dev.SYSTEM_NAMESPACE
     core = client.CoreV1Api(api)
     leases = client.CoordinationV1Api(api)
-    a = await a_alone_at_night(api, fairshare, make_gpu_node, tenant_namespace, "uhf")
+    policy = f"halfLife: {HALF_LIFE}"
+    night = await a_alone_at_night(
+        api, fairshare, make_gpu_node, tenant_namespace, "uhf", policy=policy
+    )
+    a = night.a
 
     parked, lease = unique("uhf-parked"), unique("uhf-lease")
     stand_ins = [f"{lease}-{i}" for i in range(2)]
@@ -104,11 +116,12 @@ async def test_the_history_survives_a_leader_failover(
 
             async def written_by_leader() -> dict[str, Any] | None:
                 data = await recorded(api)
-                held = ((data or {}).get("tenants") or {}).get(a) or {}
                 fresh = data is not None and data.get("at", 0) > started
-                return data if fresh and held.get(GPU, 0) > 0 else None
+                return data if fresh and gpu_history(data, a) >= ON_RECORD else None
 
-            # The leader writes at its first look and every 30 s after.
+            # The leader writes at its first look and every 30 s after; its first write
+            # holds what it read back (the dev extender's record of no tenant yet) and a
+            # fraction of a second of a's usage, its second one 30 s of it.
             before = await wait_for(
                 written_by_leader, timeout=90, what="the leader to persist a's history"
             )
@@ -123,6 +136,9 @@ async def test_the_history_survives_a_leader_failover(
 
             os.kill(pids[lead_i], signal.SIGKILL)
             killed = time.time()
+            # It would have written again 30 s after `before` at the earliest: `before` is
+            # the record the new leader reads back.
+            assert killed - before["at"] < 25, "the kill came too late after the record"
 
             async def took_over() -> bool:
                 if await lease_holder(api, lease) != f"replica-{other_i}":
@@ -140,8 +156,7 @@ async def test_the_history_survives_a_leader_failover(
             # Its first write comes at its first look: what it read back, decayed over the
             # gap (a history started afresh would hold no tenant at that first write).
             after = await wait_for(rewritten, timeout=60, what="the new leader to write")
-            gap = after["at"] - before["at"]
-            assert after["tenants"][a][GPU] >= kept * 0.5 ** (gap / 3600.0) * 0.999
+            gap = assert_read_back_decayed(before, after, a, gpus=8)
             status = await asyncio.to_thread(replica_status, ports[other_i])
             assert status["usageHistory"]["tenants"][a]["usageShare"] > 0
 
