@@ -427,6 +427,13 @@ def verdict_reasons(message: str) -> tuple[str, ...] | None:
     return tuple(r for r in reasons if r)
 
 
+def refused_for_dra_devices(message: str) -> bool:
+    """Does ``message`` (the ``PodScheduled`` condition's) say kube-scheduler's
+    DynamicResources found no free devices for the pod on some node (``DRA_GPU_REASONS``)?"""
+    reasons = verdict_reasons(message) or ()
+    return any(p.fullmatch(r) for r in reasons for p in DRA_GPU_REASONS)
+
+
 def rejected_by_kube_scheduler(
     message: str, own: Collection[str] = (), *, dra_gpus_checked: bool = False
 ) -> bool:

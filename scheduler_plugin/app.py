@@ -677,6 +677,7 @@ async def serve(
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),
             groups=deps.gangs.group_fits if deps.gangs is not None else None,
+            ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
         from scheduler_plugin import events

@@ -21,7 +21,23 @@ patch; the time of the nudge). Each pod is nudged at most once until kube-schedu
 about it again (``ExtenderTracker.requeued``, cleared by its next filter), at most
 ``BATCH`` pods per round.
 
-``lifted`` is the decision (pure over the tracker); ``Requeuer`` the adapter.
+Pods kube-scheduler's DynamicResources refused for want of free devices (``cannot
+allocate all claims``: it tried them while another pod's allocation was in flight) are
+not the extender's to nudge that way: DynamicResources has no hint for a pod's own
+update, and the extender's filter was never asked about them. It retries them on a
+ResourceSlice or DeviceClass change, or on a claim's deallocation, but not on a claim's
+deletion (``EventsToRegister``, pkg/scheduler/framework/plugins/dynamicresources, v1.36),
+and that is how the devices of a pod whose bind failed after PreBind come free: its
+Unreserve deletes the claim it generated for the pod's ``nvidia.com/gpu`` (KEP-5004)
+still allocated. The gate judged again at bind refuses just such binds, so the extender
+makes up for the missing event: once an allocated claim is seen deleted
+(``ExtenderTracker.dra_released``) while such pods wait (``dra_refused``), the leader
+annotates fairshare's own DeviceClass ``requeue.fairshare.io`` (it selects no device;
+``fairshare.io/requeued-at``), and kube-scheduler moves the pods to its backoff queue.
+At most once per pod per deleted claim; kube-scheduler decides again on every node.
+
+``lifted`` and ``dra_refused`` are the decisions (pure over the tracker); ``Requeuer``
+the adapter.
 """
 
 from __future__ import annotations
@@ -29,14 +45,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import serving
 from fairshare import fairness, gating, reclaim
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
-from fairshare.resources import ANN_REQUEUED
+from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.requeue")
@@ -48,6 +64,8 @@ BATCH: Final = 200
 
 Patch = Callable[[str, str, dict[str, Any]], Awaitable[None]]
 """``patch(namespace, name, merge_patch_body)``."""
+Ring = Callable[[dict[str, Any]], Awaitable[None]]
+"""``ring(merge_patch_body)``: patch fairshare's DeviceClass ``REQUEUE_DEVICE_CLASS``."""
 
 
 def lifted(
@@ -80,6 +98,19 @@ def lifted(
     return out
 
 
+def dra_refused(tracker: ExtenderTracker, rung: Mapping[str, int]) -> list[PodRequest]:
+    """The pending pods DynamicResources refused for want of free devices (their
+    ``PodScheduled`` verdict) not requeued since the last allocated claim was seen
+    deleted: ``rung`` has, per pod, the ``dra_released`` count it was last requeued at."""
+    released = tracker.dra_released
+    out = []
+    for uid in sorted(tracker.dra_refused):
+        req = tracker.pending.get(uid)
+        if req is not None and rung.get(uid, 0) < released:
+            out.append(req)
+    return out
+
+
 def requeue_patch(now: dt.datetime) -> dict[str, Any]:
     """The merge patch that requeues a held pod: a new ``fairshare.io/requeued-at``."""
     stamp = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -99,11 +130,14 @@ class Requeuer:
         is_leader: Callable[[], bool],
         on_nudge: Callable[[int], None] | None = None,
         groups: Callable[[FairShareConfig], gating.GroupFits | None] | None = None,
+        ring: Ring | None = None,
     ) -> None:
         self.tracker, self.config, self.patch = tracker, config, patch
         self.synced, self.is_leader, self.on_nudge = synced, is_leader, on_nudge
-        self.groups = groups
+        self.groups, self.ring = groups, ring
         self._seen: tuple[Any, ...] | None = None
+        self._rung: dict[str, int] = {}
+        """Per pod DynamicResources refused, the ``dra_released`` count it was requeued at."""
 
     def background(self) -> Callable[[Any], AsyncIterator[None]]:
         return serving.background_task(self.run, "requeue-held-pods")
@@ -121,12 +155,20 @@ class Requeuer:
                 log.exception("requeueing held pods failed")
 
     async def round(self) -> int:
-        """One look at the gate; returns how many pods were nudged."""
+        """One look at the gate (and at the pods DynamicResources refused: ``ring_round``);
+        returns how many held pods were nudged."""
         t, config = self.tracker, self.config()
-        key = (t.queue_version, t.state.version, id(config), len(t.gated - t.requeued))
+        key = (
+            t.queue_version,
+            t.state.version,
+            id(config),
+            len(t.gated - t.requeued),
+            t.dra_released,
+        )
         if key == self._seen:
             return 0
         self._seen = key
+        await self.ring_round()
         groups = self.groups(config) if self.groups is not None else None
         pods = lifted(t, config, groups)[:BATCH]
         if not pods:
@@ -152,6 +194,36 @@ class Requeuer:
         self._seen = None if done < len(pods) else self._seen
         return done
 
+    async def ring_round(self) -> int:
+        """Requeue the pods DynamicResources refused that an allocated claim's deletion
+        may let through (module docstring): one annotation of fairshare's DeviceClass.
+        Returns how many such pods there were (0: no ring)."""
+        t = self.tracker
+        for uid in [u for u in self._rung if u not in t.pending]:
+            del self._rung[uid]
+        if self.ring is None:
+            return 0
+        pods = dra_refused(t, self._rung)
+        if not pods:
+            return 0
+        for req in pods:  # once per pod and deleted claim, answered or not
+            self._rung[req.uid] = t.dra_released
+        try:
+            await self.ring(requeue_patch(dt.datetime.now(dt.UTC)))
+        except Exception as exc:  # no such DeviceClass, no right to patch it, an API hiccup
+            log.warning(
+                "requeueing %d pod(s) DynamicResources refused through DeviceClass %s: %s "
+                "(kube-scheduler retries them on its own later)",
+                len(pods), REQUEUE_DEVICE_CLASS, exc,
+            )  # fmt: skip
+            return 0
+        log.info(
+            "allocated ResourceClaim deleted: requeued %d pod(s) DynamicResources refused (%s)",
+            len(pods),
+            ", ".join(f"{r.namespace}/{r.name}" for r in pods[:5]),
+        )
+        return len(pods)
+
 
 def api_patch(api_client: Any) -> Patch:
     """A ``Patch`` over kubernetes_asyncio (merge patch of a pod's metadata)."""
@@ -173,3 +245,25 @@ def api_patch(api_client: Any) -> Patch:
             raise FairshareError(f"HTTP {status}: {data.get('message', '')}")
 
     return patch
+
+
+def api_ring(api_client: Any) -> Ring:
+    """A ``Ring`` over kubernetes_asyncio (merge patch of the DeviceClass's metadata)."""
+    from kubernetes_asyncio import client
+
+    from fairshare.errors import FairshareError
+    from scheduler_plugin.leader import call_raw
+
+    v1: Any = client.ResourceV1Api(api_client)
+
+    async def ring(body: dict[str, Any]) -> None:
+        status, data = await call_raw(
+            v1.patch_device_class(
+                REQUEUE_DEVICE_CLASS, body,
+                _content_type="application/merge-patch+json", _preload_content=False,
+            )
+        )  # fmt: skip
+        if not 200 <= status < 300:
+            raise FairshareError(f"HTTP {status}: {data.get('message', '')}")
+
+    return ring

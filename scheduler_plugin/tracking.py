@@ -76,7 +76,7 @@ from fairshare.placement import (
     class_key,
     score_context,
 )
-from fairshare.resources import CPU, MILLI_GPU, ResourceIndex
+from fairshare.resources import CPU, MILLI_GPU, REQUEUE_DEVICE_CLASS, ResourceIndex
 from fairshare.state import objects, usage
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 from scheduler_plugin import handoff, verbs
@@ -155,6 +155,12 @@ DRA_GROUP_PREFIX: Final = objects.DRA_GROUP_PREFIX
 """Shared-GPU group ids of DRA devices (``objects.DRA_GROUP_PREFIX``)."""
 
 
+def _allocated(claim: Mapping[str, Any]) -> bool:
+    """Does the claim (as the API or ``_slim_claim`` has it) carry an allocation?"""
+    status = claim.get("status")
+    return isinstance(status, dict) and isinstance(status.get("allocation"), dict)
+
+
 def _slim_claim(claim: dict[str, Any]) -> dict[str, Any]:
     """What ``dra.claim_gpus`` reads of a claim (its requests, allocation, annotations)."""
     meta = _meta(claim)
@@ -205,6 +211,15 @@ class ExtenderTracker:
     check (``eligibility.rejected_by_kube_scheduler``), with its message: they do not
     count as waiting until kube-scheduler asks the extender about them again
     (``note_asked``) or their verdict changes."""
+    dra_refused: set[str] = field(default_factory=set)
+    """Pending pods whose ``PodScheduled`` verdict says kube-scheduler's DynamicResources
+    found no free devices for them (``eligibility.refused_for_dra_devices``)."""
+    dra_released: int = 0
+    """Counts ResourceClaims seen deleted while still allocated: devices freed with no
+    deallocation first. kube-scheduler does that to the claim it generated for a KEP-5004
+    pod whose bind failed after PreBind wrote the claim (one the gate held at bind), and
+    DynamicResources retries the pods it refused on a claim's deallocation, not on its
+    deletion (``scheduler_plugin.requeue`` makes up for it)."""
     queue_version: int = 0
     """Counts changes of the pending queue and of its pods' verdicts (the requeuer looks
     at the gate again only after one)."""
@@ -377,6 +392,8 @@ class ExtenderTracker:
             if shared.closed:
                 new.close_group(gid)
         fresh.gated = {uid for uid in self.gated if uid in fresh.pending}
+        fresh.dra_refused = {uid for uid in self.dra_refused if uid in fresh.pending}
+        fresh.dra_released = self.dra_released
         fresh.config = self.config
         fresh._columns_of = config
         return fresh
@@ -446,6 +463,9 @@ class ExtenderTracker:
             for ns in objects_:
                 self.on_event(kind, "ADDED", ns)
         elif kind == dra.KIND_CLAIM:
+            listed = {_claim_key(c) for c in objects_}
+            if any(_allocated(c) for k, c in self.claim_objects.items() if k not in listed):
+                self.dra_released += 1  # deleted allocated while the watch was away
             for key in list(self.claim_objects):
                 self._forget_claim(key)
             for claim in objects_:
@@ -461,6 +481,8 @@ class ExtenderTracker:
             held = self._dra_objects(kind)
             held.clear()
             held.update((str(_meta(o).get("name", "")), o) for o in objects_)
+            if kind == dra.KIND_DEVICE_CLASS:
+                held.pop(REQUEUE_DEVICE_CLASS, None)  # fairshare's own: see on_event
             self._recount_slices()
 
     def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
@@ -492,6 +514,8 @@ class ExtenderTracker:
             key = _claim_key(obj)
             before = self.resource_claims.get(key), self.claim_held.get(key)
             if deleted:
+                if _allocated(obj) or _allocated(self.claim_objects.get(key) or {}):
+                    self.dra_released += 1
                 self._forget_claim(key)
             else:
                 self._claim(obj)
@@ -504,6 +528,8 @@ class ExtenderTracker:
         elif kind in (dra.KIND_SLICE, dra.KIND_DEVICE_CLASS, dra.KIND_TAINT_RULE):
             held = self._dra_objects(kind)
             name = str(_meta(obj).get("name", ""))
+            if kind == dra.KIND_DEVICE_CLASS and name == REQUEUE_DEVICE_CLASS:
+                return  # fairshare's own (it selects no device), annotated at each requeue
             if deleted:
                 held.pop(name, None)
             else:
@@ -847,6 +873,7 @@ class ExtenderTracker:
         self.requeued.discard(uid)
         self.preempted.pop(uid, None)
         self.verdicts.pop(uid, None)
+        self.dra_refused.discard(uid)
         self._asked.pop(uid, None)
         self._answers.pop(uid, None)
         self.queue_version += 1
@@ -1194,6 +1221,10 @@ class ExtenderTracker:
     def _judge_verdict(self, uid: str, slim: dict[str, Any]) -> None:
         """Take in the pod's ``PodScheduled`` verdict (``objects.unschedulable_message``)."""
         message = None if objects.is_bound(slim) else objects.unschedulable_message(slim)
+        if message is not None and eligibility.refused_for_dra_devices(message):
+            self.dra_refused.add(uid)
+        else:
+            self.dra_refused.discard(uid)
         if message is None:
             self._asked.pop(uid, None)
             self._set_verdict(uid, None)

@@ -667,6 +667,35 @@ def test_cert_job_rbac_is_scoped_to_named_objects() -> None:
     assert set(rule["resourceNames"]) == names
 
 
+def test_extender_writes_only_its_own_device_class() -> None:
+    # It annotates requeue.fairshare.io to requeue pods DRA refused (scheduler_plugin/
+    # requeue.py): by name, patch only; that class selects no device.
+    from fairshare.resources import REQUEUE_DEVICE_CLASS
+
+    ours = one("DeviceClass", REQUEUE_DEVICE_CLASS)
+    assert ours["spec"]["selectors"] == [{"cel": {"expression": "false"}}]
+    assert "extendedResourceName" not in ours["spec"]
+    extender = one("ClusterRole", "fairshare-extender")
+    writes = [
+        r
+        for r in extender["rules"]
+        if "resource.k8s.io" in r["apiGroups"] and WRITE_VERBS & set(r["verbs"])
+    ]
+    assert writes == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["deviceclasses"],
+            "resourceNames": [REQUEUE_DEVICE_CLASS],
+            "verbs": ["patch"],
+        }
+    ]
+    for role in objects("ClusterRole"):  # nobody else writes DRA objects
+        if role is not extender:
+            for rule in role["rules"]:
+                if "resource.k8s.io" in rule["apiGroups"]:
+                    assert not WRITE_VERBS & set(rule["verbs"]), role["metadata"]["name"]
+
+
 def test_scheduler_rbac_mirrors_kube_scheduler() -> None:
     refs = {
         (b["metadata"].get("namespace"), b["roleRef"]["kind"], b["roleRef"]["name"])

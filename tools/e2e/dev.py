@@ -10,7 +10,8 @@
 `up` brings the cluster up (cluster.py up, a no-op when it is already up), then:
 
 * namespace `fairshare-system` and ConfigMap `fairshare-config` (key `config.yaml`: FILE,
-  or a small default for development);
+  or a small default for development), and fairshare's DeviceClass
+  (manifests/base/deviceclass.yaml);
 * a CA and a serving certificate (IP SAN 127.0.0.1) for each server, from fairshare.tls;
 * `fairshare webhook` and `fairshare extender` as background processes on free loopback
   ports, watching the ConfigMap (logs in <state>/run/logs/fairshare-*.log), waited for on
@@ -242,10 +243,16 @@ def configmap(config_yaml: str) -> dict[str, Any]:
     }
 
 
+REQUEUE_DEVICE_CLASS = ROOT / "manifests" / "base" / "deviceclass.yaml"
+
+
 def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
-    """Namespace fairshare-system and the ConfigMap (created or replaced), and the
-    reservation pods' namespace and ServiceAccount (the extender runs with the
-    cluster's admin credentials here, so no RBAC is needed)."""
+    """Namespace fairshare-system and the ConfigMap (created or replaced), the
+    reservation pods' namespace and ServiceAccount, and fairshare's DeviceClass that the
+    extender annotates to requeue pods DRA refused (the extender runs with the cluster's
+    admin credentials here, so no RBAC is needed)."""
+    import yaml
+
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
     reservations = {
         "apiVersion": "v1",
@@ -257,7 +264,8 @@ def ensure_config(state: dict[str, Any], config_yaml: str) -> None:
         "kind": "ServiceAccount",
         "metadata": {"name": "fairshare-gpu-reporter", "namespace": RESERVATION_NAMESPACE},
     }
-    apply(state, namespace, configmap(config_yaml), reservations, reporter)
+    device_class = yaml.safe_load(REQUEUE_DEVICE_CLASS.read_text(encoding="utf-8"))
+    apply(state, namespace, configmap(config_yaml), reservations, reporter, device_class)
     ensure_podgroup_crd(state)
 
 
