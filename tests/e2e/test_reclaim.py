@@ -89,6 +89,7 @@ class Reclaimer:
     def __init__(self, kubeconfig: Path, config_file: Path, lease: str, log: Path) -> None:
         self.port = int(cluster_module().free_port())
         self.log = log
+        self.lease = lease  # NAMESPACE/NAME, renewed at the start of every round
         exe = Path(sys.executable).with_name("fairshare")
         argv = [
             str(exe) if exe.exists() else sys.executable,
