@@ -951,9 +951,8 @@ def test_kustomize_renders(target: str) -> None:
     assert {"Deployment", "ValidatingWebhookConfiguration", "ConfigMap"} <= kinds
     for doc in docs:
         ns = doc["metadata"].get("namespace")
-        if doc["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding") or doc[
-            "kind"
-        ].endswith("WebhookConfiguration"):
+        cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "DeviceClass")
+        if doc["kind"] in cluster_scoped or doc["kind"].endswith("WebhookConfiguration"):
             assert ns is None
         elif doc["metadata"]["name"] == "fairshare-scheduler-authentication-reader":
             assert ns == "kube-system"
