@@ -427,11 +427,14 @@ def verdict_reasons(message: str) -> tuple[str, ...] | None:
     return tuple(r for r in reasons if r)
 
 
+def _dra_gpu_reason(reason: str) -> bool:
+    return any(p.fullmatch(reason) for p in DRA_GPU_REASONS)
+
+
 def refused_for_dra_devices(message: str) -> bool:
     """Does ``message`` (the ``PodScheduled`` condition's) say kube-scheduler's
     DynamicResources found no free devices for the pod on some node (``DRA_GPU_REASONS``)?"""
-    reasons = verdict_reasons(message) or ()
-    return any(p.fullmatch(r) for r in reasons for p in DRA_GPU_REASONS)
+    return any(_dra_gpu_reason(r) for r in verdict_reasons(message) or ())
 
 
 def rejected_by_kube_scheduler(
@@ -454,7 +457,7 @@ def rejected_by_kube_scheduler(
         if reason in own_texts or any(p.match(reason) for p in FAIRSHARE_REASONS):
             return False
         if not any(p.fullmatch(reason) for p in CHECKED_REASONS) and not (
-            dra_gpus_checked and any(p.fullmatch(reason) for p in DRA_GPU_REASONS)
+            dra_gpus_checked and _dra_gpu_reason(reason)
         ):
             unchecked = True
     return unchecked

@@ -225,24 +225,28 @@ class Requeuer:
         return len(pods)
 
 
+MERGE_PATCH: Final = {"_content_type": "application/merge-patch+json", "_preload_content": False}
+"""kubernetes_asyncio keywords of a raw merge patch (answered through ``leader.call_raw``)."""
+
+
+async def _merge_patch(call: Awaitable[Any]) -> None:
+    """Await a raw merge-patch call; a non-2xx answer raises ``FairshareError``."""
+    from fairshare.errors import FairshareError
+    from scheduler_plugin.leader import call_raw
+
+    status, data = await call_raw(call)
+    if not 200 <= status < 300:
+        raise FairshareError(f"HTTP {status}: {data.get('message', '')}")
+
+
 def api_patch(api_client: Any) -> Patch:
     """A ``Patch`` over kubernetes_asyncio (merge patch of a pod's metadata)."""
     from kubernetes_asyncio import client
 
-    from fairshare.errors import FairshareError
-    from scheduler_plugin.leader import call_raw
-
     core: Any = client.CoreV1Api(api_client)
 
     async def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
-        status, data = await call_raw(
-            core.patch_namespaced_pod(
-                name, namespace, body,
-                _content_type="application/merge-patch+json", _preload_content=False,
-            )
-        )  # fmt: skip
-        if not 200 <= status < 300:
-            raise FairshareError(f"HTTP {status}: {data.get('message', '')}")
+        await _merge_patch(core.patch_namespaced_pod(name, namespace, body, **MERGE_PATCH))
 
     return patch
 
@@ -251,19 +255,9 @@ def api_ring(api_client: Any) -> Ring:
     """A ``Ring`` over kubernetes_asyncio (merge patch of the DeviceClass's metadata)."""
     from kubernetes_asyncio import client
 
-    from fairshare.errors import FairshareError
-    from scheduler_plugin.leader import call_raw
-
     v1: Any = client.ResourceV1Api(api_client)
 
     async def ring(body: dict[str, Any]) -> None:
-        status, data = await call_raw(
-            v1.patch_device_class(
-                REQUEUE_DEVICE_CLASS, body,
-                _content_type="application/merge-patch+json", _preload_content=False,
-            )
-        )  # fmt: skip
-        if not 200 <= status < 300:
-            raise FairshareError(f"HTTP {status}: {data.get('message', '')}")
+        await _merge_patch(v1.patch_device_class(REQUEUE_DEVICE_CLASS, body, **MERGE_PATCH))
 
     return ring
