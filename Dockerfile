@@ -8,7 +8,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY fairshare ./fairshare
 COPY fairshare_cli ./fairshare_cli
 COPY webhook ./webhook
-COPY scheduler_plugin ./scheduler_plugin
+COPY extender ./extender
 COPY serving ./serving
 COPY _native ./_native
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
@@ -20,7 +20,7 @@ COPY --from=build /wheels /wheels
 # The servers' modules import from the installed wheel (tests/packaging runs this same
 # wheel without Docker), and the kernels are the compiled ones.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && cd / && python -c "import fairshare_cli.main, webhook.app, scheduler_plugin.app, scheduler_plugin.reclaimer" \
+    && cd / && python -c "import fairshare_cli.main, webhook.app, extender.app, extender.reclaimer" \
     && python -c "import _native; assert _native.IMPLEMENTATION == 'c', _native.IMPLEMENTATION"
 USER 10001
 ENTRYPOINT ["fairshare"]

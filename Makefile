@@ -45,7 +45,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fairshare _native
-	$(VENV)/bin/mypy --strict webhook scheduler_plugin serving fairshare_cli
+	$(VENV)/bin/mypy --strict webhook extender serving fairshare_cli
 	$(VENV)/bin/lint-imports
 
 # The documentation site (mkdocs-material; mkdocs.yml, pages under docs/), built into

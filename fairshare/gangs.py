@@ -4,7 +4,7 @@ Pure: no network, no clock. A gang is a set of pods that are useless until ``min
 of them run (a distributed training job). The extender plans every member that is not
 bound yet at once, against the capacity and GPU devices of the ``ClusterState``, and
 keeps the plan as reservations in that state (``reserve``), so the filter of any other
-pod sees the room as taken; ``scheduler_plugin.ganging`` is the adapter around it.
+pod sees the room as taken; ``extender.ganging`` is the adapter around it.
 
 Conventions read:
 

@@ -2,7 +2,7 @@
 the extender's status page, its metrics and its Events on a group's pods.
 
 Pure: no network, no clock. Every judgement is the one the extender makes at a member's
-filter (``scheduler_plugin.ganging``), on the same state: the group's ``min_count`` (the
+filter (``extender.ganging``), on the same state: the group's ``min_count`` (the
 PodGroup's ``spec.minMember``, else the members' ``fairshare.io/gang-min-members``), the
 members that exist, the fair-share gate for the whole group (``gangs.gang_gate``) and the
 all-or-nothing plan (``gangs.plan_gang``, on the nodes the first waiting member may use).

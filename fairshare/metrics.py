@@ -22,7 +22,7 @@ Design choices:
   has no clock.
 
 Pure of I/O: imports ``prometheus_client`` and the standard library only. It must not
-import ``aiohttp``, ``kubernetes_asyncio``, ``webhook`` or ``scheduler_plugin``.
+import ``aiohttp``, ``kubernetes_asyncio``, ``webhook`` or ``extender``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Pure and deterministic: no network, no clock (``now`` is a parameter), no globals; ties
 are broken by name. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
-The controller that acts on a plan is ``scheduler_plugin.reclaimer``.
+The controller that acts on a plan is ``extender.reclaimer``.
 
 ``plan_reclaim`` looks at the pending queue in order. A pending pod ``p`` of tenant ``t``
 that is waiting (``PodRequest.waiting``: no scheduling gate, a scheduler that calls the

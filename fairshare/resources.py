@@ -51,12 +51,12 @@ ANN_GPU_MODELS: Final = "fairshare.io/gpu-models"
 separated by ``|``."""
 ANN_REQUEUED: Final = "fairshare.io/requeued-at"
 """Set by the extender on a pod the fair-share gate held once the gate lifts: the update
-makes kube-scheduler retry the pod at once (``scheduler_plugin.requeue``)."""
+makes kube-scheduler retry the pod at once (``extender.requeue``)."""
 REQUEUE_DEVICE_CLASS: Final = "requeue.fairshare.io"
 """fairshare's own DeviceClass (it selects no device): the extender annotates it with
 ``ANN_REQUEUED`` when kube-scheduler deleted an allocated ResourceClaim while pods it
 refused for want of DRA devices wait, as DynamicResources retries those pods on a
-DeviceClass update but not on a claim's deletion (``scheduler_plugin.requeue``)."""
+DeviceClass update but not on a claim's deletion (``extender.requeue``)."""
 NO_GPU_MODELS: Final[frozenset[str]] = frozenset()
 LABEL_TENANT: Final = "fairshare.io/tenant"
 

@@ -1,6 +1,6 @@
 """The ``fairshare`` command line (and ``kubectl fairshare``): the composition root.
 
-It sits above the core (``fairshare``) and the apps (``webhook``, ``scheduler_plugin``):
+It sits above the core (``fairshare``) and the apps (``webhook``, ``extender``):
 its server commands start the apps, and ``status`` / ``explain`` feed one listing of the
 cluster to the extender's tracker and the webhook's review. Nothing imports this package.
 

@@ -62,8 +62,8 @@ def _live_state(args: argparse.Namespace) -> Any:
 def feed_trackers(snap: Any) -> Any:
     """The extender's ``ExtenderTracker`` and the webhook's ``UsageTracker``, each fed the
     snapshot's lists through ``on_resync`` as their watches would feed them."""
+    from extender.tracking import ExtenderTracker
     from fairshare.state.usage import UsageTracker
-    from scheduler_plugin.tracking import ExtenderTracker
 
     config = snap.config
     tracker = ExtenderTracker(lambda: config)

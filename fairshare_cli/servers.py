@@ -109,7 +109,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 
 
 def cmd_extender(args: argparse.Namespace) -> int:
-    from scheduler_plugin.app import Election, serve
+    from extender.app import Election, serve
 
     if args.lease is None:
         if args.leader_label_pod is not None:
@@ -184,7 +184,7 @@ def cmd_gpu_reporter(args: argparse.Namespace) -> int:
 def cmd_reclaimer(args: argparse.Namespace) -> int:
     import socket
 
-    from scheduler_plugin.reclaimer import serve
+    from extender.reclaimer import serve
 
     return _run_async(
         args,

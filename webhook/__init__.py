@@ -4,5 +4,5 @@ Layout: ``wire`` (AdmissionReview models, decode/encode), ``patches`` (RFC 6902 
 ``policies`` (``gpu_sharing``, ``quota``, ``config_guard``), ``view`` (the cluster facts a
 decision reads), ``reservations`` (admitted-but-not-yet-watched pods) and ``review`` (the
 whole decision). None of these import aiohttp, kubernetes_asyncio, prometheus_client or
-scheduler_plugin; the aiohttp app, TLS and informers are separate adapter modules.
+extender; the aiohttp app, TLS and informers are separate adapter modules.
 """

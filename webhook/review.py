@@ -1,7 +1,7 @@
 """The whole admission decision: ``review(request, view=, config=, phase=)`` → response.
 
 Pure: no network, no clock (``admit`` takes ``now``). Must not import aiohttp,
-kubernetes_asyncio, prometheus_client or scheduler_plugin. The HTTP handlers decode
+kubernetes_asyncio, prometheus_client or extender. The HTTP handlers decode
 (``wire.decode_review``), call ``review``/``admit`` and encode (``wire.encode_response``).
 
 What is judged:

@@ -3,7 +3,7 @@
 Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
 prometheus_client. Both the scheduler extender and the simulator call these
 functions on a ``ClusterState``, so a simulated policy is the deployed policy.
-(STYLE.md puts filtering and scoring under ``scheduler_plugin/``; they live in the
+(STYLE.md puts filtering and scoring under ``extender/``; they live in the
 core because the simulator, which may not import the extender, must run the same code.)
 
 Pipeline for one pod: ``filter_nodes`` (resource fit, GPU-device fit, GPU health,

@@ -14,7 +14,7 @@ it dials (``NAME.NS.svc``). This package covers that whole path, one job a modul
 
 Every public name is re-exported here, so ``from fairshare import tls`` keeps working.
 Adapter package: file I/O and (lazily) ``kubernetes_asyncio`` are allowed. It must not
-import ``aiohttp``, ``webhook`` or ``scheduler_plugin``.
+import ``aiohttp``, ``webhook`` or ``extender``.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ import statistics
 import time
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from tests import nvidia_dra as nv
 from tests.unit.test_state_objects import node, pod
 

@@ -1,4 +1,4 @@
-"""The extender's verbs for the members of a pod group (``scheduler_plugin.ganging``).
+"""The extender's verbs for the members of a pod group (``extender.ganging``).
 
     python -m tests.bench.bench_gangs [--quick] [--nodes 1000] [--members 64] [--rounds 30]
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
+from extender import app
 from fairshare import gangs
 from fairshare.config import loading
-from scheduler_plugin import app
 from tests.bench import bench_servers, common
 from tests.bench.common import progress
 

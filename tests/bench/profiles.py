@@ -48,7 +48,7 @@ def parse_pprof_top(text: str, n: int = 10) -> list[dict[str, Any]]:
     return rows
 
 
-OURS = ("fairshare/", "scheduler_plugin/", "serving/", "webhook/", "_native/")
+OURS = ("fairshare/", "extender/", "serving/", "webhook/", "_native/")
 """Frames of this project (py-spy names files relative to their sys.path entry), but not
 the command line (``fairshare_cli/``), the entry point on every stack."""
 

@@ -403,7 +403,7 @@ async def bound_after_dra_refusal(
     pod held the last devices, refused them with DynamicResources' 'cannot allocate all
     claims'. Unreserve then deletes the held pod's generated claim, still allocated,
     which DynamicResources does not retry its pods on: the extender requeues them
-    (scheduler_plugin/requeue.py). Says on stderr when that path was taken."""
+    (extender/requeue.py). Says on stderr when that path was taken."""
     started = time.monotonic()
     await wait_bound(api, ns, names, timeout=timeout)
     events = await client.CoreV1Api(api).list_namespaced_event(

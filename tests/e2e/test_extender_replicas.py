@@ -375,7 +375,7 @@ async def test_two_extender_replicas_fail_over_without_double_booking(
 
 
 def test_module_timings_are_safe() -> None:
-    from scheduler_plugin.leader import timing_error
+    from extender.leader import timing_error
 
     values = dict(zip(TIMINGS[::2], (float(v) for v in TIMINGS[1::2]), strict=True))
     assert (

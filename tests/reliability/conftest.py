@@ -223,7 +223,7 @@ def extender_pod(i: int, *, namespace: str = "a", gpu: str = "1") -> dict[str, A
 
 
 def extender_app(*, client_cert: bool = False) -> tuple[web.Application, Any]:
-    from scheduler_plugin import app as ext_app_mod
+    from extender import app as ext_app_mod
 
     async def binder(plan: Any) -> None:
         return None

@@ -82,14 +82,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender import app as ext_app
+from extender import verbs
 from fairshare import dra, quantities
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, node_rank
 from fairshare.simulator import drapool
 from fairshare.simulator.drapool import DraSimulation
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import verbs
 from tests.reliability.conftest import FUZZ_CASES, FUZZ_NOTES
 from tests.reliability.test_differential_extender import scheduler_admits
 

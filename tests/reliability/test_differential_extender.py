@@ -38,7 +38,7 @@ workload mix, the JSON of kube-scheduler's extender protocol (filter, prioritize
 
 The same cluster and sequence go through two drivers:
 
-* **extender**: the real aiohttp app (``scheduler_plugin.app.make_app``) behind an
+* **extender**: the real aiohttp app (``extender.app.make_app``) behind an
   in-process HTTP server, fed through its tracker as the informers feed it (``on_resync``
   of namespaces and nodes, pod events: ``ADDED`` on creation, ``MODIFIED`` once bound and
   once finished, phase ``Succeeded``), called with kube-scheduler's extender v1
@@ -114,13 +114,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender import app as ext_app
+from extender import verbs
 from fairshare import quantities
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, choice_levels, filter_nodes, node_rank
 from fairshare.simulator.engine import Simulation
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import verbs
 from tests.reliability.conftest import FUZZ_CASES, FUZZ_NOTES
 
 # -- the cluster ------------------------------------------------------------------------

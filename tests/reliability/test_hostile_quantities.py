@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender import wire as ext_wire
 from fairshare.errors import WireFormatError
-from scheduler_plugin import wire as ext_wire
 from tests.reliability.conftest import FUZZ_CASES, extender_pod
 from tests.reliability.test_hostile_input import admission_review
 from webhook import wire as webhook_wire

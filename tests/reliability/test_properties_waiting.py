@@ -1,7 +1,7 @@
 """Property: one tenant's pods that kube-scheduler can never place hold nobody's GPUs idle.
 
 A small model of kube-scheduler drives the extender's real filter adapter
-(``scheduler_plugin.app._filter``, through the tracker a watch feeds): pods of random
+(``extender.app._filter``, through the tracker a watch feeds): pods of random
 tenants and sizes, some with a constraint only kube-scheduler checks (a required pod
 affinity no pod satisfies: its plugins refuse every node, with v1.36's message), some
 pinned to one node by a node selector (checked by both). Each *round* is one retry
@@ -28,9 +28,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender import app as ext_app
 from fairshare.config.loading import config_from_mapping
 from fairshare.state import objects
-from scheduler_plugin import app as ext_app
 from tests.unit.test_state_objects import node, pod
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler_plugin import hami
+from extender import hami
 from tests.bench import budget, hami_round, profiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,21 +247,21 @@ def test_pprof_top_rows_are_parsed_with_units() -> None:
 def test_collapsed_stacks_give_self_and_inclusive_tops() -> None:
     text = (
         "run (asyncio/runners.py:1);handle (fairshare/app.py:10);dumps (json/encoder.py:5) 6\n"
-        "run (asyncio/runners.py:1);handle (fairshare/app.py:12);fit (scheduler_plugin/f.py:3) 3\n"
+        "run (asyncio/runners.py:1);handle (fairshare/app.py:12);fit (extender/f.py:3) 3\n"
         "run (asyncio/runners.py:1);handle (fairshare/app.py:10);handle (fairshare/app.py:11) 1\n"
     )
     out = profiles.collapsed_top(text, 2)
     assert out["samples"] == 10
     assert out["self"] == [
         {"function": "dumps (json/encoder.py)", "samples": 6, "pct": 60.0},
-        {"function": "fit (scheduler_plugin/f.py)", "samples": 3, "pct": 30.0},
+        {"function": "fit (extender/f.py)", "samples": 3, "pct": 30.0},
     ]
     # Inclusive: this project's functions only, once per stack even when they recurse.
     assert out["inclusive"] == [
         {"function": "handle (fairshare/app.py)", "samples": 10, "pct": 100.0},
-        {"function": "fit (scheduler_plugin/f.py)", "samples": 3, "pct": 30.0},
+        {"function": "fit (extender/f.py)", "samples": 3, "pct": 30.0},
     ]
-    assert [p["function"] for p in out["packages"]] == ["json", "scheduler_plugin"]
+    assert [p["function"] for p in out["packages"]] == ["json", "extender"]
     with pytest.raises(ValueError, match="without a count"):
         profiles.collapsed_top("main (a.py:1) x\n")
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from scheduler_plugin import binding, verbs
+from extender import binding, verbs
 
 
 @pytest.mark.parametrize(

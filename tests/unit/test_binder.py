@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
-from scheduler_plugin import binding, verbs
+from extender import binding, verbs
 
 
 def plan(name: str = "p-1", namespace: str = "team-a") -> verbs.BindPlan:

@@ -139,7 +139,7 @@ def test_exact_scores_separate_what_one_level_ties():
 def test_the_extender_picks_a_whole_gpu_pod_by_the_exact_score_over_the_tie_order():
     # An idle 8-GPU node and an idle 2-GPU node score within one level for a 1-GPU
     # pod; the tie order prefers the 8-GPU node, the exact score the 2-GPU node.
-    from scheduler_plugin.verbs import node_scores, pick_best
+    from extender.verbs import node_scores, pick_best
 
     big, small = sorted(("g-1", "g-2"), key=node_rank)
     config = openb.trace_config(1)

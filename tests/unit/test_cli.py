@@ -148,7 +148,7 @@ def test_not_ready_after_must_be_positive(server, tmp_path, capsys):
     [([], False), (["--pick-in-filter"], True), (["--lease", "ns/l", "--pick-in-filter"], True)],
 )
 def test_extender_passes_pick_in_filter_to_serve(argv, expected, tmp_path, monkeypatch):
-    from scheduler_plugin import app as ext_app
+    from extender import app as ext_app
 
     seen: dict[str, object] = {}
 

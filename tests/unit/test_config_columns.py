@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
+from extender.tracking import ExtenderTracker
 from fairshare.config import loading
 from fairshare.config.reloading import ConfigHolder
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import GPU
 from fairshare.simulator.engine import Simulation
-from scheduler_plugin import app as ext_app
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_extender_app import half_pod, node
 from webhook.policies import config_guard
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from extender.tracking import ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state.usage import UsageTracker
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_state_objects import node, pod
 
 CLASS = dra.GPU_DEVICE_CLASS

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare import dra, gating
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state import objects
 from fairshare.state.usage import UsageTracker
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from tests import nvidia_dra as nv
 from tests.unit.test_state_objects import node, pod, state_with
 

@@ -12,12 +12,12 @@ import copy
 from fractions import Fraction
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state.usage import UsageTracker
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 from tests import nvidia_dra as nv
 from tests.unit.test_dra_capacity import dra_node
 from tests.unit.test_state_objects import pod

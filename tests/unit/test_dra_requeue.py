@@ -1,5 +1,5 @@
 """Pods kube-scheduler's DynamicResources refused for want of free devices are requeued
-when an allocated claim is deleted (``scheduler_plugin.requeue``).
+when an allocated claim is deleted (``extender.requeue``).
 
 The case: tenant a's pod asks ``nvidia.com/gpu`` served from DRA (KEP-5004); its bind
 reaches the extender after PreBind wrote its generated claim, allocated, and the gate
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from extender import requeue
+from extender.tracking import ExtenderTracker
 from fairshare import dra, eligibility
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
-from scheduler_plugin import requeue
-from scheduler_plugin.tracking import ExtenderTracker
 from tests import nvidia_dra as nv
 from tests.unit.test_dra_capacity import (
     CLASSES,

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
 from fairshare.config import loading
-from scheduler_plugin import app as ext_app
 
 CONFIG = loading.config_from_mapping(
     {

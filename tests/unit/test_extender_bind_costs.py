@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare import gating
 from fairshare.config.loading import config_from_mapping
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.builders import make_pod
 from tests.unit.test_state_objects import node
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from extender import wire
 from fairshare.errors import WireFormatError
-from scheduler_plugin import wire
 
 POD = {"metadata": {"name": "p", "namespace": "a", "uid": "u1"}, "spec": {"containers": []}}
 

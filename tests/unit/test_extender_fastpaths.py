@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from _native import fit
+from extender import filtering, verbs, wire
 from fairshare import placement
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import (
@@ -33,7 +34,6 @@ from fairshare.placement import (
 from fairshare.placement.filtering import _failure as _node_failure
 from fairshare.resources import GpuDemand, PodDemand, ResourceIndex
 from fairshare.state.cluster import ClusterState
-from scheduler_plugin import filtering, verbs, wire
 
 
 @pytest.mark.parametrize("seed", range(5))

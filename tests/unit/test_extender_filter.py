@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from extender import filtering, verbs, wire
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
-from scheduler_plugin import filtering, verbs, wire
 from tests.unit.test_state_objects import node, pod, state_with
 
 CONFIG = config_from_mapping(

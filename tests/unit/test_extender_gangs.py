@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
+from extender import ganging
 from fairshare import gangs
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import ganging
 from tests.unit.test_gangs import CONFIG, member, node
 
 NODES = ["n1", "n2"]

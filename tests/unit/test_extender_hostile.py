@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from extender import verbs, wire
 from fairshare.errors import WireFormatError
-from scheduler_plugin import verbs, wire
 from tests.unit.test_state_objects import CONFIG, node, state_with
 
 STATE = state_with(node("a"), node("b", gpus=0))

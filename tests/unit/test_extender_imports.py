@@ -16,11 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PURE = [
     "fairshare.state.objects",
-    "scheduler_plugin",
-    "scheduler_plugin.wire",
-    "scheduler_plugin.filtering",
-    "scheduler_plugin.preemption",
-    "scheduler_plugin.verbs",
+    "extender",
+    "extender.wire",
+    "extender.filtering",
+    "extender.preemption",
+    "extender.verbs",
 ]
 FORBIDDEN = ("aiohttp", "kubernetes_asyncio", "prometheus_client", "webhook")
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from extender import preemption, verbs, wire
 from fairshare.config.loading import config_from_mapping
 from fairshare.state import objects
-from scheduler_plugin import preemption, verbs, wire
 from tests.unit.test_state_objects import node, pod, state_with
 
 CONFIG = config_from_mapping(

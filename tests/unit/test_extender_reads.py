@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from extender.tracking import ExtenderTracker
 from fairshare import resources
 from fairshare.config.loading import config_from_mapping
 from fairshare.state import objects
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.builders import make_pod
 from tests.unit.test_state_objects import node
 

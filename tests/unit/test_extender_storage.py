@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.reclaimer import KINDS
+from extender.tracking import ExtenderTracker
 from fairshare.config.reloading import ConfigHolder
 from fairshare.resources import STORAGE
-from scheduler_plugin.reclaimer import KINDS
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_config_columns import SLIM
 from tests.unit.test_state_objects import CONFIG, node
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender import app as ext_app
 from fairshare.config.loading import config_from_mapping
-from scheduler_plugin import app as ext_app
 from tests.unit.test_state_objects import node, pod
 
 TREE = config_from_mapping(

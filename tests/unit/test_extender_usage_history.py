@@ -1,4 +1,4 @@
-"""The extender's usage history (``scheduler_plugin.usagehistory``): the leader folds the
+"""The extender's usage history (``extender.usagehistory``): the leader folds the
 tracker's usage in, adjusts the weights the verbs read, persists the history in a
 ConfigMap and reads it back after a restart. No network: a fake CoreV1Api."""
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from extender import usagehistory
+from extender.tracking import ExtenderTracker
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
-from scheduler_plugin import usagehistory
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_state_objects import node, pod
 
 HOUR = 3600.0

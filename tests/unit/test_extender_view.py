@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare.config.loading import config_from_mapping
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_extender_bind_costs import CONFIG
 from tests.unit.test_extender_bind_costs import pending as bind_costs_pending
 from tests.unit.test_state_objects import node

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
+from extender import ganging
 from fairshare import gangs, gangstatus, report
 from fairshare.state.snapshot import PODGROUP, Snapshot
 from fairshare_cli import live
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import ganging
 from tests.unit.test_gangs import CONFIG, member, node
 
 KEY_A = gangs.GroupKey("a", "ja")
@@ -279,7 +279,7 @@ async def test_no_event_while_a_group_only_waits_for_room(client):
 
 
 async def test_the_event_writer_posts_a_warning_per_member(monkeypatch):
-    from scheduler_plugin import events
+    from extender import events
 
     posted: list[tuple[str, dict[str, Any]]] = []
 

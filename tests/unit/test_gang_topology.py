@@ -7,11 +7,11 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from extender import ganging, wire
+from extender.tracking import ExtenderTracker
 from fairshare import gangs, gangstatus
 from fairshare.config import loading
 from fairshare.state import objects
-from scheduler_plugin import ganging, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from webhook.policies import gpu_sharing
 
 CONFIG = loading.config_from_mapping(

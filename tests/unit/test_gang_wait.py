@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from extender import ganging
+from extender.tracking import ExtenderTracker
 from fairshare import fairness, gangs, gangwait, gating
 from fairshare.simulator.gangsim import GangSimulation
-from scheduler_plugin import ganging
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_gangs import CONFIG, member, node, tracker
 
 NODES = [node("n1", 4), node("n2", 4)]
@@ -303,7 +303,7 @@ def test_requests_pod_helper_shapes_match():
 def test_the_requeuer_counts_groups_as_the_filter_does():
     """A pod the gate held while b's never-whole group waited is lifted (nudged) under
     the group rule; without it the requeuer would still see one member fitting."""
-    from scheduler_plugin import requeue
+    from extender import requeue
 
     pods = [*a_holds_six(), plain("a", "next", 1)]
     pods += [member("b", "huge", i, min_members=5) for i in range(5)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.tracking import ExtenderTracker
 from fairshare import gangs
 from fairshare.config import loading
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
-from scheduler_plugin.tracking import ExtenderTracker
 
 CONFIG = loading.config_from_mapping(
     {

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from scheduler_plugin import app as ext_app
+from extender import app as ext_app
 from tests.unit.test_extender_filter import CONFIG
 from tests.unit.test_state_objects import node, pod
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_plugin import hami
+from extender import hami
 from tests.gotools import skip_or_fail
 
 HAMI_TAG = "v2.9.0"

@@ -4,7 +4,7 @@ tests/wire/hami/golden-<version>.json holds what HAMi's encoders and decoders
 (``pkg/device``, ``pkg/util/nodelock`` at the pinned version and commit) returned once for
 fairshare's annotations and for HAMi's own (made by tools/hami/golden.py, which builds
 tools/hami/golden/main.go against a HAMi source tree). Here fairshare's encoder and
-decoder (scheduler_plugin/hami.py) are compared with those answers:
+decoder (extender/hami.py) are compared with those answers:
 
 * the pod annotation fairshare writes now is the one HAMi decoded, HAMi read each
   container's devices from it, and HAMi's encoder writes the same text for those devices;
@@ -13,7 +13,7 @@ decoder (scheduler_plugin/hami.py) are compared with those answers:
 * the node lock: fairshare writes what HAMi's key generator writes, and reads a lock as
   HAMi's ParseNodeLock does (offsets, fractional seconds, the old time-only form).
 
-When scheduler_plugin/hami.py changes what it writes, the first test says so: rerun
+When extender/hami.py changes what it writes, the first test says so: rerun
 tools/hami/golden.py to have HAMi's code decode the new text. The live check with the Go
 helper (test_hami_go_decoders.py) runs in addition where HAMi can be fetched.
 """
@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
+from extender import hami
+from extender.hami import HamiDevice, HamiFormatError
 from fairshare.state.objects import hami_device_count
-from scheduler_plugin import hami
-from scheduler_plugin.hami import HamiDevice, HamiFormatError
 
 from .test_hami_go_decoders import HAMI_PSEUDO, HAMI_TAG
 

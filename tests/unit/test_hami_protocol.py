@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from scheduler_plugin import hami
-from scheduler_plugin.hami import HamiDevice, HamiFormatError
+from extender import hami
+from extender.hami import HamiDevice, HamiFormatError
 
 JSON_REGISTER = json.dumps(
     [

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from extender import handoff
+from extender.handoff import Member, Reservation, plan_sweep
 from fairshare.config.schema import ReservationHandoff
-from scheduler_plugin import handoff
-from scheduler_plugin.handoff import Member, Reservation, plan_sweep
 
 POLICY = ReservationHandoff()
 
@@ -100,9 +100,9 @@ def test_configmap_is_owned_by_the_pod():
 
 
 def test_the_tracker_keeps_reservation_pods_out_of_the_ledger_even_slimmed():
+    from extender.tracking import ExtenderTracker
     from fairshare.config.loading import config_from_mapping
     from fairshare.state import objects
-    from scheduler_plugin.tracking import ExtenderTracker
 
     config = config_from_mapping({"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig"})
     tracker = ExtenderTracker(lambda: config)

@@ -6,9 +6,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.lastgood import ANN_RECORDED, last_good_body
 from fairshare.config.loading import dump_config, dump_default_config, parse_config
 from fairshare.config.schema import FairShareConfig
-from scheduler_plugin.lastgood import ANN_RECORDED, last_good_body
 
 EXAMPLE = parse_config(dump_default_config(example_tenants=True))
 
@@ -94,8 +94,8 @@ class FakeCore:
 async def test_write_configmap_creates_replaces_over_the_version_read_and_skips_the_same() -> None:
     import pytest as _pytest
 
+    from extender.leader import write_configmap
     from fairshare.errors import FairshareError
-    from scheduler_plugin.leader import write_configmap
 
     core = FakeCore()
     body = last_good_body("ns", "cfg", EXAMPLE)

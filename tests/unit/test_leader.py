@@ -1,4 +1,4 @@
-"""Leader election (scheduler_plugin.leader): the pure term logic, the Lease attempts over a
+"""Leader election (extender.leader): the pure term logic, the Lease attempts over a
 fake API, and the extender's follower behaviour over HTTP."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
+from extender import leader
 from fairshare_cli import main as cli
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import leader
 
 from .test_extender_app import CONFIG, half_pod, node
 

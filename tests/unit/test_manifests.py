@@ -668,7 +668,7 @@ def test_cert_job_rbac_is_scoped_to_named_objects() -> None:
 
 
 def test_extender_writes_only_its_own_device_class() -> None:
-    # It annotates requeue.fairshare.io to requeue pods DRA refused (scheduler_plugin/
+    # It annotates requeue.fairshare.io to requeue pods DRA refused (extender/
     # requeue.py): by name, patch only; that class selects no device.
     from fairshare.resources import REQUEUE_DEVICE_CLASS
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from extender import filtering, verbs, wire
 from fairshare import gating, mig
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import filter_nodes, fits_after_release
 from fairshare.state import objects
-from scheduler_plugin import filtering, verbs, wire
 from tests.builders import make_pod
 from tests.unit.test_state_objects import state_with
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from extender import verbs, wire
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
-from scheduler_plugin import verbs, wire
 from tests.unit.test_state_objects import node, pod, state_with
 
 
@@ -179,7 +179,7 @@ async def test_the_adapter_counts_a_preemptor_its_watch_has_not_brought_yet() ->
     full cluster an above-fair-share holding (seen on the local control plane)."""
     import json
 
-    from scheduler_plugin import app as ext_app
+    from extender import app as ext_app
 
     cfg = config()
     deps = ext_app.build_deps(config=lambda: cfg, ready=lambda: True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender import verbs
 from fairshare import gangs
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
-from scheduler_plugin import verbs
 from tests.unit.test_preempt_fair_share import preempt, prio_pod
 from tests.unit.test_state_objects import node, state_with
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from extender import reclaimer as rec
+from extender.tracking import ExtenderTracker
 from fairshare import metrics as metrics_mod
 from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
-from scheduler_plugin import reclaimer as rec
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_state_objects import node, pod
 
 CONFIG = config_from_mapping(

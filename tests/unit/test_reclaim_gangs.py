@@ -10,11 +10,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from extender import reclaimer as rec
+from extender.tracking import ExtenderTracker
 from fairshare import gangs, reclaim
 from fairshare import metrics as metrics_mod
 from fairshare.state import objects
-from scheduler_plugin import reclaimer as rec
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_reclaim import World, config, gpus, victims
 from tests.unit.test_reclaim_controller import FakeApi, bound
 from tests.unit.test_state_objects import node, pod

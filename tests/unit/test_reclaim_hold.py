@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare import reclaim
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.builders import make_pod
 from tests.unit.test_reclaim import World, config, full_world, gpus
 from tests.unit.test_state_objects import node

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from extender import reclaimer as rec
+from extender import usagehistory
+from extender.tracking import ExtenderTracker
 from fairshare import metrics as metrics_mod
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
-from scheduler_plugin import reclaimer as rec
-from scheduler_plugin import usagehistory
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.unit.test_extender_usage_history import _Clock, _FakeCore, _keeper
 from tests.unit.test_reclaim_controller import FakeApi, bound
 from tests.unit.test_state_objects import node, pod

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from extender import app as ext_app
+from extender import requeue
 from fairshare import eligibility, report
 from fairshare.resources import ANN_REQUEUED
 from fairshare.state import objects
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import requeue
 from tests.unit.test_extender_filter import CONFIG
 from tests.unit.test_state_objects import node, pod
 

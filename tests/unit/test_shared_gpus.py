@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
+from extender import verbs, wire
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import StateError
-from scheduler_plugin import verbs, wire
 from tests.unit.test_state_objects import CONFIG, node, pod, state_with
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from extender import reclaimer
+from extender.tracking import ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import ANN_GPU_DEVICES, DemandError, ResourceIndex
 from fairshare.state import objects
-from scheduler_plugin import reclaimer
-from scheduler_plugin.tracking import ExtenderTracker
 from tests.bench import bench_memory
 from tests.builders import make_pod
 

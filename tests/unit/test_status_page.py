@@ -7,9 +7,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 import serving
+from extender import app as ext_app
+from extender import statuspage
 from fairshare import report
-from scheduler_plugin import app as ext_app
-from scheduler_plugin import statuspage
 from tests.unit.test_report import CONFIG, snapshot
 
 

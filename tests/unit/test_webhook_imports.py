@@ -12,7 +12,7 @@ import webhook
 
 MODULES = sorted(info.name for info in pkgutil.walk_packages(webhook.__path__, prefix="webhook."))
 PURE = [name for name in MODULES if name.split(".")[-1] not in {"app", "main"}]
-FORBIDDEN = ("aiohttp", "kubernetes_asyncio", "prometheus_client", "scheduler_plugin")
+FORBIDDEN = ("aiohttp", "kubernetes_asyncio", "prometheus_client", "extender")
 
 
 def test_the_core_modules_are_all_found() -> None:

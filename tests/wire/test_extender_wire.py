@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
+from extender import verbs, wire
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import node_rank
 from fairshare.state import objects
-from scheduler_plugin import verbs, wire
 
 GOLDEN = Path(__file__).parent / "extender"
 

@@ -3,7 +3,7 @@
 tests/wire/hami/golden-<version>.json keeps what HAMi's Go code (``pkg/device`` and
 ``pkg/util/nodelock`` at a pinned version) returns for fairshare's annotations and for the
 annotations HAMi itself writes; tests/unit/test_hami_golden.py compares fairshare's
-encoder and decoder (scheduler_plugin/hami.py) with it on every run, without Go or the
+encoder and decoder (extender/hami.py) with it on every run, without Go or the
 module proxy. Nothing of HAMi is kept in the repository: only this script, the Go program
 beside it (golden/main.go, ours) and the answers.
 
@@ -13,7 +13,7 @@ beside it (golden/main.go, ours) and the answers.
 
 The Go program is built in a scratch module outside the clone that requires HAMi through
 a ``replace`` to the source tree (so the Go module proxy need not serve HAMi; HAMi's own
-dependencies come from the proxy as usual). Rerun it when scheduler_plugin/hami.py
+dependencies come from the proxy as usual). Rerun it when extender/hami.py
 changes what it writes (the unit test says so) or to pin another HAMi version.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scheduler_plugin import hami  # noqa: E402
+from extender import hami  # noqa: E402
 
 GO_MAIN = Path(__file__).resolve().parent / "golden" / "main.go"
 FIXTURES = ROOT / "tests" / "wire" / "hami"

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from scheduler_plugin.verbs import BindPlan
+from extender.verbs import BindPlan
 
 
 class BindingError(Exception):

@@ -48,11 +48,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender import verbs, wire
+from extender.tracking import ExtenderTracker
 from fairshare import gangs, gangstatus, gangwait, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
-from scheduler_plugin import verbs, wire
-from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.gangs")
 

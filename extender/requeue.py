@@ -49,11 +49,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import serving
+from extender.tracking import ExtenderTracker
 from fairshare import fairness, gating, reclaim
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
-from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.requeue")
 
@@ -231,8 +231,8 @@ MERGE_PATCH: Final = {"_content_type": "application/merge-patch+json", "_preload
 
 async def _merge_patch(call: Awaitable[Any]) -> None:
     """Await a raw merge-patch call; a non-2xx answer raises ``FairshareError``."""
+    from extender.leader import call_raw
     from fairshare.errors import FairshareError
-    from scheduler_plugin.leader import call_raw
 
     status, data = await call_raw(call)
     if not 200 <= status < 300:

@@ -22,10 +22,10 @@ from typing import Any
 
 from aiohttp import web
 
+from extender.ganging import GangCoordinator
+from extender.tracking import ExtenderTracker
 from fairshare import report
 from fairshare.config.schema import FairShareConfig
-from scheduler_plugin.ganging import GangCoordinator
-from scheduler_plugin.tracking import ExtenderTracker
 
 REFRESH_SECONDS = 10
 MIN_INTERVAL = 2.0
@@ -98,7 +98,7 @@ def add_routes(
     gangs: Callable[[], GangCoordinator | None] | None = None,
 ) -> StatusPage:
     """``GET /status`` and ``GET /status.json`` on ``app``; ``usage_history`` gives the
-    leader's usage history (``scheduler_plugin.usagehistory``), shown under
+    leader's usage history (``extender.usagehistory``), shown under
     ``usageHistory`` while it is kept; ``gangs`` the extender's pod groups and their live
     plans (``ganging.GangCoordinator``), shown under ``gangs`` while any exists."""
     page = StatusPage(tracker, config, usage_history=usage_history, gangs=gangs)

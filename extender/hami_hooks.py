@@ -20,12 +20,12 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
 
+from extender import hami, verbs
+from extender.leader import call_raw
+from extender.tracking import ExtenderTracker
 from fairshare import quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import ANN_GPU_CONTAINER, ANN_GPU_MEMORY
-from scheduler_plugin import hami, verbs
-from scheduler_plugin.leader import call_raw
-from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.hami")
 _client: Any = k8s_client

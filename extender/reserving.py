@@ -33,12 +33,12 @@ from typing import Any, Final
 from kubernetes_asyncio import client as k8s_client
 
 import serving
+from extender import events, handoff, verbs
+from extender.leader import call_raw
+from extender.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 from fairshare.config.schema import FairShareConfig
 from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
-from scheduler_plugin import events, handoff, verbs
-from scheduler_plugin.leader import call_raw
-from scheduler_plugin.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.handoff")
 

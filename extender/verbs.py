@@ -32,6 +32,7 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from extender import filtering, preemption, wire
 from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
@@ -56,7 +57,6 @@ from fairshare.placement import (
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState
-from scheduler_plugin import filtering, preemption, wire
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
 T = TypeVar("T")

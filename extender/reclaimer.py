@@ -32,7 +32,7 @@ each member, and each eviction counted). A PodDisruptionBudget that refuses the 
 member protects the whole group and nothing of it is evicted; one that refuses a later
 member (the group is lost already) leaves that member protected while the others go.
 
-Leader election (``scheduler_plugin.leader.LeaseElector``, shared with the extender): a
+Leader election (``extender.leader.LeaseElector``, shared with the extender): a
 ``coordination.k8s.io/v1`` Lease, read, then created or updated with the read
 ``resourceVersion`` (compare-and-swap: a 409 means another replica won). A holder renews
 every round; another replica takes over only when ``renewTime + leaseDurationSeconds``
@@ -61,10 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, Unpack
 
-from fairshare import gangs, reclaim
-from fairshare import metrics as metrics_mod
-from fairshare.config.schema import FairShareConfig
-from scheduler_plugin.leader import (
+from extender.leader import (
     KubeLeaseApi,
     LeaseElector,
     call_raw,
@@ -72,8 +69,11 @@ from scheduler_plugin.leader import (
     micro_time,
     parse_time,
 )
-from scheduler_plugin.tracking import ExtenderTracker
-from scheduler_plugin.usagehistory import RecordedHistory, read_recorded
+from extender.tracking import ExtenderTracker
+from extender.usagehistory import RecordedHistory, read_recorded
+from fairshare import gangs, reclaim
+from fairshare import metrics as metrics_mod
+from fairshare.config.schema import FairShareConfig
 
 if TYPE_CHECKING:  # the controller itself runs without aiohttp; only ``serve`` needs it
     import serving

@@ -16,7 +16,7 @@ the Binding's metadata, so it lands on the pod in the same write as ``nodeName``
 refused POST un-assumes the pod.
 
 Several replicas (``--lease``): only the holder of the Lease decides
-(``scheduler_plugin.leader``). The leader labels its own pod (``--leader-label-pod``)
+(``extender.leader``). The leader labels its own pod (``--leader-label-pod``)
 and the Service selects that label, so kube-scheduler reaches the leader; every replica
 stays ready (``/readyz`` = synced), or a rolling update could never see its new pods
 ready and a drain could never evict the leader under the PodDisruptionBudget. A call
@@ -48,15 +48,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 import serving
+from extender import statuspage, verbs, wire
+from extender.ganging import GangCoordinator
+from extender.tracking import ExtenderTracker
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
 from fairshare.placement import PodRequest
 from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
-from scheduler_plugin import statuspage, verbs, wire
-from scheduler_plugin.ganging import GangCoordinator
-from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender")
 
@@ -156,7 +156,7 @@ class ExtenderDeps:
     on_preempt: Callable[[PodRequest, str], None] | None = None
     """Told what the preemption policy refused for a preemptor (an Event on the pod)."""
     gangs: GangCoordinator | None = None
-    """Pod groups placed all or nothing (``scheduler_plugin.ganging``); None: per pod."""
+    """Pod groups placed all or nothing (``extender.ganging``); None: per pod."""
     usage_history: Callable[[], dict[str, Any]] | None = None
     """The leader's usage history as ``/status.json`` shows it (``usagehistory``)."""
 
@@ -436,8 +436,8 @@ class Election:
     leads, so a Service selecting that label sends kube-scheduler to the leader only."""
 
     def __post_init__(self) -> None:
+        from extender.leader import timing_error
         from fairshare.errors import FairshareError
-        from scheduler_plugin.leader import timing_error
 
         problem = timing_error(self.lease_duration, self.renew_deadline, self.retry_period)
         if problem is not None:
@@ -454,7 +454,7 @@ def lead(
     rolling updates and the PodDisruptionBudget see two ready replicas; the Service
     routes by the leader label. On shutdown it stops deciding, drops the label, lets the
     binds in flight land and releases the Lease."""
-    from scheduler_plugin import leader
+    from extender import leader
 
     elector = leader.LeaseElector(
         leader.KubeLeaseApi(api_client),
@@ -614,8 +614,8 @@ async def serve(
     binder: Binder = bind_locally
     api_binder = None
     if state_file is None:
+        from extender import binding
         from fairshare.state import informers
-        from scheduler_plugin import binding
 
         api_client = await informers.make_api_client(opts.kubeconfig)
         timeout = binding.bind_timeout(
@@ -623,7 +623,7 @@ async def serve(
             election.renew_deadline if election else None,
         )
         binder = api_binder = binding.api_binder(api_client, timeout=timeout)
-    from scheduler_plugin import usagehistory
+    from extender import usagehistory
 
     # ``usageHistory``: the decisions read the weights the leader's history adjusted
     # (the config in force itself while the block is absent).
@@ -632,7 +632,7 @@ async def serve(
     deps.usage_history = feed.status
     deps.pick_in_filter = pick_in_filter
     if api_client is not None and deps.gangs is not None:
-        from scheduler_plugin import ganging
+        from extender import ganging
 
         deps.gangs.fetch = ganging.api_fetcher(api_client)
     box["m"] = deps.metrics
@@ -653,7 +653,7 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
-        from scheduler_plugin import hami_hooks, reserving
+        from extender import hami_hooks, reserving
 
         controller = reserving.HandoffController(
             api_client=api_client,
@@ -668,7 +668,7 @@ async def serve(
         )
         deps.hooks = ChainedHooks([controller, hami])
         deps.background.append(controller.background())
-        from scheduler_plugin import requeue
+        from extender import requeue
 
         requeuer = requeue.Requeuer(
             tracker=deps.tracker,
@@ -680,14 +680,14 @@ async def serve(
             ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
-        from scheduler_plugin import events
+        from extender import events
 
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:
             deps.gangs.on_wait = events.gang_recorder(api_client)
         if opts.configmap is not None:
+            from extender import lastgood
             from fairshare.runtime import parse_ref
-            from scheduler_plugin import lastgood
 
             recorder = lastgood.LastGoodRecorder(
                 api_client=api_client,

@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import serving
+from extender.leader import write_configmap
 from fairshare.config.loading import LAST_GOOD_SUFFIX, dump_config
 from fairshare.config.reloading import CONFIG_KEY
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
-from scheduler_plugin.leader import write_configmap
 
 log = logging.getLogger("fairshare.extender.lastgood")
 

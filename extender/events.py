@@ -8,8 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from extender.leader import call_raw
 from fairshare.placement import PodRequest
-from scheduler_plugin.leader import call_raw
 
 log = logging.getLogger("fairshare.extender.events")
 

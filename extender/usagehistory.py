@@ -43,12 +43,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from extender.leader import call_raw, write_configmap
+from extender.tracking import ExtenderTracker
 from fairshare import gating, history
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
-from scheduler_plugin.leader import call_raw, write_configmap
-from scheduler_plugin.tracking import ExtenderTracker
 
 log = logging.getLogger("fairshare.extender.usagehistory")
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
+from extender import handoff, verbs
 from fairshare import (
     dra,
     eligibility,
@@ -79,7 +80,6 @@ from fairshare.placement import (
 from fairshare.resources import CPU, MILLI_GPU, REQUEUE_DEVICE_CLASS, ResourceIndex
 from fairshare.state import objects, usage
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
-from scheduler_plugin import handoff, verbs
 
 KIND_PVC = "PersistentVolumeClaim"
 
@@ -205,7 +205,7 @@ class ExtenderTracker:
     """Per preemptor uid, the victims the preempt verb last answered, by node (the filter
     waits for those of the preemptor's nominated node to be gone: ``victims_pending``)."""
     requeued: set[str] = field(default_factory=set)
-    """Gated pods the requeuer nudged since their last filter (``scheduler_plugin.requeue``)."""
+    """Gated pods the requeuer nudged since their last filter (``extender.requeue``)."""
     verdicts: dict[str, str] = field(default_factory=dict)
     """Pending pods kube-scheduler found unschedulable for a reason fairshare does not
     check (``eligibility.rejected_by_kube_scheduler``), with its message: they do not
@@ -219,7 +219,7 @@ class ExtenderTracker:
     deallocation first. kube-scheduler does that to the claim it generated for a KEP-5004
     pod whose bind failed after PreBind wrote the claim (one the gate held at bind), and
     DynamicResources retries the pods it refused on a claim's deallocation, not on its
-    deletion (``scheduler_plugin.requeue`` makes up for it)."""
+    deletion (``extender.requeue`` makes up for it)."""
     queue_version: int = 0
     """Counts changes of the pending queue and of its pods' verdicts (the requeuer looks
     at the gate again only after one)."""
