@@ -1,8 +1,9 @@
 """The extender's aiohttp application: the only place that speaks HTTP.
 
-An adapter. Each verb handler decodes the kube-scheduler JSON (``wire``), calls the
-pure verb (``verbs``) with the tracker's view of its state (``ExtenderTracker.view``, one
-per version), and encodes the answer. A body that cannot be decoded gets HTTP 400 with a
+An adapter. It owns the cache (``extender.cache``, fed by the watches), kube-scheduler's
+feedback (``extender.feedback``) and the gang coordinator. Each verb handler decodes the
+kube-scheduler JSON (``wire``), takes the cache's snapshot, calls the pure verb
+(``verbs``) and encodes the answer. A body that cannot be decoded gets HTTP 400 with a
 short reason; kube-scheduler treats any non-200 as an error of this extender
 (``ignorable`` decides what happens next). An unexpected exception is logged, counted,
 and answered 500 for filter/prioritize/preempt and with ``Error`` set for bind: the
@@ -11,7 +12,7 @@ scheduler retries the pod, nothing is half-bound.
 Binds are decided one at a time (one ``asyncio.Lock``), so two fractional pods can never
 be given the same free share of a device: under the lock, decide (``verbs.bind_decision``:
 a retried bind, devices, shared GPU, the fair-share gate again) and account the pod in
-the state (assume); then, outside it, POST the Binding (the device annotation rides on
+the cache (``Cache.assume``); then, outside it, POST the Binding (the device annotation rides on
 the Binding's metadata, so it lands on the pod in the same write as ``nodeName``); a
 refused POST un-assumes the pod.
 
@@ -49,12 +50,16 @@ from prometheus_client import CollectorRegistry
 
 import serving
 from extender import statuspage, verbs, wire
+from extender.cache import Cache
+from extender.feedback import Feedback
 from extender.ganging import GangCoordinator
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare import metrics as metrics_mod
+from fairshare import resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import WireFormatError
 from fairshare.placement import PodRequest
+from fairshare.runtime import Fanout
 from fairshare.state import objects, sources
 from fairshare.state.cluster import StateError
 
@@ -140,7 +145,7 @@ class ExtenderDeps:
     """Everything the handlers need, built by the caller (CLI or test)."""
 
     config: Callable[[], FairShareConfig]
-    tracker: ExtenderTracker
+    cache: Cache
     registry: CollectorRegistry
     metrics: metrics_mod.Metrics
     ready: Callable[[], bool]
@@ -159,6 +164,22 @@ class ExtenderDeps:
     """Pod groups placed all or nothing (``extender.ganging``); None: per pod."""
     usage_history: Callable[[], dict[str, Any]] | None = None
     """The leader's usage history as ``/status.json`` shows it (``usagehistory``)."""
+    feedback: Feedback = field(default_factory=Feedback)
+    """What kube-scheduler told the extender about its pods (``extender.feedback``)."""
+
+    def snapshot(self, config: FairShareConfig | None = None) -> Snapshot:
+        """The cache's snapshot for ``config`` (default: the one in force), with
+        kube-scheduler's verdicts applied and the pod groups judged as ``gangs`` reads them."""
+        facts = self.gangs.podgroup_facts() if self.gangs is not None else None
+        return self.cache.snapshot(config or self.config(), feedback=self.feedback, podgroups=facts)
+
+    @property
+    def sink(self) -> Fanout:
+        """What the watches feed: the cache, then kube-scheduler's feedback."""
+        return Fanout([self.cache, self.feedback])
+
+    def note_gate(self, req: PodRequest, gate: Any) -> None:
+        self.feedback.note_filter(req, gate, self.cache.pending)
 
 
 DEPS = web.AppKey("deps", ExtenderDeps)
@@ -174,18 +195,21 @@ def build_deps(
     ready: Callable[[], bool],
     binder: Binder = bind_locally,
 ) -> ExtenderDeps:
-    """Deps with a fresh tracker and metrics registry."""
+    """Deps with a fresh cache, feedback and metrics registry."""
     registry = CollectorRegistry()
-    tracker = ExtenderTracker(config)
-    return ExtenderDeps(
+    cache = Cache(config)
+    deps = ExtenderDeps(
         config=config,
-        tracker=tracker,
+        cache=cache,
         registry=registry,
         metrics=metrics_mod.Metrics(registry),
         ready=ready,
         binder=binder,
-        gangs=GangCoordinator(tracker),
+        gangs=GangCoordinator(cache),
     )
+    assert deps.gangs is not None
+    deps.gangs.on_gate = deps.note_gate
+    return deps
 
 
 async def _verb(
@@ -254,50 +278,63 @@ async def _await_victims(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
     status = pod.get("status")
     node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
     uid = objects.pod_uid(pod)
-    if not isinstance(node, str) or not node or uid not in deps.tracker.preempted:
+    if not isinstance(node, str) or not node or uid not in deps.feedback.preempted:
         return
     deadline = time.monotonic() + VICTIM_WAIT
-    while deps.tracker.victims_pending(uid, node) and time.monotonic() < deadline:
+    while (
+        deps.feedback.victims_pending(uid, node, deps.cache.state) and time.monotonic() < deadline
+    ):
         await asyncio.sleep(0.02)
 
 
-def _view(deps: ExtenderDeps, config: FairShareConfig) -> verbs.ExtenderView:
-    """The tracker's view for this config, its pod groups judged by ``deps.gangs``."""
-    tracker = deps.tracker
-    fits = deps.gangs.group_fits if deps.gangs is not None else None
-    if tracker.group_fits != fits:
-        tracker.group_fits = fits
-    return tracker.view(config)
+def _take_in(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
+    """A pod of a scheduler call, maybe before the watch brought it: into the cache and
+    the feedback."""
+    deps.cache.remember(dict(pod))
+    deps.feedback.remember(dict(pod))
+
+
+def _read(deps: ExtenderDeps, pod: Mapping[str, Any], config: FairShareConfig) -> verbs.Reading:
+    """The cache's reading of the pod in a call (once per pod version), or why not."""
+    try:
+        return deps.cache.request(pod, config)
+    except resources.DemandError as exc:
+        return exc
 
 
 async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     await _await_victims(deps, args.pod)
-    deps.tracker.remember(dict(args.pod))
     config = deps.config()
+    _take_in(deps, args.pod)
     # A pod group's member is answered for its whole group (``ganging``); others as ever.
-    gang = await deps.gangs.filter(args, config) if deps.gangs is not None else None
+    gang = None
+    if deps.gangs is not None:
+        gang = await deps.gangs.filter(args, config, lambda: deps.snapshot(config))
     if gang is not None:
-        result = gang
+        result = gang.result
     else:
-        answer = verbs.filter_answer(args, _view(deps, config), config, pick=deps.pick_in_filter)
+        req = _read(deps, args.pod, config)
+        snap = deps.snapshot(config)
+        answer = verbs.filter_answer(args, snap, config, pick=deps.pick_in_filter, req=req)
         if answer.req is not None:
-            deps.tracker.note_filter(answer.req, answer.gate)
+            deps.feedback.note_filter(answer.req, answer.gate, snap.pending)
         result = answer.result
     # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
-    # last Unschedulable verdict is out of date (``ExtenderTracker.note_asked``).
+    # last Unschedulable verdict is out of date (``Feedback.note_asked``).
     uid = objects.pod_uid(args.pod)
     if uid:
         answers = {*(result.failed_nodes or {}).values()}
         answers.update((result.failed_and_unresolvable_nodes or {}).values())
-        deps.tracker.note_asked(uid, answers)
+        deps.feedback.note_asked(uid, answers)
     return result
 
 
 async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     config = deps.config()
-    names, scores = verbs.prioritize_scores(args, _view(deps, config), config)
+    req = _read(deps, args.pod, config)
+    names, scores = verbs.prioritize_scores(args, deps.snapshot(config), config, req)
     return wire.Scores(names, scores)
 
 
@@ -306,14 +343,16 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     # kube-scheduler asks before its filter passed any node, maybe before the extender's
     # watch brought the pod: its demand must count in the fair shares the victims are
     # judged by (the pod is why the cluster is short).
-    deps.tracker.remember(dict(args.pod))
     config = deps.config()
-    answer = verbs.preempt_answer(args, _view(deps, config), config)
+    _take_in(deps, args.pod)
+    req = _read(deps, args.pod, config)
+    snap = deps.snapshot(config)
+    answer = verbs.preempt_answer(args, snap, config, deps.cache.pods, req)
     if answer.note and answer.preemptor is not None and deps.on_preempt is not None:
         deps.on_preempt(answer.preemptor, answer.note)
     result = answer.result
     victims = {n: v.pod_uids for n, v in result.node_name_to_meta_victims.items()}
-    deps.tracker.note_preempted(objects.pod_uid(args.pod), victims)
+    deps.feedback.note_preempted(objects.pod_uid(args.pod), victims)
     return result.encode()
 
 
@@ -321,7 +360,9 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     started = time.monotonic()
     args = _decode(wire.decode_binding_args, body)
     if deps.gangs is not None:  # a planned member of a pod group: bound with its group
-        out = await deps.gangs.bind(args, lambda a, before: _bind_now(deps, a, started, before))
+        out = await deps.gangs.bind(
+            args, lambda a, before: _bind_now(deps, a, started, before), deps.snapshot
+        )
         if out is not None:
             return out
     return await _bind_now(deps, args, started)
@@ -345,19 +386,20 @@ async def _bind_now(
         config = deps.config()
         if before is not None:
             before()
-        decision = verbs.bind_decision(args, _view(deps, config), config, judge_gate=before is None)
+        snap = deps.snapshot(config)
+        decision = verbs.bind_decision(args, snap, config, judge_gate=before is None)
         plan, req = decision.plan, decision.req
         if decision.gate is not None and req is not None:
-            deps.tracker.note_filter(req, decision.gate)  # held back: counts as gated
+            deps.feedback.note_filter(req, decision.gate, snap.pending)  # held: gated
         if plan is None or decision.error:
             if plan is not None:
                 log.warning("bind refused: %s", decision.error)
             return decision.result()
+        decided = plan
         try:
-            verbs.commit_bind(deps.tracker.state, plan)
+            deps.cache.assume(lambda state: verbs.commit_bind(state, decided), plan.uid)
         except StateError as exc:
             return wire.ExtenderBindingResult(f"cannot account the bind: {exc}").encode()
-        deps.tracker.take_pending(plan.uid)
     deps.binds_in_flight += 1
     try:
         handed = await deps.hooks.before_binding(plan)
@@ -370,9 +412,7 @@ async def _bind_now(
         if not isinstance(exc, HandoffError):
             await deps.hooks.binding_failed(plan)
         async with deps.bind_lock:
-            deps.tracker.state.unbind(plan.uid)
-            if req is not None:
-                deps.tracker.requeue(plan.uid, req)
+            deps.cache.forget(plan.uid, req)
         return wire.ExtenderBindingResult(f"binding failed: {exc}").encode()
     finally:
         deps.binds_in_flight -= 1
@@ -412,8 +452,9 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
     serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
     statuspage.add_routes(  # GET /status, /status.json
         app,
-        deps.tracker,
+        deps.snapshot,
         deps.config,
+        unreadable=lambda: deps.cache.unreadable,
         usage_history=lambda: deps.usage_history,
         gangs=lambda: deps.gangs,
     )
@@ -506,12 +547,12 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     from fairshare import gating
     from fairshare.placement import cluster_fragmentation
 
-    state, config = deps.tracker.state, deps.config()
+    config = deps.config()
+    snap = deps.snapshot(config)
+    state = snap.state
     shares = gating.current_shares(state, config)
-    fair = gating.fair_shares_for(
-        state, config, gating.demand_rows(state, deps.tracker.pending_queue())
-    )
-    gated = deps.tracker.gated_by_tenant()
+    fair = snap.fair if snap.fair is not None else {}
+    gated = deps.feedback.gated_by_tenant(snap.pending)
     # An inner tenant of a tree shows what its whole subtree holds. Chargeback accrues
     # the pods' own tenants only (``billed``): bound pods belong to leaves, so each pod
     # is charged once, to its leaf, and an organisation's bill is the sum of its leaves'.
@@ -532,10 +573,10 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
             fair_share=fair[tenant].share if tenant in fair else 0.0,
         )
         deps.metrics.set_gated_pods(tenant, gated.get(tenant, 0))
-    publish_gang_metrics(deps, config, sorted(set(shares) | set(fair)))
+    publish_gang_metrics(deps, config, snap, sorted(set(shares) | set(fair)))
     cap = state.total_capacity()[state.gpu_col]
     free = state.total_free()[state.gpu_col]
-    frag = cluster_fragmentation(state, deps.tracker.mix())
+    frag = cluster_fragmentation(state, snap.mix)
     deps.metrics.set_cluster_figures(
         gpu_allocation_ratio=(cap - free) / cap if cap > 0 else 0.0,
         gpu_fragmentation_ratio=frag / cap if cap > 0 else 0.0,
@@ -543,13 +584,15 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
 
 
-def publish_gang_metrics(deps: ExtenderDeps, config: FairShareConfig, tenants: list[str]) -> None:
+def publish_gang_metrics(
+    deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, tenants: list[str]
+) -> None:
     """Per tenant (a tenant with children: its subtree's), the gangs waiting and the GPUs
     held by incomplete gangs (``gangstatus``, without the gate and plan judgements)."""
     waiting: dict[str, int] = {}
     held: dict[str, float] = {}
     if deps.gangs is not None:
-        for g in deps.gangs.statuses(config, judge=False):
+        for g in deps.gangs.statuses(config, snap, judge=False):
             if g.tenant is None or g.state == "running" or not g.pending:
                 continue
             waiting[g.tenant] = waiting.get(g.tenant, 0) + 1
@@ -645,7 +688,7 @@ async def serve(
     deps.background.append(
         runtime.background(
             rt,
-            rt.sink_for(deps.tracker),
+            rt.sink_for(deps.sink),
             tls_reloader=reloader,
             periodic=lambda: publish_metrics(deps, seconds=period),
             period=period,
@@ -657,26 +700,26 @@ async def serve(
 
         controller = reserving.HandoffController(
             api_client=api_client,
-            tracker=deps.tracker,
+            cache=deps.cache,
             config=rt.holder.get,
             metrics=deps.metrics,
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),  # with --lease, only the leader sweeps
         )
         hami = hami_hooks.HamiHooks(
-            api_client=api_client, tracker=deps.tracker, config=rt.holder.get
+            api_client=api_client, pods=deps.cache.pods, config=rt.holder.get
         )
         deps.hooks = ChainedHooks([controller, hami])
         deps.background.append(controller.background())
         from extender import requeue
 
         requeuer = requeue.Requeuer(
-            tracker=deps.tracker,
+            snapshot=deps.snapshot,
+            feedback=deps.feedback,
             config=feed.config,
             patch=requeue.api_patch(api_client),
             synced=rt.source.ready,
             is_leader=lambda: deps.leading(),
-            groups=deps.gangs.group_fits if deps.gangs is not None else None,
             ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
@@ -701,7 +744,7 @@ async def serve(
                 api_client=api_client,
                 namespace=parse_ref(opts.configmap)[0],
                 feed=feed,
-                tracker=deps.tracker,
+                snapshot=deps.snapshot,
                 synced=rt.source.ready,
                 is_leader=lambda: deps.leading(),
                 metrics=deps.metrics,

@@ -46,12 +46,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from extender import verbs, wire
-from extender.tracking import ExtenderTracker
-from fairshare import gangs, gangstatus, gangwait, gating
+from extender.snapshot import Snapshot
+from fairshare import gangs, gangstatus
 from fairshare.config.schema import FairShareConfig
+from fairshare.fairness import GateDecision
+from fairshare.placement import PodRequest
 from fairshare.state import objects
 
 log = logging.getLogger("fairshare.extender.gangs")
@@ -76,6 +78,22 @@ yet and the text (``events.gang_recorder`` writes it as an Event on each)."""
 
 FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
 """Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
+TakeSnapshot = Callable[[], Snapshot]
+"""The cache's snapshot now (the app's ``_snapshot``)."""
+PodGroupFacts = tuple[
+    Mapping[gangs.GroupKey, int | None], Mapping[gangs.GroupKey, Mapping[str, Any] | None]
+]
+"""What was read of PodGroups: their sizes, and the objects (for topology keys)."""
+
+
+class Room(Protocol):
+    """Where a plan's room is held (the cache: ``Cache.reserve`` / ``Cache.release``)."""
+
+    def reserve(self, plan: gangs.GangPlan) -> None: ...
+
+    def release(self, plan: gangs.GangPlan, uids: tuple[str, ...] | None = None) -> None: ...
+
+
 BindNow = Callable[[wire.ExtenderBindingArgs, Callable[[], None]], Awaitable[dict[str, Any]]]
 """The extender's own bind of one pod (``ExtenderBindingResult`` JSON), with a callable
 run under the bind lock just before the bind is decided (it releases the reservation)."""
@@ -107,7 +125,7 @@ def api_fetcher(api_client: Any) -> FetchPodGroup:
 class GangCoordinator:
     """The live plans of the extender (one decision-maker: the leader)."""
 
-    tracker: ExtenderTracker
+    room: Room
     fetch: FetchPodGroup | None = None
     clock: Callable[[], float] = time.monotonic
     plans: dict[gangs.GroupKey, LivePlan] = field(default_factory=dict)
@@ -117,6 +135,17 @@ class GangCoordinator:
     )
     on_wait: OnWait | None = None
     _told: dict[gangs.GroupKey, tuple[str, float]] = field(default_factory=dict)
+    _facts: PodGroupFacts | None = field(default=None, repr=False)
+    on_gate: Callable[[PodRequest, GateDecision | None], None] | None = None
+    """Told the gate's decision for a member whose group was judged (the app's feedback)."""
+
+    def podgroup_facts(self) -> PodGroupFacts:
+        """What was read of PodGroups, the same value until another read (a snapshot's
+        gate rule for waiting groups is made from it)."""
+        if self._facts is None:
+            objs = {key: obj for key, (_, obj) in self._podgroups.items()}
+            self._facts = (self.sizes(), objs)
+        return self._facts
 
     # -- what is known, for the status page and metrics -------------------------------
 
@@ -142,22 +171,21 @@ class GangCoordinator:
         }
 
     def statuses(
-        self, config: FairShareConfig, *, judge: bool = True
+        self, config: FairShareConfig, snap: Snapshot, *, judge: bool = True
     ) -> list[gangstatus.GroupStatus]:
-        """Every group the tracker knows, with the live plans (``gangstatus``)."""
-        t = self.tracker
+        """Every group the snapshot knows, with the live plans (``gangstatus``)."""
         return gangstatus.group_statuses(
             config=config,
-            state=t.state,
-            pods=t.pods,
-            pending=t.pending,
+            state=snap.state,
+            pods=snap.gang_pods,
+            pending=snap.pending,
             podgroups=self.sizes(),
             plans=self.plan_views(),
             judge=judge,
-            fair=t.fair_shares(config) if judge else None,
+            fair=snap.fair if judge else None,
         )
 
-    def _tell(self, key: gangs.GroupKey, reason: str, hint: str) -> None:
+    def _tell(self, key: gangs.GroupKey, reason: str, hint: str, snap: Snapshot) -> None:
         """Tell the group's owner why it waits (an Event on its pending members), once
         per reason every ``TELL_EVERY`` seconds."""
         if self.on_wait is None:
@@ -170,8 +198,8 @@ class GangCoordinator:
             self._told = {k: v for k, v in self._told.items() if now - v[1] < TELL_EVERY}
         self._told[key] = (reason, now)
         members = []
-        for uid, pod in self.tracker.pods.items():
-            if uid not in self.tracker.state.pods and gangs.group_of(pod) == key:
+        for uid, pod in snap.gang_pods.items():
+            if uid not in snap.state.pods and gangs.group_of(pod) == key:
                 meta = pod.get("metadata") or {}
                 members.append((str(meta.get("namespace") or ""), str(meta.get("name")), uid))
         if members:
@@ -192,6 +220,7 @@ class GangCoordinator:
                 except Exception as exc:
                     return f"gang {key}: its PodGroup cannot be read: {exc}"
                 self._podgroups[key] = (now, obj)
+                self._facts = None
             if obj is not None:
                 n = gangs.podgroup_min_count(obj)
                 if n is None:
@@ -215,32 +244,13 @@ class GangCoordinator:
         held = self._podgroups.get(key)
         return gangs.topology_key(held[1] if held is not None else None, pod)
 
-    def group_fits(self, config: FairShareConfig) -> gating.GroupFits | None:
-        """How other tenants' waiting groups count at the fair-share gate
-        (``gangwait.RULE``, the simulator's rule): each group whole, sized by its
-        PodGroup as read last, else its pods' annotation (neither: it counts as nothing,
-        as its filter refuses it)."""
-        t = self.tracker
-        sizes = self.sizes()
-
-        def size(key: gangs.GroupKey, uid: str) -> int | None:
-            if key in sizes:  # None: a PodGroup without a size, which the filter refuses
-                return sizes[key]
-            return gangs.annotated_min_count(t.pods.get(uid) or {})
-
-        def topology(key: gangs.GroupKey, uid: str) -> str | None:
-            return self.topology_key(key, t.pods.get(uid) or {})
-
-        lookup = gangwait.lookup_over(t.group_members(), t.pending, t.state.pods, size, topology)
-        return gangwait.group_fits(config, lookup, fair=t.fair_shares(config))
-
     # -- plans -------------------------------------------------------------------------
 
     def _drop(self, key: gangs.GroupKey, why: str) -> None:
         live = self.plans.pop(key, None)
         if live is None:
             return
-        gangs.release(self.tracker.state, live.plan)
+        self.room.release(live.plan)
         for p in live.plan.placements:
             if self.member_of.get(p.uid) == key:
                 del self.member_of[p.uid]
@@ -249,7 +259,7 @@ class GangCoordinator:
         if not live.complete:
             log.info("gang %s: plan dropped: %s", key, why)
 
-    def expire(self) -> None:
+    def expire(self, snap: Snapshot) -> None:
         """Drop the plans that are over (see the module's text)."""
         now = self.clock()
         for key, live in list(self.plans.items()):
@@ -260,7 +270,7 @@ class GangCoordinator:
                 elif now - live.touched > PLAN_IDLE:
                     self._drop(key, f"members not bound within {PLAN_IDLE:g}s of the group")
                 continue
-            gone = [u for u in uids if u not in self.tracker.pods]
+            gone = [u for u in uids if u not in snap.gang_pods]
             if gone:
                 self._drop(key, f"member {gone[0]} was deleted")
             elif now - live.touched > PLAN_IDLE:
@@ -271,13 +281,13 @@ class GangCoordinator:
     # -- filter ------------------------------------------------------------------------
 
     async def filter(
-        self, args: wire.ExtenderArgs, config: FairShareConfig
-    ) -> wire.ExtenderFilterResult | None:
-        """The filter answer for a member of a group (None: not a gang's business).
-        Plans that are over are dropped first, whatever the pod (their room is then free
-        for it)."""
+        self, args: wire.ExtenderArgs, config: FairShareConfig, snapshot: TakeSnapshot
+    ) -> verbs.FilterAnswer | None:
+        """The filter answer for a member of a group (None: not a gang's business), with
+        the gate's decision when the group was judged. Plans that are over are dropped
+        first, whatever the pod (their room is then free for it)."""
         if self.plans:
-            self.expire()
+            self.expire(snapshot())
         key = gangs.group_of(args.pod)
         if key is None:
             return None
@@ -286,6 +296,7 @@ class GangCoordinator:
         live = self.plans.get(key)
         if live is None:
             n = await self.min_count(key, args.pod)
+            snap = snapshot()
             if isinstance(n, str):
                 self._tell(
                     key,
@@ -298,9 +309,10 @@ class GangCoordinator:
                         f"{gangs.PODGROUP_VERSION}) with spec.minMember, or give its pods "
                         f"the {gangs.ANN_MIN_MEMBERS} annotation"
                     ),
+                    snap,
                 )
-                return _refuse(args, names, n, unresolvable=True)
-            live_or_answer = self._plan(args, key, n, config, names)
+                return verbs.FilterAnswer(_refuse(args, names, n, unresolvable=True))
+            live_or_answer = self._plan(args, key, n, config, names, snap)
             if not isinstance(live_or_answer, LivePlan):
                 return live_or_answer
             live = live_or_answer
@@ -309,23 +321,27 @@ class GangCoordinator:
         if node is None:
             if live.complete:
                 return None
-            return _refuse(
-                args,
-                names,
-                f"gang {key} is being placed without this pod (planned before it was seen); "
-                "it is placed once the group is",
+            return verbs.FilterAnswer(
+                _refuse(
+                    args,
+                    names,
+                    f"gang {key} is being placed without this pod (planned before it was "
+                    "seen); it is placed once the group is",
+                )
             )
         if node not in names:
             self._drop(key, f"kube-scheduler passed no planned node {node} for {uid}")
-            return _refuse(
-                args,
-                names,
-                f"gang {key}: this member's planned node {node} is not among the nodes "
-                "kube-scheduler passed; the group is planned again",
+            return verbs.FilterAnswer(
+                _refuse(
+                    args,
+                    names,
+                    f"gang {key}: this member's planned node {node} is not among the nodes "
+                    "kube-scheduler passed; the group is planned again",
+                )
             )
         why = f"gang {key} placed this member on {node}"
         failed = {n: why for n in names if n != node}
-        return verbs._filter_result(args, (node,), failed, {})
+        return verbs.FilterAnswer(verbs.filter_result_of(args, (node,), failed, {}))
 
     def _plan(
         self,
@@ -334,61 +350,25 @@ class GangCoordinator:
         min_count: int,
         config: FairShareConfig,
         names: tuple[str, ...],
-    ) -> LivePlan | wire.ExtenderFilterResult | None:
-        tracker = self.tracker
-        state = tracker.state
-        gang = gangs.gang_of(
-            key,
-            min_count,
-            pods=tracker.pods,
-            pending=tracker.pending,
-            bound=state.pods,
-            topology_key=self.topology_key(key, args.pod),
+        snap: Snapshot,
+    ) -> LivePlan | verbs.FilterAnswer | None:
+        decided = plan_group(
+            snap, config, key, min_count, args.pod, names, self.topology_key(key, args.pod)
         )
-        uid = objects.pod_uid(args.pod)
-        if gang.running or all(p.uid != uid for p in gang.waiting):
-            return None  # a running group's later members, or an unreadable pod
-        if gang.members >= gang.min_count:
-            gate = gangs.gang_gate(
-                state,
-                config,
-                gang,
-                pending=tracker.pending_queue(),
-                fair=tracker.fair_shares(config),
-                groups=self.group_fits(config),
+        if decided is None:
+            return None
+        if decided.req is not None and self.on_gate is not None and decided.judged:
+            self.on_gate(decided.req, decided.gate)
+        if decided.tell is not None:
+            self._tell(key, *decided.tell, snap)
+        if isinstance(decided.planned, gangs.Refusal):
+            return verbs.FilterAnswer(
+                _refuse(args, names, decided.reason, unresolvable=decided.unresolvable)
             )
-            req = tracker.pending.get(uid)
-            if req is not None:
-                tracker.note_filter(req, gate)
-            if gate is not None and not gate.allowed:
-                return _refuse(args, names, f"gang {gang.describe()}: {gate.reason}")
-        rows = [i for i in state.rows_of(names) if i >= 0]
-        planned = gangs.plan_gang(state, gang, rows=rows)
-        if isinstance(planned, gangs.Refusal):
-            missing = gang.members < gang.min_count
-            if missing:
-                self._tell(
-                    key,
-                    planned.reason,
-                    "Create the missing members, or lower the group's minimum "
-                    f"(PodGroup spec.minMember or {gangs.ANN_MIN_MEMBERS})",
-                )
-            else:
-                # on the nodes its members may use at all (kube-scheduler passed only
-                # those with room now)
-                first = gang.waiting[0].constraints if gang.waiting else None
-                allowed = state.eligible_rows(first) if first is not None else None
-                never = gangstatus.never_whole(state, gang, allowed)
-                if never:
-                    self._tell(
-                        key,
-                        f"{planned.reason}; {never}",
-                        "Make the group smaller, or its members' requests fit the nodes",
-                    )
-            return _refuse(args, names, planned.reason, unresolvable=missing)
-        gangs.reserve(state, planned)
+        planned = decided.planned
+        self.room.reserve(planned)
         now = self.clock()
-        live = LivePlan(planned, gang, created=now, touched=now)
+        live = LivePlan(planned, decided.gang, created=now, touched=now)
         self.plans[key] = live
         for p in planned.placements:
             self.member_of[p.uid] = key
@@ -402,11 +382,11 @@ class GangCoordinator:
     # -- bind --------------------------------------------------------------------------
 
     async def bind(
-        self, args: wire.ExtenderBindingArgs, bind_now: BindNow
+        self, args: wire.ExtenderBindingArgs, bind_now: BindNow, snapshot: TakeSnapshot
     ) -> dict[str, Any] | None:
         """The bind answer for a planned member (None: not a planned member)."""
         if self.plans:
-            self.expire()
+            self.expire(snapshot())
         key = self.member_of.get(args.pod_uid)
         live = self.plans.get(key) if key is not None else None
         if key is None or live is None:
@@ -451,7 +431,7 @@ class GangCoordinator:
         placement = next(p for p in live.plan.placements if p.uid == args.pod_uid)
 
         def release() -> None:
-            gangs.release(self.tracker.state, live.plan, (placement.uid,))
+            self.room.release(live.plan, (placement.uid,))
 
         async def run() -> dict[str, Any]:
             out = await bind_now(args, release)
@@ -466,13 +446,93 @@ class GangCoordinator:
         return task
 
 
+@dataclass(frozen=True)
+class GroupDecision:
+    """A group judged at its member's filter: planned, or refused (``reason``; a
+    ``tell`` for its owner when the owner can change it)."""
+
+    gang: gangs.Gang
+    planned: gangs.GangPlan | gangs.Refusal
+    req: PodRequest | None = None
+    gate: GateDecision | None = None
+    tell: tuple[str, str] | None = None
+    unresolvable: bool = False
+    judged: bool = False
+    """The gate was judged (the group had all its members)."""
+
+    @property
+    def reason(self) -> str:
+        return self.planned.reason if isinstance(self.planned, gangs.Refusal) else ""
+
+
+def plan_group(
+    snap: Snapshot,
+    config: FairShareConfig,
+    key: gangs.GroupKey,
+    min_count: int,
+    pod: Mapping[str, Any],
+    names: Sequence[str],
+    topology_key: str | None,
+) -> GroupDecision | None:
+    """The gang verb: group ``key`` judged whole on ``snap`` at the filter of its member
+    ``pod`` (``names``: the nodes kube-scheduler passed): the fair-share gate for the
+    whole group's demand, then a node for every member not bound yet. None: not the
+    group's business (it runs, or the pod could not be read)."""
+    state = snap.state
+    gang = gangs.gang_of(
+        key,
+        min_count,
+        pods=snap.gang_pods,
+        pending=snap.pending,
+        bound=state.pods,
+        topology_key=topology_key,
+    )
+    uid = objects.pod_uid(pod)
+    if gang.running or all(p.uid != uid for p in gang.waiting):
+        return None  # a running group's later members, or an unreadable pod
+    req = snap.pending.get(uid)
+    gate = None
+    if gang.members >= gang.min_count:
+        gate = gangs.gang_gate(
+            state, config, gang, pending=snap.queue, fair=snap.fair, groups=snap.groups
+        )
+        if gate is not None and not gate.allowed:
+            refused = gangs.Refusal(f"gang {gang.describe()}: {gate.reason}")
+            return GroupDecision(gang, refused, req, gate, judged=True)
+    rows = [i for i in state.rows_of(names) if i >= 0]
+    planned = gangs.plan_gang(state, gang, rows=rows)
+    judged = gang.members >= gang.min_count
+    if not isinstance(planned, gangs.Refusal):
+        return GroupDecision(gang, planned, req, gate, judged=judged)
+    missing = gang.members < gang.min_count
+    tell = None
+    if missing:
+        tell = (
+            planned.reason,
+            "Create the missing members, or lower the group's minimum "
+            f"(PodGroup spec.minMember or {gangs.ANN_MIN_MEMBERS})",
+        )
+    else:
+        # on the nodes its members may use at all (kube-scheduler passed only those
+        # with room now)
+        first = gang.waiting[0].constraints if gang.waiting else None
+        allowed = state.eligible_rows(first) if first is not None else None
+        never = gangstatus.never_whole(state, gang, allowed)
+        if never:
+            tell = (
+                f"{planned.reason}; {never}",
+                "Make the group smaller, or its members' requests fit the nodes",
+            )
+    return GroupDecision(gang, planned, req, gate, tell, missing, judged)
+
+
 def _refuse(
     args: wire.ExtenderArgs, names: tuple[str, ...], reason: str, *, unresolvable: bool = False
 ) -> wire.ExtenderFilterResult:
     every = dict.fromkeys(names, reason)
     if unresolvable:
-        return verbs._filter_result(args, (), {}, every)
-    return verbs._filter_result(args, (), every, {})
+        return verbs.filter_result_of(args, (), {}, every)
+    return verbs.filter_result_of(args, (), every, {})
 
 
 def _bind_error(reason: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from kubernetes_asyncio import client as k8s_client
 
 from extender import hami, verbs
 from extender.leader import call_raw
-from extender.tracking import ExtenderTracker
 from fairshare import quantities
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import ANN_GPU_CONTAINER, ANN_GPU_MEMORY
@@ -35,10 +34,15 @@ class HamiHooks:
     """``BindHooks`` of handoff ``hami`` (see the module docstring)."""
 
     def __init__(
-        self, *, api_client: Any, tracker: ExtenderTracker, config: Callable[[], FairShareConfig]
+        self,
+        *,
+        api_client: Any,
+        pods: Mapping[str, Mapping[str, Any]],
+        config: Callable[[], FairShareConfig],
     ) -> None:
         self.core = _client.CoreV1Api(api_client)
-        self.tracker = tracker
+        self.pods = pods
+        """The cache's known pods (read only)."""
         self.config = config
         self.locked: dict[str, str] = {}
         """pod uid -> node whose lock this process took for it (released on failure)."""
@@ -57,7 +61,7 @@ class HamiHooks:
             register = hami.parse_register(annotations[hami.ANN_REGISTER])
         except hami.HamiFormatError as exc:
             return f"node {plan.node}: {exc}"
-        pod = self.tracker.pods.get(plan.uid) or {}
+        pod = self.pods.get(plan.uid) or {}
         spec = pod.get("spec") or {}
         share = plan.group != ""
         memory = None

@@ -6,7 +6,7 @@ only keeps its inputs and carries its outputs out.
 
 Every ``interval`` seconds, while it holds the leader Lease:
 
-1. plan over the ``ExtenderTracker`` (list + watch of Nodes, Pods, Namespaces and DRA
+1. plan over the extender's ``Cache`` (list + watch of Nodes, Pods, Namespaces and DRA
    ResourceClaims), with the pods it already evicted or that are terminating counted as
    room being freed, and the pods a PodDisruptionBudget protected moments ago skipped;
 2. hold the room: annotate each pod the plan makes room for with the node and an end
@@ -61,6 +61,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, Unpack
 
+from extender.cache import Cache
+from extender.feedback import Feedback
 from extender.leader import (
     KubeLeaseApi,
     LeaseElector,
@@ -69,11 +71,11 @@ from extender.leader import (
     micro_time,
     parse_time,
 )
-from extender.tracking import ExtenderTracker
 from extender.usagehistory import RecordedHistory, read_recorded
 from fairshare import gangs, reclaim
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
+from fairshare.runtime import Fanout
 
 if TYPE_CHECKING:  # the controller itself runs without aiohttp; only ``serve`` needs it
     import serving
@@ -146,7 +148,7 @@ def _created(pod: Mapping[str, Any]) -> float | None:
 class Reclaimer:
     """One reclaim round per ``tick``; holds the cool-down, rate-limit and timers."""
 
-    tracker: ExtenderTracker
+    cache: Cache
     config: Callable[[], FairShareConfig]
     api: ClusterApi
     metrics: metrics_mod.Metrics
@@ -167,6 +169,13 @@ class Reclaimer:
     written)."""
     wall_clock: Callable[[], float] = time.time
     """Unix time, to decay the recorded history to the moment of the plan."""
+    feedback: Feedback = field(default_factory=Feedback)
+    """kube-scheduler's verdicts on the pending pods (which of them count as waiting)."""
+
+    @property
+    def sink(self) -> Fanout:
+        """What the watches feed: the cache, then kube-scheduler's feedback."""
+        return Fanout([self.cache, self.feedback])
 
     def _budget(self, now: float) -> int:
         while self.recent and now - self.recent[0] >= WINDOW:
@@ -174,7 +183,7 @@ class Reclaimer:
         return max(0, self.max_per_minute - len(self.recent))
 
     def _releasing(self, now: float) -> frozenset[str]:
-        pods = self.tracker.pods
+        pods = self.cache.pods
         for uid, at in list(self.in_flight.items()):
             if uid not in pods or now - at > IN_FLIGHT_TIMEOUT:
                 del self.in_flight[uid]
@@ -182,24 +191,25 @@ class Reclaimer:
         return frozenset(leaving | set(self.in_flight))
 
     def plan(self, now: float) -> reclaim.ReclaimPlan:
-        """The planner's answer on the tracker's current state."""
+        """The planner's answer on a snapshot of the cache."""
         for uid, until in list(self.protected.items()):
             if now >= until:
                 del self.protected[uid]
-        pods = self.tracker.pods
+        pods = self.cache.pods
         created = {u: c for u, p in pods.items() if (c := _created(p)) is not None}
         selectors = {
             uid: {str(k): str(v) for k, v in sel.items()}
-            for uid in self.tracker.pending
+            for uid in self.cache.pending
             if isinstance(sel := (pods.get(uid, {}).get("spec") or {}).get("nodeSelector"), dict)
         }
-        state = self.tracker.state
+        config = self.config()
+        snap = self.cache.snapshot(config, feedback=self.feedback, now=self.wall_clock())
+        state = snap.state
         groups = {
             uid: str(key)
             for uid, p in pods.items()
             if uid in state.pods and (key := gangs.group_of(p)) is not None
         }
-        config = self.config()
         wall, keep = self.wall_clock(), config.take_back_after_seconds()
         given = {
             uid: tenants
@@ -211,11 +221,11 @@ class Reclaimer:
             )
         }
         if self.history is not None:
-            config = self.history.config(config, self.tracker, wall)
+            config = self.history.config(config, state, snap.queue, wall)
         return reclaim.plan_reclaim(
             state,
             config=config,
-            pending=self.tracker.pending_queue(),
+            pending=list(snap.queue),
             now=now,
             last_evictions=self.last_evictions,
             cooldown=self.cooldown,
@@ -260,7 +270,7 @@ class Reclaimer:
         wall = self.wall_clock()
         givers = plan.givers()
         for uid, node in sorted((plan.room or {}).items()):
-            pod, req = self.tracker.pods.get(uid), self.tracker.pending.get(uid)
+            pod, req = self.cache.pods.get(uid), self.cache.pending.get(uid)
             if pod is None or req is None:
                 continue
             meta = pod.get("metadata") or {}
@@ -290,8 +300,8 @@ class Reclaimer:
 
     async def _evict(self, ev: reclaim.Eviction, now: float) -> bool:
         """Evict one victim; False when a PodDisruptionBudget refused it."""
-        victim = self.tracker.pods.get(ev.victim_uid)
-        beneficiary = self.tracker.pods.get(ev.beneficiary_uid)
+        victim = self.cache.pods.get(ev.victim_uid)
+        beneficiary = self.cache.pods.get(ev.beneficiary_uid)
         if victim is None:
             return True
         meta = victim.get("metadata") or {}
@@ -336,12 +346,12 @@ class Reclaimer:
         """Evict every bound member of one pod group for one pod; False when a
         PodDisruptionBudget refused a member (see the module docstring)."""
         first = batch[0]
-        beneficiary = self.tracker.pods.get(first.beneficiary_uid)
+        beneficiary = self.cache.pods.get(first.beneficiary_uid)
         labels = {"tenant": first.victim_tenant, "beneficiary": first.beneficiary_tenant}
         done: list[str] = []
         refused = False
         for ev in batch:
-            victim = self.tracker.pods.get(ev.victim_uid)
+            victim = self.cache.pods.get(ev.victim_uid)
             if victim is None:
                 continue
             meta = victim.get("metadata") or {}
@@ -405,13 +415,13 @@ class Reclaimer:
         for w in plan.waiting:
             self.metrics.count_reclaim_waiting(w.reason, w.tenant)
             key = (w.uid, w.reason)
-            pod = self.tracker.pods.get(w.uid)
+            pod = self.cache.pods.get(w.uid)
             if key in self.explained or pod is None or w.reason == reclaim.WAIT_EVICTING:
                 continue
             self.explained.add(key)
             text = f"tenant {w.tenant} is under its guaranteed share but reclaim waits: {w.detail}"
             await self.api.record_event(pod, reason=w.reason, message=text)
-        live = set(self.tracker.pods)
+        live = set(self.cache.pods)
         self.explained = {k for k in self.explained if k[0] in live}
 
 
@@ -562,13 +572,13 @@ async def serve(
     registry = CollectorRegistry()
     metrics = box["m"] = metrics_mod.Metrics(registry)
     metrics.set_build_info(__version__)
-    tracker = ExtenderTracker(rt.holder.get)
+    cache = Cache(rt.holder.get)
     api_client = await informers.make_api_client(opts.kubeconfig)
     api = KubeApi(api_client, identity=identity)
     lease_ns, lease_name = runtime.parse_ref(lease)
     elector = LeaseElector(api, lease_ns, lease_name, identity, duration=lease_duration)
     reclaimer = Reclaimer(
-        tracker,
+        cache,
         rt.holder.get,
         api,
         metrics,
@@ -598,7 +608,7 @@ async def serve(
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.cleanup_ctx.append(runtime.background(rt, rt.sink_for(tracker)))
+    app.cleanup_ctx.append(runtime.background(rt, rt.sink_for(reclaimer.sink)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, opts.host, opts.port).start()

@@ -8,17 +8,17 @@ that lift the gate are of that kind (a bind, a pod finishing), but not all: a pe
 of the waiting tenant being deleted moves nobody (``deletePodFromSchedulingQueue`` only
 requeues others for a nominated or waiting pod), and neither does kube-scheduler's own
 verdict that the waiting pod cannot run (fairshare then stops counting it as waiting:
-``ExtenderTracker.verdicts``). Without another event the held pods would wait for the
+``Feedback.verdicts``). Without another event the held pods would wait for the
 unschedulable pool's flush (``podMaxInUnschedulablePodsDuration``, 5 minutes).
 
 An update of the held pod itself is such an event (``PriorityQueue.Update``: an
 unschedulable pod whose update changes more than its status is judged by the queueing
 hints of its rejectors; ``Extender`` has none, so it is requeued after its backoff). So
 the leader watches the gate: after any change of the queue or the cluster, each pod the
-gate refused at its last filter (``ExtenderTracker.gated``) is judged again, and one the
+gate refused at its last filter (``Feedback.gated``) is judged again, and one the
 gate would now let through gets the annotation ``fairshare.io/requeued-at`` (a merge
 patch; the time of the nudge). Each pod is nudged at most once until kube-scheduler asks
-about it again (``ExtenderTracker.requeued``, cleared by its next filter), at most
+about it again (``Feedback.requeued``, cleared by its next filter), at most
 ``BATCH`` pods per round.
 
 Pods kube-scheduler's DynamicResources refused for want of free devices (``cannot
@@ -31,13 +31,13 @@ and that is how the devices of a pod whose bind failed after PreBind come free: 
 Unreserve deletes the claim it generated for the pod's ``nvidia.com/gpu`` (KEP-5004)
 still allocated. The gate judged again at bind refuses just such binds, so the extender
 makes up for the missing event: once an allocated claim is seen deleted
-(``ExtenderTracker.dra_released``) while such pods wait (``dra_refused``), the leader
+(``Feedback.dra_released``) while such pods wait (``dra_refused``), the leader
 annotates fairshare's own DeviceClass ``requeue.fairshare.io`` (it selects no device;
 ``fairshare.io/requeued-at``), and kube-scheduler moves the pods to its backoff queue.
 At most once per pod per deleted claim; kube-scheduler decides again on every node.
 
-``lifted`` and ``dra_refused`` are the decisions (pure over the tracker); ``Requeuer``
-the adapter.
+``lifted`` and ``dra_refused`` are the decisions (pure over a snapshot and the
+feedback); ``Requeuer`` the adapter.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import serving
-from extender.tracking import ExtenderTracker
+from extender.feedback import Feedback
+from extender.snapshot import Snapshot
 from fairshare import fairness, gating, reclaim
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
@@ -68,23 +69,17 @@ Ring = Callable[[dict[str, Any]], Awaitable[None]]
 """``ring(merge_patch_body)``: patch fairshare's DeviceClass ``REQUEUE_DEVICE_CLASS``."""
 
 
-def lifted(
-    tracker: ExtenderTracker,
-    config: FairShareConfig,
-    groups: gating.GroupFits | None = None,
-) -> list[PodRequest]:
+def lifted(snap: Snapshot, feedback: Feedback, config: FairShareConfig) -> list[PodRequest]:
     """The pending pods the gate refused at their last filter and would let through now,
-    not yet nudged since (oldest uid order is not meaningful: the order of ``gated``
-    is the tracker's). Pods of one tenant and shape share one gate check. ``groups``:
-    how waiting pod groups count at the gate, as the filter counts them."""
-    state = tracker.state
-    queue = tracker.pending_queue()
-    fair = tracker.fair_shares(config)
-    held = reclaim.gate_held(tracker.room_holds())
+    not yet nudged since. Pods of one tenant and shape share one gate check; waiting pod
+    groups count as the filter counts them (``snap.groups``)."""
+    state = snap.state
+    queue, fair, groups = snap.queue, snap.fair, snap.groups
+    held = reclaim.gate_held(snap.holds)
     judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
     out = []
-    for uid in sorted(tracker.gated - tracker.requeued):
-        req = tracker.pending.get(uid)
+    for uid in sorted(feedback.gated - feedback.requeued):
+        req = snap.pending.get(uid)
         if req is None or uid in state.pods:
             continue
         key = (req.tenant, gating.shape_key(req))
@@ -98,14 +93,14 @@ def lifted(
     return out
 
 
-def dra_refused(tracker: ExtenderTracker, rung: Mapping[str, int]) -> list[PodRequest]:
+def dra_refused(snap: Snapshot, feedback: Feedback, rung: Mapping[str, int]) -> list[PodRequest]:
     """The pending pods DynamicResources refused for want of free devices (their
     ``PodScheduled`` verdict) not requeued since the last allocated claim was seen
     deleted: ``rung`` has, per pod, the ``dra_released`` count it was last requeued at."""
-    released = tracker.dra_released
+    released = feedback.dra_released
     out = []
-    for uid in sorted(tracker.dra_refused):
-        req = tracker.pending.get(uid)
+    for uid in sorted(feedback.dra_refused):
+        req = snap.pending.get(uid)
         if req is not None and rung.get(uid, 0) < released:
             out.append(req)
     return out
@@ -123,18 +118,18 @@ class Requeuer:
     def __init__(
         self,
         *,
-        tracker: ExtenderTracker,
+        snapshot: Callable[[FairShareConfig], Snapshot],
+        feedback: Feedback,
         config: Callable[[], FairShareConfig],
         patch: Patch,
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         on_nudge: Callable[[int], None] | None = None,
-        groups: Callable[[FairShareConfig], gating.GroupFits | None] | None = None,
         ring: Ring | None = None,
     ) -> None:
-        self.tracker, self.config, self.patch = tracker, config, patch
-        self.synced, self.is_leader, self.on_nudge = synced, is_leader, on_nudge
-        self.groups, self.ring = groups, ring
+        self.snapshot, self.feedback, self.config = snapshot, feedback, config
+        self.patch, self.synced, self.is_leader = patch, synced, is_leader
+        self.on_nudge, self.ring = on_nudge, ring
         self._seen: tuple[Any, ...] | None = None
         self._rung: dict[str, int] = {}
         """Per pod DynamicResources refused, the ``dra_released`` count it was requeued at."""
@@ -157,25 +152,19 @@ class Requeuer:
     async def round(self) -> int:
         """One look at the gate (and at the pods DynamicResources refused: ``ring_round``);
         returns how many held pods were nudged."""
-        t, config = self.tracker, self.config()
-        key = (
-            t.queue_version,
-            t.state.version,
-            id(config),
-            len(t.gated - t.requeued),
-            t.dra_released,
-        )
+        fb, config = self.feedback, self.config()
+        snap = self.snapshot(config)
+        key = (snap, len(fb.gated - fb.requeued), fb.dra_released)
         if key == self._seen:
             return 0
         self._seen = key
-        await self.ring_round()
-        groups = self.groups(config) if self.groups is not None else None
-        pods = lifted(t, config, groups)[:BATCH]
+        await self.ring_round(snap)
+        pods = lifted(snap, fb, config)[:BATCH]
         if not pods:
             return 0
         body = requeue_patch(dt.datetime.now(dt.UTC))
         for req in pods:
-            t.requeued.add(req.uid)
+            fb.requeued.add(req.uid)
 
         async def one(req: PodRequest) -> bool:
             try:
@@ -183,7 +172,7 @@ class Requeuer:
                 return True
             except Exception as exc:  # a pod deleted meanwhile, an API hiccup
                 log.info("requeueing %s/%s: %s", req.namespace, req.name, exc)
-                t.requeued.discard(req.uid)
+                fb.requeued.discard(req.uid)
                 return False
 
         done = sum(await asyncio.gather(*(one(req) for req in pods)))
@@ -194,20 +183,20 @@ class Requeuer:
         self._seen = None if done < len(pods) else self._seen
         return done
 
-    async def ring_round(self) -> int:
+    async def ring_round(self, snap: Snapshot | None = None) -> int:
         """Requeue the pods DynamicResources refused that an allocated claim's deletion
         may let through (module docstring): one annotation of fairshare's DeviceClass.
         Returns how many such pods there were (0: no ring)."""
-        t = self.tracker
-        for uid in [u for u in self._rung if u not in t.pending]:
+        snap = snap if snap is not None else self.snapshot(self.config())
+        for uid in [u for u in self._rung if u not in snap.pending]:
             del self._rung[uid]
         if self.ring is None:
             return 0
-        pods = dra_refused(t, self._rung)
+        pods = dra_refused(snap, self.feedback, self._rung)
         if not pods:
             return 0
         for req in pods:  # once per pod and deleted claim, answered or not
-            self._rung[req.uid] = t.dra_released
+            self._rung[req.uid] = self.feedback.dra_released
         try:
             await self.ring(requeue_patch(dt.datetime.now(dt.UTC)))
         except Exception as exc:  # no such DeviceClass, no right to patch it, an API hiccup

@@ -34,11 +34,12 @@ from kubernetes_asyncio import client as k8s_client
 
 import serving
 from extender import events, handoff, verbs
+from extender.cache import Cache
 from extender.leader import call_raw
-from extender.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 from fairshare.config.schema import FairShareConfig
 from fairshare.metrics import Metrics
 from fairshare.resources import ANN_GPU_UUID, MILLI_GPU
+from fairshare.state.objects import DRA_GROUP_PREFIX
 
 log = logging.getLogger("fairshare.extender.handoff")
 
@@ -62,14 +63,14 @@ class HandoffController:
         self,
         *,
         api_client: Any,
-        tracker: ExtenderTracker,
+        cache: Cache,
         config: Callable[[], FairShareConfig],
         metrics: Metrics,
         synced: asyncio.Event,
         is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.core = _client.CoreV1Api(api_client)
-        self.tracker = tracker
+        self.cache = cache
         self.config = config
         self.synced = synced
         # Hook for several replicas: only the leader sweeps (binds already only reach it).
@@ -87,7 +88,7 @@ class HandoffController:
         self.handoff_seconds = metrics.gpu_handoff_seconds
         self.problems = metrics.gpu_handoff_problems
         self.reservation_ops = metrics.gpu_reservations
-        tracker.on_change = self.wake.set
+        cache.on_change = self.wake.set
 
     # -- bind hooks ---------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class HandoffController:
         config = self.config()
         if config.gpu_sharing.handoff != "reservation" or not plan.new_group:
             return plan
-        pod = self.tracker.pods.get(plan.uid)
+        pod = self.cache.pods.get(plan.uid)
         if pod is None or handoff.member_of(plan.uid, pod) is None:
             return plan  # not prepared by the webhook: accounting only
         err = await self._create_reservation(plan.group, plan.node, config)
@@ -149,12 +150,12 @@ class HandoffController:
 
     def _groups(self) -> dict[str, tuple[str, list[handoff.Member]]]:
         out: dict[str, tuple[str, list[handoff.Member]]] = {}
-        for gid, shared in self.tracker.state.groups.items():
+        for gid, shared in self.cache.state.groups.items():
             if gid.startswith(DRA_GROUP_PREFIX):
                 continue  # a DRA device: its driver hands it over, no reservation pod
             members = []
             for uid in shared.members:
-                pod = self.tracker.pods.get(uid)
+                pod = self.cache.pods.get(uid)
                 m = handoff.member_of(uid, pod) if pod is not None else None
                 if m is not None:
                     members.append(m)
@@ -175,12 +176,12 @@ class HandoffController:
         for m in (m for _, ms in groups.values() for m in ms):
             if not m.uuid and m.uid not in self.done:
                 self.waiting_since.setdefault(m.uid, now)
-        for seen in {r.group for r in self.tracker.reservations.values()}:
+        for seen in {r.group for r in self.cache.reservations.values()}:
             # The watch shows it: no longer "created, maybe not seen yet".
             self.pending_create.pop(seen, None)
         plan = handoff.plan_sweep(
             groups=groups,
-            reservations=list(self.tracker.reservations.values()),
+            reservations=list(self.cache.reservations.values()),
             pending_create=self.pending_create,
             waiting_since=self.waiting_since,
             warned=self.warned,
@@ -212,7 +213,7 @@ class HandoffController:
             )
         for group in plan.lost:
             # Its GPU is no longer held: no new share may join it.
-            self.tracker.state.close_group(group)
+            self.cache.close_group(group)
             fresh = [m for m in groups[group][1] if m.uid not in self.lost_warned]
             if fresh:
                 self.problems.labels("reservation_lost").inc()
@@ -251,7 +252,7 @@ class HandoffController:
             log.warning("deleting reservation %s: HTTP %s %s", r.name, status, data.get("message"))
 
     async def _write(self, m: handoff.Member, uuid: str) -> None:
-        bound = self.tracker.state.pods.get(m.uid)
+        bound = self.cache.state.pods.get(m.uid)
         if bound is None or not bound.devices:
             return
         body = handoff.configmap_body(

@@ -1,6 +1,6 @@
 """The extender's read-only status page: ``GET /status`` (HTML) and ``/status.json``.
 
-An adapter: the report is ``fairshare.report.build_status`` on the tracker's hot state
+An adapter: the report is ``fairshare.report.build_status`` on the cache's snapshot
 (the numbers the verbs decide with, and what ``fairshare status`` prints), rendered by
 ``report.render_status_html``: one self-contained page, inline CSS, no script and no
 external asset, reloading itself every ``REFRESH_SECONDS``. The quota column is absent:
@@ -17,13 +17,13 @@ unchanged, so a page left open (or many) costs the verbs nothing noticeable.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from extender.ganging import GangCoordinator
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare import report
 from fairshare.config.schema import FairShareConfig
 
@@ -32,20 +32,22 @@ MIN_INTERVAL = 2.0
 
 
 class StatusPage:
-    """Builds (and briefly caches) the report from the tracker."""
+    """Builds (and briefly caches) the report from the cache's snapshot."""
 
     def __init__(
         self,
-        tracker: ExtenderTracker,
+        snapshot: Callable[[], Snapshot],
         config: Callable[[], FairShareConfig],
         *,
+        unreadable: Callable[[], Mapping[str, str]] = dict,
         now: Callable[[], float] = time.monotonic,
         usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
         gangs: Callable[[], GangCoordinator | None] | None = None,
     ) -> None:
         self.usage_history = usage_history
         self.gangs = gangs
-        self.tracker = tracker
+        self.snapshot = snapshot
+        self.unreadable = unreadable
         self.config = config
         self.now = now
         self._cached: tuple[Any, float, dict[str, Any]] | None = None
@@ -57,26 +59,28 @@ class StatusPage:
         return {**data, "usageHistory": kept} if kept else data
 
     def _report(self) -> dict[str, Any]:
-        t = self.tracker
+        config = self.config()
+        snap = self.snapshot()
         coordinator = self.gangs() if self.gangs is not None else None
         plans = tuple(
             (k, v.arrived, v.complete)
             for k, v in (coordinator.plan_views() if coordinator else {}).items()
         )
-        key = (t.state.version, len(t.pending), id(self.config()), plans)
+        key = (snap.state.version, len(snap.pending), id(config), plans)
         now = self.now()
         if self._cached is not None:
             old_key, at, data = self._cached
             if old_key == key and now - at < MIN_INTERVAL:
                 return data
+        statuses = coordinator.statuses(config, snap) if coordinator else ()
         data = report.build_status(
-            config=self.config(),
-            state=t.state,
-            pending=t.pending_queue(),
-            mix=t.mix(),
-            unreadable=t.unreadable,
-            gangs=[g.as_dict() for g in coordinator.statuses(self.config())] if coordinator else (),
-            group_fits=coordinator.group_fits(self.config()) if coordinator else None,
+            config=config,
+            state=snap.state,
+            pending=list(snap.queue),
+            mix=snap.mix,
+            unreadable=dict(self.unreadable()),
+            gangs=[g.as_dict() for g in statuses],
+            group_fits=snap.groups if coordinator else None,
         )
         self._cached = (key, now, data)
         return data
@@ -91,9 +95,10 @@ class StatusPage:
 
 def add_routes(
     app: web.Application,
-    tracker: ExtenderTracker,
+    snapshot: Callable[[], Snapshot],
     config: Callable[[], FairShareConfig],
     *,
+    unreadable: Callable[[], Mapping[str, str]] = dict,
     usage_history: Callable[[], Callable[[], dict[str, Any]] | None] | None = None,
     gangs: Callable[[], GangCoordinator | None] | None = None,
 ) -> StatusPage:
@@ -101,7 +106,9 @@ def add_routes(
     leader's usage history (``extender.usagehistory``), shown under
     ``usageHistory`` while it is kept; ``gangs`` the extender's pod groups and their live
     plans (``ganging.GangCoordinator``), shown under ``gangs`` while any exists."""
-    page = StatusPage(tracker, config, usage_history=usage_history, gangs=gangs)
+    page = StatusPage(
+        snapshot, config, unreadable=unreadable, usage_history=usage_history, gangs=gangs
+    )
     app.router.add_get("/status", page.html)
     app.router.add_get("/status.json", page.json)
     return page

@@ -6,7 +6,7 @@ decision is as without history.
 
 With it, while this replica leads:
 
-* every ``PERIOD`` seconds the history folds in what the tracker's bound pods hold (and
+* every ``PERIOD`` seconds the history folds in what the cache's bound pods hold (and
   the cluster's capacity) since the last look, judges every tenant against its demand
   (bound + pending) and makes the config with the adjusted weights, which the verbs
   (filter's gate, prioritize, preempt, bind) and the requeuer read through
@@ -40,29 +40,31 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from extender.leader import call_raw, write_configmap
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare import gating, history
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
+from fairshare.placement import PodRequest
+from fairshare.state.cluster import ClusterState
 
 log = logging.getLogger("fairshare.extender.usagehistory")
 
 CONFIGMAP: Final = history.HISTORY_CONFIGMAP
 DATA_KEY: Final = history.HISTORY_KEY
 PERIOD: Final = 5.0
-"""Seconds between two looks at the tracker."""
+"""Seconds between two looks at the cache."""
 PERSIST_EVERY: Final = 30.0
 """Seconds between two writes of the ConfigMap."""
 ANN_RECORDED: Final = "fairshare.io/recorded-at"
 
 
 class UsageHistoryFeed:
-    """The history and the config it makes (pure over the tracker; no I/O)."""
+    """The history and the config it makes (pure over a snapshot; no I/O)."""
 
     def __init__(self, config: Callable[[], FairShareConfig]) -> None:
         self.raw = config
@@ -100,7 +102,7 @@ class UsageHistoryFeed:
             h.advance(now, {}, [0.0] * len(names))  # decay only: usage then is unknown
         self.history = h
 
-    def step(self, now: float, tracker: ExtenderTracker) -> None:
+    def step(self, now: float, state: ClusterState, queue: Sequence[PodRequest]) -> None:
         """Fold in the usage since the last step and make the adjusted config."""
         raw = self.raw()
         policy = raw.usage_history
@@ -116,10 +118,9 @@ class UsageHistoryFeed:
             self.load(h.to_dict(), now)  # new columns or half-life from now on
             h = self.history
         assert h is not None
-        state = tracker.state
         used = {t: list(u) for t, u in state.tenant_usage.items()}
         h.advance(now, used, state.total_capacity())
-        demand = gating.demand_rows(state, tracker.pending_queue())
+        demand = gating.demand_rows(state, queue)
         self.assessed = history.assess(h, raw, demand, policy=policy)
         factors = history.rounded_factors(self.assessed, policy.min_weight_factor)
         made = self._made
@@ -168,7 +169,7 @@ class UsageHistoryKeeper:
         api_client: Any,
         namespace: str,
         feed: UsageHistoryFeed,
-        tracker: ExtenderTracker,
+        snapshot: Callable[[], Snapshot],
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
@@ -177,7 +178,7 @@ class UsageHistoryKeeper:
         from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
-        self.namespace, self.feed, self.tracker = namespace, feed, tracker
+        self.namespace, self.feed, self.snapshot = namespace, feed, snapshot
         self.synced, self.is_leader, self.clock = synced, is_leader, clock
         self.metrics = metrics
         self._loaded = False
@@ -208,7 +209,8 @@ class UsageHistoryKeeper:
             self.feed.load(await self.read(), self.clock())
             self._loaded = True
             self._written_at = -float("inf")
-        self.feed.step(self.clock(), self.tracker)
+        snap = self.snapshot()
+        self.feed.step(self.clock(), snap.state, snap.queue)
         self._publish()
         if time.monotonic() - self._written_at >= PERSIST_EVERY:
             await self.write()
@@ -265,7 +267,7 @@ class RecordedHistory:
     in tests); a failed read keeps the last one read, with a warning. ``config`` is the
     config in force with the weights adjusted by ``history.judge_recorded``: the recorded
     history decayed to ``now`` with no usage added, the tenants' demand (bound + pending)
-    from the tracker, factors rounded to 1 % as the extender rounds them. Without the
+    from the cache, factors rounded to 1 % as the extender rounds them. Without the
     ``usageHistory`` block, or before anything was recorded, the config in force itself.
     """
 
@@ -280,10 +282,14 @@ class RecordedHistory:
             log.warning("usage history: %s (kept the last one read)", exc)
 
     def config(
-        self, config: FairShareConfig, tracker: ExtenderTracker, now: float
+        self,
+        config: FairShareConfig,
+        state: ClusterState,
+        queue: Sequence[PodRequest],
+        now: float,
     ) -> FairShareConfig:
         if config.usage_history is None or self.data is None:
             return config
-        demand = gating.demand_rows(tracker.state, tracker.pending_queue())
+        demand = gating.demand_rows(state, queue)
         adjusted, _ = history.judge_recorded(config, self.data, now=now, demand=demand)
         return adjusted

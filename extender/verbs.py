@@ -1,38 +1,25 @@
-"""The extender's four verbs as pure functions: decoded args + a view → wire answer.
+"""The extender's four verbs as pure functions: decoded args + a snapshot -> wire answer.
 
-Pure: no network, no clock, no globals. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. The HTTP adapter (``app``) decodes the body with ``wire``, asks the
-tracker for its ``ExtenderView`` (one per tracker version), calls one of these, and
-encodes; a ``WireFormatError`` from decoding is its 400.
-
-Design choices:
-
-* Every verb is a function of ``(args, view, config)``: the ``ExtenderView`` bundles what
-  the tracker knows (the state, the pending pods, namespace labels, the fair allocation,
-  the workload mix and score context, the request reader). Every verb reads the
-  ``ClusterState`` and never changes it.
-* Binding is decided by ``bind_decision`` alone (a retried bind that already went
-  through, the devices and Binding body of ``bind_plan``, the pod's shared GPU, the
-  fair-share gate judged again); the adapter then, under its one bind lock, accounts
-  the pod with ``commit_bind`` (assume) before it POSTs the Binding outside the lock,
-  and un-accounts it when the POST fails. Accounting first is what keeps two binds
-  from both taking the last share of a device: the second one's decision sees the first.
-* A pod whose resources cannot be read is not an extender failure: filter answers every
-  candidate as unresolvable with the reason, prioritize gives 0 everywhere. ``Error`` is
-  kept for failures of the extender itself (and for binds it refuses).
-* Prioritize scores only the nodes it is given, in one scorer call over all of them, and
-  maps the core's [0, 1] score to ``round(10 * s)`` clamped to 0..10 (ints, Go int64).
+Every verb is a function of ``(args, view, config)`` where ``view`` is the cache's
+``Snapshot``; it reads the snapshot and never changes it. Binding is decided whole by
+``bind_decision`` (a retried bind that went through, ``bind_plan``'s devices and Binding
+body, the pod's shared GPU, the fair-share gate judged again); the app then assumes it
+in the cache before it POSTs the Binding. A pod whose resources cannot be read is not an
+extender failure: filter answers every candidate unresolvable with the reason,
+prioritize gives 0 everywhere. Prioritize maps the core's [0, 1] score to
+``round(10 * s)`` clamped to 0..10.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from extender import filtering, preemption, wire
+from extender.snapshot import Snapshot, request_for
 from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
@@ -59,134 +46,21 @@ from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
-T = TypeVar("T")
-Parse = Callable[[Mapping[str, Any]], PodRequest]
-"""A pod in a request -> its ``PodRequest`` (``request_for`` with the caller's state,
-config and labels, possibly remembered); raises ``resources.DemandError``."""
-
-
-def request_for(
-    pod: Mapping[str, Any],
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels,
-) -> PodRequest:
-    """The pod in the request as a ``PodRequest``; raises ``resources.DemandError``."""
-    tenant = objects.pod_tenant(pod, config=config, namespace_labels=namespace_labels)
-    return objects.pod_request(
-        pod,
-        config=config,
-        tenant=tenant,
-        index=state.index,
-        device_memory=lambda: objects.largest_device_memory(state),
-    )
-
-
-def _nothing() -> None:
-    return None
-
-
-def _no_holds() -> Sequence[reclaim.RoomHold]:
-    return ()
-
-
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-class Once(Generic[T]):
-    """A value computed at its first use and kept (a part of a view that not every verb
-    reads, and that costs a pass over the queue: the fair allocation)."""
-
-    __slots__ = ("_made", "_make", "_value")
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self._make = make
-        self._made = False
-        self._value: T | None = None
-
-    def __call__(self) -> T:
-        if not self._made:
-            self._value = self._make()
-            self._made = True
-            del self._make
-        return self._value  # type: ignore[return-value]
+Reading = PodRequest | resources.DemandError | None
+"""The app's reading of the pod in a call (the cache reads each pod version once), or
+why it cannot be read; None: the verb reads the pod itself."""
 
 
-class ExtenderView(NamedTuple):
-    """What the verbs read, in one immutable value (a named tuple: the tracker makes one
-    for every bind, and a tuple is made several times faster than a frozen dataclass):
-    the tracker makes one per version of what it holds (``ExtenderTracker.view``) and
-    hands the same to every call until it changes.
-
-    ``state`` and ``pending`` (pending pods by uid) are the tracker's own, never changed by
-    a verb. ``read`` turns a pod sent by kube-scheduler into its ``PodRequest`` (the
-    tracker's per-pod-version reading; None: ``request_for`` over this view). ``fair``,
-    ``mix`` and ``context`` give the fair allocation, the workload mix and the score
-    context, each computed at its first use and then the same for the view's life (None:
-    the verb computes the allocation over ``pending`` itself; no mix; a context over the
-    state). ``groups``
-    tells how other tenants' waiting pod groups count at the gate; it is asked at each use
-    (the PodGroups it sizes groups by are fetched outside the tracker).
-    """
-
-    state: ClusterState
-    pending: Mapping[str, PodRequest] = _EMPTY
-    namespace_labels: NamespaceLabels = _EMPTY
-    pods: Mapping[str, Mapping[str, Any]] = _EMPTY
-    """Every known pod (priorities, ages and pod groups of preemption victims)."""
-    read: Parse | None = None
-    fair: Callable[[], Mapping[str, fairness.FairShare] | None] = _nothing
-    mix: Callable[[], WorkloadMix | None] = _nothing
-    context: Callable[[], ScoreContext | None] = _nothing
-    groups: Callable[[], gating.GroupFits | None] = _nothing
-    holds: Callable[[], Sequence[reclaim.RoomHold]] = _no_holds
-    """The reclaim holds in force when asked (the tracker leaves lapsed ones out)."""
-
-    @classmethod
-    def of(
-        cls,
-        state: ClusterState,
-        *,
-        pending: Sequence[PodRequest] = (),
-        namespace_labels: NamespaceLabels | None = None,
-        pods: Mapping[str, Mapping[str, Any]] | None = None,
-        read: Parse | None = None,
-        fair: Mapping[str, fairness.FairShare] | None = None,
-        mix: WorkloadMix | None = None,
-        context: ScoreContext | None = None,
-        groups: gating.GroupFits | None = None,
-        holds: Sequence[reclaim.RoomHold] = (),
-    ) -> ExtenderView:
-        """A view of fixed parts (a state file, a test): ``pending`` as a queue (the first
-        of a uid listed twice counts)."""
-        queue: dict[str, PodRequest] = {}
-        for p in pending:
-            queue.setdefault(p.uid, p)
-        return cls(
-            state,
-            queue,
-            namespace_labels if namespace_labels is not None else {},
-            pods if pods is not None else {},
-            read,
-            lambda: fair,
-            lambda: mix,
-            lambda: context,
-            lambda: groups,
-            lambda: holds,
-        )
-
-    def queue(self) -> list[PodRequest]:
-        """The pending pods, in the order they came."""
-        return list(self.pending.values())
-
-    def request(self, pod: Mapping[str, Any], config: FairShareConfig) -> PodRequest:
-        """The pod in a request as a ``PodRequest``; raises ``resources.DemandError``."""
-        if self.read is not None:
-            return self.read(pod)
-        return request_for(
-            pod, state=self.state, config=config, namespace_labels=self.namespace_labels
-        )
+def reading(
+    view: Snapshot, pod: Mapping[str, Any], config: FairShareConfig, given: Reading
+) -> PodRequest:
+    """The pod in a call as a ``PodRequest``: ``given``, else read over ``view``."""
+    if isinstance(given, resources.DemandError):
+        raise given
+    return given if given is not None else view.request(pod, config)
 
 
 # -- filter ------------------------------------------------------------------------------
@@ -204,7 +78,12 @@ class FilterAnswer:
 
 
 def filter_answer(
-    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig, *, pick: bool = False
+    args: wire.ExtenderArgs,
+    view: Snapshot,
+    config: FairShareConfig,
+    *,
+    pick: bool = False,
+    req: Reading = None,
 ) -> FilterAnswer:
     """``ExtenderFilterResult``: the passing names (or Node objects) echoed back.
 
@@ -219,22 +98,22 @@ def filter_answer(
     """
     names = args.candidate_names()
     # Asked whether or not a pick is needed: the mix is rebuilt lazily, when it is asked.
-    mix, context = (view.mix(), view.context()) if pick else (None, None)
+    mix, context = (view.mix, view.context) if pick else (None, None)
     try:
-        req = view.request(args.pod, config)
+        req = reading(view, args.pod, config, req)
     except resources.DemandError as exc:
         reason = f"pod resources cannot be read: {exc}"
-        return FilterAnswer(_filter_result(args, (), {}, dict.fromkeys(names, reason)))
+        return FilterAnswer(filter_result_of(args, (), {}, dict.fromkeys(names, reason)))
     state = view.state
     out = filtering.filter_pod(
         state,
         config=config,
         req=req,
         names=names,
-        pending=view.queue(),
-        fair=view.fair(),
-        groups=view.groups(),
-        holds=view.holds(),
+        pending=view.queue,
+        fair=view.fair,
+        groups=view.groups,
+        holds=view.holds,
     )
     passing: Sequence[str] = out.passing
     picked = pick and len(passing) > 1
@@ -242,12 +121,12 @@ def filter_answer(
         passing = (pick_best(state, config, req, passing, mix=mix, context=context),)
     # ``out.passing`` is ``names`` (the NodeNames sent) less the failed ones, in order.
     echo = passing if args.node_names is not None and not picked else None
-    result = _filter_result(args, passing, out.failed, out.unresolvable, echo)
+    result = filter_result_of(args, passing, out.failed, out.unresolvable, echo)
     return FilterAnswer(result, req, out.gate)
 
 
 def filter_result(
-    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig, *, pick: bool = False
+    args: wire.ExtenderArgs, view: Snapshot, config: FairShareConfig, *, pick: bool = False
 ) -> wire.ExtenderFilterResult:
     """``filter_answer``'s wire answer alone."""
     return filter_answer(args, view, config, pick=pick).result
@@ -273,7 +152,7 @@ def pick_best(
     return names[k or 0]
 
 
-def _filter_result(
+def filter_result_of(
     args: wire.ExtenderArgs,
     passing: Sequence[str],
     failed: Mapping[str, str],
@@ -302,7 +181,7 @@ def _filter_result(
 
 
 def prioritize_scores(
-    args: wire.ExtenderArgs, view: ExtenderView, config: FairShareConfig
+    args: wire.ExtenderArgs, view: Snapshot, config: FairShareConfig, req: Reading = None
 ) -> tuple[Sequence[str], Sequence[int]]:
     """``HostPriorityList``'s hosts and their 0..10 scores, in the order given (the
     adapter writes them with ``wire.dumps_scores``, ``wire.encode_scores`` as objects).
@@ -313,10 +192,10 @@ def prioritize_scores(
     """
     names = args.candidate_names()
     try:
-        req = view.request(args.pod, config)
+        req = reading(view, args.pod, config, req)
     except resources.DemandError:
         return names, [0] * len(names)
-    ints, _ = node_scores(view.state, config, req, names, mix=view.mix(), context=view.context())
+    ints, _ = node_scores(view.state, config, req, names, mix=view.mix, context=view.context)
     return names, ints
 
 
@@ -421,14 +300,21 @@ class PreemptAnswer:
 
 
 def preempt_result(
-    args: wire.ExtenderPreemptionArgs, view: ExtenderView, config: FairShareConfig
+    args: wire.ExtenderPreemptionArgs,
+    view: Snapshot,
+    config: FairShareConfig,
+    pods: Mapping[str, Mapping[str, Any]] = _EMPTY,
 ) -> wire.ExtenderPreemptionResult:
     """``preempt_answer``'s wire answer alone."""
-    return preempt_answer(args, view, config).result
+    return preempt_answer(args, view, config, pods).result
 
 
 def preempt_answer(
-    args: wire.ExtenderPreemptionArgs, view: ExtenderView, config: FairShareConfig
+    args: wire.ExtenderPreemptionArgs,
+    view: Snapshot,
+    config: FairShareConfig,
+    pods: Mapping[str, Mapping[str, Any]] = _EMPTY,
+    req: Reading = None,
 ) -> PreemptAnswer:
     """The proposed victims fairshare allows, per node.
 
@@ -456,10 +342,10 @@ def preempt_answer(
     """
     state = view.state
     labels = view.namespace_labels
-    known = view.pods
+    known = pods
     pre: PodRequest | None
     try:
-        pre = view.request(args.pod, config)
+        pre = reading(view, args.pod, config, req)
         pre_tenant, pre_row = pre.tenant, pre.row
     except resources.DemandError:
         pre, pre_tenant, pre_row = None, None, ()
@@ -472,7 +358,7 @@ def preempt_answer(
     usage, ancestors = _levels(state, config, guaranteed)
     rule = None
     if pre is not None and pre_tenant is not None:
-        rule = _fair_rule(state, config, pre, view.queue(), view.fair())
+        rule = _fair_rule(state, config, pre, view.queue, view.fair)
     pre_priority = _priority(args.pod)
     result: dict[str, wire.MetaVictims] = {}
     notes: list[str] = []
@@ -798,7 +684,7 @@ def _fail(args: wire.ExtenderBindingArgs, error: str) -> BindPlan:
     return BindPlan(args.pod_uid, args.pod_name, args.pod_namespace, args.node, error=error)
 
 
-def bind_plan(args: wire.ExtenderBindingArgs, view: ExtenderView) -> BindPlan:
+def bind_plan(args: wire.ExtenderBindingArgs, view: Snapshot) -> BindPlan:
     """Choose the devices for the pod on ``args.node`` and build the Binding body.
 
     The pod is looked up in ``view.pending`` (by UID, else namespace/name). Refused, with
@@ -808,7 +694,7 @@ def bind_plan(args: wire.ExtenderBindingArgs, view: ExtenderView) -> BindPlan:
     and the shared GPU (``ANN_GPU_GROUP``) of the pods already on that device, or a new
     one (``objects.share_group``).
     """
-    state, mix = view.state, view.mix()
+    state, mix = view.state, view.mix
     req = _find(args, view.pending)
     if req is None:
         return _fail(args, f"pod {args.pod_namespace}/{args.pod_name} is not pending here")
@@ -884,7 +770,7 @@ class BindDecision(NamedTuple):
 
 def bind_decision(
     args: wire.ExtenderBindingArgs,
-    view: ExtenderView,
+    view: Snapshot,
     config: FairShareConfig,
     *,
     judge_gate: bool = True,
@@ -913,10 +799,10 @@ def bind_decision(
             view.state,
             config=config,
             req=req,
-            pending=view.queue(),
-            fair=view.fair(),
-            groups=view.groups(),
-            held=reclaim.gate_held(view.holds()),
+            pending=view.queue,
+            fair=view.fair,
+            groups=view.groups,
+            held=reclaim.gate_held(view.holds),
         )
         if gate is not None and not gate.allowed:
             return BindDecision(gate.reason, None, req, gate)

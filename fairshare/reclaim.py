@@ -1023,7 +1023,7 @@ def holds_in_force(
     (in ``pending``), its annotations (``annotations(uid)``) carrying a hold that has not
     lapsed. A pod deleted, or bound on its hold's node, is no longer pending, so its hold
     is over; the extender adds the holds of pods bound on another node
-    (``ExtenderTracker.room_holds``: ``held_off`` keeps that room for their tenant)."""
+    (``Cache.room_holds``: ``held_off`` keeps that room for their tenant)."""
     out: list[RoomHold] = []
     for uid in uids:
         req = pending.get(uid)

@@ -57,9 +57,10 @@ class Runtime:
     file_watcher: FileWatcher | None = None
     extra_sinks: list[sources.Sink] = field(default_factory=list)
 
-    def sink_for(self, tracker: sources.Sink) -> Fanout:
-        """The sink to start the source with: the tracker, then the config reloader."""
-        return Fanout([tracker, *([self.configmap_sink] if self.configmap_sink else [])])
+    def sink_for(self, *sinks: sources.Sink) -> Fanout:
+        """The sink to start the source with: ``sinks`` in order, then the config
+        reloader."""
+        return Fanout([*sinks, *([self.configmap_sink] if self.configmap_sink else [])])
 
 
 def parse_ref(text: str) -> tuple[str, str]:

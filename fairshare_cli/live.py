@@ -1,5 +1,5 @@
 """``fairshare status`` and ``fairshare explain``: list the live cluster once and feed the
-servers' own trackers (the extender's ``ExtenderTracker``, the webhook's ``UsageTracker``
+servers' own trackers (the extender's ``Cache``, the webhook's ``UsageTracker``
 and ``GangBook``), so every figure is the one the servers would compute.
 """
 
@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +60,32 @@ def _live_state(args: argparse.Namespace) -> Any:
     return (snap, *feed_trackers(snap))
 
 
+@dataclass
+class ExtenderSide:
+    """The extender's cache and kube-scheduler's feedback, fed one listing."""
+
+    cache: Any
+    feedback: Any
+    sizes: dict[Any, int | None]
+
+    def snapshot(self, config: Any) -> Any:
+        """The extender's snapshot for ``config``: verdicts applied, pod groups sized by
+        the listed PodGroups (else their annotation)."""
+        return self.cache.snapshot(config, feedback=self.feedback, podgroups=(self.sizes, {}))
+
+
 def feed_trackers(snap: Any) -> Any:
-    """The extender's ``ExtenderTracker`` and the webhook's ``UsageTracker``, each fed the
-    snapshot's lists through ``on_resync`` as their watches would feed them."""
-    from extender.tracking import ExtenderTracker
+    """The extender's side (``ExtenderSide``) and the webhook's ``UsageTracker``, each fed
+    the listing's lists through ``on_resync`` as their watches would feed them."""
+    from extender.cache import Cache
+    from extender.feedback import Feedback
     from fairshare.state.usage import UsageTracker
 
     config = snap.config
-    tracker = ExtenderTracker(lambda: config)
+    tracker = ExtenderSide(Cache(lambda: config), Feedback(), podgroup_sizes(snap))
+    snap.feed(tracker.feedback, ("Pod", "ResourceClaim"))
     snap.feed(
-        tracker,
+        tracker.cache,
         (
             "Namespace",
             "DeviceClass",
@@ -92,17 +109,19 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     if snap.config.usage_history is not None and snap.usage_history is not None:
         from fairshare import gating, history
 
-        demand = gating.demand_rows(tracker.state, tracker.pending_queue())
+        seen = tracker.snapshot(config)
+        demand = gating.demand_rows(seen.state, seen.queue)
         config, assessed = history.judge_recorded(
             snap.config, snap.usage_history, now=time.time(), demand=demand
         )
+    seen = tracker.snapshot(config)
     out = report.build_status(
         config=config,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
-        mix=tracker.mix(),
+        state=seen.state,
+        pending=list(seen.queue),
+        mix=seen.mix,
         quota=quota_view(snap, usage),
-        unreadable=tracker.unreadable,
+        unreadable=tracker.cache.unreadable,
         scheduling_gated=scheduling_gated(snap),
         gangs=[g.as_dict() for g in gang_statuses(snap, tracker, config)],
         group_fits=group_fits(snap, tracker, config),
@@ -158,28 +177,20 @@ def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
     them (the CLI has no live plan: those are on the extender's status page)."""
     from fairshare import gangstatus
 
+    seen = tracker.snapshot(config)
     return gangstatus.group_statuses(
         config=config,
-        state=tracker.state,
-        pods=tracker.pods,
-        pending=tracker.pending,
+        state=seen.state,
+        pods=seen.gang_pods,
+        pending=seen.pending,
         podgroups=podgroup_sizes(snap),
     )
 
 
 def group_fits(snap: Any, tracker: Any, config: Any) -> Any:
-    """How waiting pod groups count at the gate (``gangwait.groups_for``), as the
-    extender's filter counts them."""
-    from fairshare import gangwait
-
-    return gangwait.groups_for(
-        config,
-        tracker.state,
-        tracker.pods,
-        tracker.pending,
-        fair=tracker.fair_shares(config),
-        sizes=podgroup_sizes(snap),
-    )
+    """How waiting pod groups count at the gate, as the extender's filter counts them
+    (the snapshot's rule)."""
+    return tracker.snapshot(config).groups
 
 
 def scheduling_gated(snap: Any) -> set[str]:
@@ -295,7 +306,8 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         podgroup_min=podgroup_sizes(snap).get(group) if group else None,
     )
     uid = objects.pod_uid(pod)
-    req = tracker.pending.get(uid)
+    seen = tracker.snapshot(config)
+    req = seen.pending.get(uid)
     error = None
     if req is None:
         try:
@@ -303,9 +315,9 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
                 pod,
                 config=config,
                 tenant=objects.pod_tenant(
-                    pod, config=config, namespace_labels=tracker.namespace_labels
+                    pod, config=config, namespace_labels=seen.namespace_labels
                 ),
-                index=tracker.state.index,
+                index=seen.state.index,
             )
         except resources.DemandError as exc:
             error = str(exc)
@@ -315,8 +327,8 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         gang = rows[0].as_dict() if rows else None
     return report.explain_pod(
         config=config,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
+        state=seen.state,
+        pending=list(seen.queue),
         req=req,
         namespace=ns,
         name=name,
@@ -325,13 +337,13 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         demand_error=error,
         gang=gang,
         group_fits=group_fits(snap, tracker, config),
-        holds=tracker.room_holds(),
+        holds=list(seen.holds),
         given=reclaim.given_rooms(
             (
                 (f"{meta.get('namespace')}/{meta.get('name')}", tenant, meta.get("annotations"))
-                for uid, p in tracker.pods.items()
+                for uid, p in tracker.cache.pods.items()
                 if (meta := p.get("metadata") or {})
-                and (tenant := (b.tenant if (b := tracker.state.pods.get(uid)) else None))
+                and (tenant := (b.tenant if (b := seen.state.pods.get(uid)) else None))
             ),
             now=time.time(),
             keep=config.take_back_after_seconds(),

@@ -18,7 +18,7 @@ MIG placement its part) and shareable GPUs (``allowMultipleAllocations``, 80Gi o
 
 Counting is ``fairshare.dra``'s (``slice_capacity``, ``claim_gpus``,
 ``allocated_devices``): a node's GPUs, a partition's fraction, a share's part. The ledger
-follows the extender's (``extender.tracking``): a pending pod's claims are its GPU
+follows the extender's (``extender.claims``): a pending pod's claims are its GPU
 demand; a bound pod's claim devices are part of its row, whole devices as whole GPUs,
 the parts of one physical GPU as one fractional device in the shared GPU
 ``dra:<gpu>``.

@@ -289,6 +289,22 @@ class ClusterState:
         twin._memos = {}
         return twin
 
+    def copy(self) -> ClusterState:
+        """A copy sharing nothing that either may change: ``twin`` plus the nodes, and
+        the memos (each memo's figures stay true of the copy, which is equal to this
+        state at the same versions). The extender's cache takes one before it writes to
+        a state a snapshot holds."""
+        out = self.twin()
+        out.nodes = list(self.nodes)
+        out.node_index = dict(self.node_index)
+        out.capacity = array("d", self.capacity)
+        out.healthy = array("b", self.healthy)
+        out.model_ids = dict(self.model_ids)
+        out.node_model = array("q", self.node_model)
+        out.declared_capacity = dict(self.declared_capacity)
+        out._memos = {name: (v, dict(held)) for name, (v, held) in self._memos.items()}
+        return out
+
     @property
     def n_nodes(self) -> int:
         return len(self.nodes)

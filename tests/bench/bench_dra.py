@@ -15,10 +15,11 @@ import time
 from typing import Any
 
 from extender import verbs, wire
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from tests import nvidia_dra as nv
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod
 
 CONFIG = config_from_mapping(
@@ -36,8 +37,8 @@ def dra_node(name: str) -> dict[str, Any]:
     return obj
 
 
-def build(kind: str, n: int) -> tuple[ExtenderTracker, float]:
-    tr = ExtenderTracker(lambda: CONFIG)
+def build(kind: str, n: int) -> tuple[Side, float]:
+    tr = Side(lambda: CONFIG)
     t0 = time.perf_counter()
     if kind == "dra":
         tr.on_resync("DeviceClass", [nv.device_class()])
@@ -65,9 +66,7 @@ def measure(n: int, rounds: int = 200) -> dict[str, Any]:
         for _ in range(rounds):
             args = wire.decode_extender_args(body)
             t0 = time.perf_counter()
-            view = verbs.ExtenderView.of(
-                tr.state, pending=tr.pending_queue(), fair=tr.fair_shares(CONFIG)
-            )
+            view = Snapshot.of(tr.state, pending=tr.pending_queue(), fair=tr.fair_shares(CONFIG))
             res = verbs.filter_result(args, view, CONFIG)
             lat.append(time.perf_counter() - t0)
             passing = len(res.encode()["NodeNames"] or [])

@@ -38,6 +38,7 @@ from fairshare import gangs
 from fairshare.config import loading
 from tests.bench import bench_servers, common
 from tests.bench.common import progress
+from tests.extender_side import Side
 
 NS = "team-c"
 GPUS = 4
@@ -60,7 +61,7 @@ def build(nodes: int) -> app.ExtenderDeps:
     config = loading.config_from_mapping(yaml.safe_load(bench_servers.CONFIG))
     deps = app.build_deps(config=lambda: config, ready=lambda: True, binder=_noop_binder)
     items = bench_servers.state_list(nodes)["items"]
-    t = deps.tracker
+    t = Side.of(deps)
     for kind in ("Namespace", "Node", "Pod"):
         t.on_resync(kind, [o for o in items if o["kind"] == kind])
     return deps
@@ -75,14 +76,14 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 async def one_round(deps: app.ExtenderDeps, r: int, size: int, names: list[str]) -> dict[str, Any]:
     pods = [member(r, i, size) for i in range(size)]
     for p in pods:
-        deps.tracker.on_event("Pod", "ADDED", p)
+        deps.sink.on_event("Pod", "ADDED", p)
     key = gangs.GroupKey(NS, f"train-{r}")
     # The parts of a plan, timed alone first (they change nothing).
     config = deps.config()
-    state = deps.tracker.state
+    state = deps.cache.state
     lookup, gang = timed(
         lambda: gangs.gang_of(
-            key, size, pods=deps.tracker.pods, pending=deps.tracker.pending, bound=state.pods
+            key, size, pods=deps.cache.pods, pending=deps.snapshot().pending, bound=state.pods
         )
     )
     gate, _ = timed(
@@ -90,8 +91,8 @@ async def one_round(deps: app.ExtenderDeps, r: int, size: int, names: list[str])
             state,
             config,
             gang,
-            pending=deps.tracker.pending_queue(),
-            fair=deps.tracker.fair_shares(config),
+            pending=list(deps.snapshot().queue),
+            fair=deps.snapshot(config).fair,
         )
     )
     rows = [i for i in state.rows_of(names) if i >= 0]
@@ -124,8 +125,8 @@ async def one_round(deps: app.ExtenderDeps, r: int, size: int, names: list[str])
     errors = [res["Error"] for res in results if res.get("Error")]
     assert not errors, errors[:3]
     for p in pods:
-        node = deps.tracker.state.pods[p["metadata"]["uid"]].node
-        deps.tracker.on_event("Pod", "DELETED", dict(p, spec=dict(p["spec"], nodeName=node)))
+        node = deps.cache.state.pods[p["metadata"]["uid"]].node
+        deps.sink.on_event("Pod", "DELETED", dict(p, spec=dict(p["spec"], nodeName=node)))
     return {
         "plan_filter": filters[0],
         "later_filters": filters[1:],
@@ -139,7 +140,7 @@ async def one_round(deps: app.ExtenderDeps, r: int, size: int, names: list[str])
 
 def run_bench(nodes: int, size: int, rounds: int) -> dict[str, Any]:
     deps = build(nodes)
-    names = [n.name for n in deps.tracker.state.nodes]
+    names = [n.name for n in deps.cache.state.nodes]
     out: list[dict[str, Any]] = []
 
     async def go() -> None:
@@ -161,7 +162,7 @@ def run_bench(nodes: int, size: int, rounds: int) -> dict[str, Any]:
         "nodes": nodes,
         "members": size,
         "rounds": rounds,
-        "pods": len(deps.tracker.pods),
+        "pods": len(deps.cache.pods),
         "plan_filter": stat([o["plan_filter"] for o in out]),
         "later_filter": stat(later),
         "completing_bind": stat([o["completing_bind"] for o in out]),

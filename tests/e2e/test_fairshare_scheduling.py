@@ -40,7 +40,7 @@ FAIR_REASON = "above its fair share"
 async def fairshare(fairshare: FairshareDev) -> FairshareDev:
     """`fairshare` with a freshly started extender, so no test inherits phantom pending pods.
 
-    Workaround for a bug in extender/tracking.py (`ExtenderTracker.remember`, see
+    Workaround for a bug once in the extender's `remember` (now `Cache.remember`, see
     the issue 5 report): a filter call that arrives after a pod's DELETED event puts the
     deleted pod back into the pending queue for good (its tenant then resolves to
     "default", which becomes a contender with a pending pod that fits, and its demand

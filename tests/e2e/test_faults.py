@@ -72,7 +72,7 @@ HALF = {ANN_FRACTION: "0.5"}
 @pytest.fixture(autouse=True)
 async def fairshare(fairshare: FairshareDev) -> FairshareDev:
     """A freshly started extender, as in test_fairshare_scheduling.py (phantom pending pods
-    of earlier tests, extender/tracking.py, must not hold these tenants back)."""
+    of earlier tests, see there, must not hold these tenants back)."""
     await asyncio.to_thread(fairshare.restart_extender)
     return fairshare
 

@@ -229,9 +229,9 @@ def extender_app(*, client_cert: bool = False) -> tuple[web.Application, Any]:
         return None
 
     deps = ext_app_mod.build_deps(config=lambda: EXTENDER_CONFIG, ready=lambda: True, binder=binder)
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": n}} for n in ("a", "b")])
-    deps.tracker.on_resync("Node", [extender_node("n1", 4), extender_node("n2", 0)])
-    deps.tracker.on_resync("Pod", [extender_pod(i) for i in range(20)])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": n}} for n in ("a", "b")])
+    deps.sink.on_resync("Node", [extender_node("n1", 4), extender_node("n2", 0)])
+    deps.sink.on_resync("Pod", [extender_pod(i) for i in range(20)])
     return ext_app_mod.make_app(deps, client_cert=client_cert), deps
 
 

@@ -90,6 +90,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, node_rank
 from fairshare.simulator import drapool
 from fairshare.simulator.drapool import DraSimulation
+from tests.extender_side import Side
 from tests.reliability.conftest import FUZZ_CASES, FUZZ_NOTES
 from tests.reliability.test_differential_extender import scheduler_admits
 
@@ -345,7 +346,7 @@ class Run:
         return await r.json()
 
     def event(self, kind: str, type_: str, obj: Mapping[str, Any]) -> None:
-        self.deps.tracker.on_event(kind, type_, copy.deepcopy(dict(obj)))
+        self.deps.sink.on_event(kind, type_, copy.deepcopy(dict(obj)))
 
     # -- inputs ------------------------------------------------------------------------
 
@@ -419,7 +420,7 @@ class Run:
     def sync_mix(self) -> None:
         """The simulator scores against the extender's workload mix (rebuilt lazily, also
         when a pending pod's claim is allocated: ``test_differential_extender``)."""
-        mix = self.deps.tracker.mix()
+        mix = self.deps.cache.mix()
         if self.sim.mix is not mix:
             self.sim.mix = mix
             self.sim._ctx = None  # the simulator caches its score context per mix
@@ -576,7 +577,7 @@ class Run:
 
     async def settle(self) -> None:
         for _ in range(50):
-            tracker, sim = self.deps.tracker, self.sim
+            tracker, sim = Side.of(self.deps), self.sim
             assert list(tracker.pending) == list(sim.pending), (
                 f"pending queues differ: extender {list(tracker.pending)}, "
                 f"simulator {list(sim.pending)}"
@@ -596,7 +597,7 @@ class Run:
         raise AssertionError("no settling after 50 passes")
 
     def compare_states(self, when: str) -> None:
-        ext, sim = self.deps.tracker.state, self.sim.state
+        ext, sim = self.deps.cache.state, self.sim.state
         for t in sorted(set(ext.tenant_usage) | set(sim.tenant_usage)):
             assert ext.usage_of(t) == sim.usage_of(t), (
                 f"{when}: usage of {t}: extender {ext.index.amounts(ext.usage_of(t))}, "
@@ -656,7 +657,7 @@ async def drive(case: Case) -> Run:
         plans[plan.uid] = plan
 
     deps = ext_app.build_deps(config=lambda: config, ready=lambda: True, binder=binder)
-    tracker = deps.tracker
+    tracker = Side.of(deps)
     namespaces = [ns for t in case.config["tenants"] for ns in t.get("namespaces", ())]
     tracker.on_resync("Namespace", [{"metadata": {"name": ns}} for ns in namespaces])
     tracker.on_resync(dra.KIND_DEVICE_CLASS, list(drapool.device_classes().values()))

@@ -121,6 +121,7 @@ from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, choice_levels, filter_nodes, node_rank
 from fairshare.simulator.engine import Simulation
+from tests.extender_side import Side
 from tests.reliability.conftest import FUZZ_CASES, FUZZ_NOTES
 
 # -- the cluster ------------------------------------------------------------------------
@@ -386,7 +387,7 @@ class Run:
             self.seen["refused at admission"] += 1
             return
         self.pods[uid] = pod
-        self.deps.tracker.on_event("Pod", "ADDED", copy.deepcopy(pod))
+        self.deps.sink.on_event("Pod", "ADDED", copy.deepcopy(pod))
 
     def finish(self, picks: Sequence[int]) -> None:
         for k in picks:
@@ -397,7 +398,7 @@ class Run:
             self.sim.complete(uid)
             done = copy.deepcopy(self.pods.pop(uid))
             done["status"]["phase"] = "Succeeded"
-            self.deps.tracker.on_event("Pod", "MODIFIED", done)
+            self.deps.sink.on_event("Pod", "MODIFIED", done)
             self.log.append(f"{uid} finished")
             self.seen["finished"] += 1
         self.compare_states("after pods finished")
@@ -409,14 +410,14 @@ class Run:
                 return
             uid = pending[k % len(pending)]
             self.sim.fail(uid)  # the simulator's way to drop a pending pod
-            self.deps.tracker.on_event("Pod", "DELETED", copy.deepcopy(self.pods.pop(uid)))
+            self.deps.sink.on_event("Pod", "DELETED", copy.deepcopy(self.pods.pop(uid)))
             self.log.append(f"{uid} deleted while pending")
             self.seen["deleted while pending"] += 1
 
     def join(self, node: dict[str, Any]) -> None:
         add_sim_node(self.sim, node)
         self.nodes.append(node)
-        self.deps.tracker.on_event("Node", "ADDED", copy.deepcopy(node))
+        self.deps.sink.on_event("Node", "ADDED", copy.deepcopy(node))
         self.log.append(f"{node['metadata']['name']} joined")
         self.seen["node joined"] += 1
         self.compare_states("after a node joined")
@@ -479,7 +480,7 @@ class Run:
         bound["metadata"]["annotations"].update(plan.annotations)
         bound["metadata"]["resourceVersion"] += "b"
         self.pods[uid] = bound
-        self.deps.tracker.on_event("Pod", "MODIFIED", copy.deepcopy(bound))
+        self.deps.sink.on_event("Pod", "MODIFIED", copy.deepcopy(bound))
         self.compare_states(f"after binding {uid} to {chosen}")
         self.log.append(f"{uid} -> {chosen} {tuple(plan.devices)}")
         self.seen["bound"] += 1
@@ -515,7 +516,7 @@ class Run:
         assert sorted(scores) == sorted(passing), f"{ctx}: prioritize answered {prio}"
         assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values()), prio
         top = max(scores.values())
-        exact = choice_levels(req, self.deps.tracker.mix()) is None
+        exact = choice_levels(req, self.deps.cache.mix()) is None
         slack = 0 if exact else 1
         self.seen["choice: prioritize, " + ("exact" if exact else "rounded") + " levels"] += 1
         if exact and scores[chosen] == top and sum(v == top for v in scores.values()) > 1:
@@ -531,7 +532,7 @@ class Run:
     async def settle(self) -> None:
         """Passes over the pending pods in creation order until one binds nothing."""
         while True:
-            tracker, sim = self.deps.tracker, self.sim
+            tracker, sim = Side.of(self.deps), self.sim
             assert list(tracker.pending) == list(sim.pending), (
                 f"pending queues differ: extender {list(tracker.pending)}, "
                 f"simulator {list(sim.pending)}"
@@ -556,7 +557,7 @@ class Run:
                 return
 
     def compare_states(self, when: str) -> None:
-        ext, sim = self.deps.tracker.state, self.sim.state
+        ext, sim = self.deps.cache.state, self.sim.state
         tenants = sorted(set(ext.tenant_usage) | set(sim.tenant_usage))
         for t in tenants:
             assert ext.usage_of(t) == sim.usage_of(t), (
@@ -614,9 +615,9 @@ async def drive(case: Case) -> Run:
 
     deps = ext_app.build_deps(config=lambda: config, ready=lambda: True, binder=binder)
     namespaces = [ns for t in case.config["tenants"] for ns in t.get("namespaces", ())]
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": ns}} for ns in namespaces])
-    deps.tracker.on_resync("Node", copy.deepcopy(case.nodes))
-    deps.tracker.on_resync("Pod", [])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": ns}} for ns in namespaces])
+    deps.sink.on_resync("Node", copy.deepcopy(case.nodes))
+    deps.sink.on_resync("Pod", [])
     async with TestClient(TestServer(ext_app.make_app(deps))) as client:
         nodes = list(case.nodes)
         run = Run(config, nodes, client, deps, simulation(config, nodes), plans)

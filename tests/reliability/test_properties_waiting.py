@@ -105,8 +105,8 @@ class Model:
             n = node(name, gpus=g)
             n["metadata"]["labels"]["kubernetes.io/hostname"] = name
             nodes.append(n)
-        self.deps.tracker.on_resync("Node", nodes)
-        self.deps.tracker.on_resync("Pod", [])
+        self.deps.sink.on_resync("Node", nodes)
+        self.deps.sink.on_resync("Pod", [])
         self.pods: dict[str, dict[str, Any]] = {}
         self.specs: dict[str, Spec] = {}
         self.last_reason: dict[str, list[str]] = {}
@@ -118,10 +118,10 @@ class Model:
             obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": self.names[spec.pinned]}
         uid = objects.pod_uid(obj)
         self.pods[uid], self.specs[uid] = obj, spec
-        self.deps.tracker.on_event("Pod", "ADDED", obj)
+        self.deps.sink.on_event("Pod", "ADDED", obj)
 
     def free(self, name: str) -> float:
-        st_ = self.deps.tracker.state
+        st_ = self.deps.cache.state
         i = st_.node_index[name]
         return st_.free[i * st_.n_res + st_.gpu_col] / 1000.0
 
@@ -154,13 +154,13 @@ class Model:
                 bound["spec"]["nodeName"] = chosen[0]
                 bound["status"] = {"phase": "Running"}
                 del self.pods[uid]
-                self.deps.tracker.on_event("Pod", "MODIFIED", bound)
+                self.deps.sink.on_event("Pod", "MODIFIED", bound)
                 return
             reasons += list(failed.values())
         self.last_reason[uid] = reasons
         updated = with_verdict(obj, fit_error(len(self.names), reasons))
         self.pods[uid] = updated
-        self.deps.tracker.on_event("Pod", "MODIFIED", updated)
+        self.deps.sink.on_event("Pod", "MODIFIED", updated)
 
     def round(self) -> None:
         for uid in sorted(self.pods, key=lambda u: int(u.removeprefix("uid-p"))):

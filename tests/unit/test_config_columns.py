@@ -14,12 +14,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
-from extender.tracking import ExtenderTracker
 from fairshare.config import loading
 from fairshare.config.reloading import ConfigHolder
 from fairshare.config.schema import FairShareConfig
 from fairshare.resources import GPU
 from fairshare.simulator.engine import Simulation
+from tests.extender_side import Side
 from tests.unit.test_extender_app import half_pod, node
 from webhook.policies import config_guard
 
@@ -57,7 +57,7 @@ def fpga_node(name: str) -> dict[str, Any]:
 
 def test_tracker_follows_a_config_with_other_columns() -> None:
     holder = ConfigHolder(FULL)
-    tr = ExtenderTracker(holder.get)
+    tr = Side(holder.get)
     tr.on_resync("Node", [fpga_node("n1")])
     tr.on_resync("Pod", [bound_pod(0, "n1", "0:500"), half_pod(1)])
     assert tr.state.index.names == FULL.resource_names()
@@ -78,10 +78,13 @@ def test_tracker_follows_a_config_with_other_columns() -> None:
 
 def test_assumed_binds_survive_the_rebuild() -> None:
     holder = ConfigHolder(FULL)
-    tr = ExtenderTracker(holder.get)
+    tr = Side(holder.get)
     tr.on_resync("Node", [node("n1", 1)])
     tr.on_resync("Pod", [half_pod(0)])
-    tr.state.bind(uid="u0", node="n1", row=tr.pending.pop("u0").row, devices=[(0, 500.0)])
+    row = tr.cache.pending["u0"].row
+    tr.cache.assume(
+        lambda state: state.bind(uid="u0", node="n1", row=row, devices=[(0, 500.0)]), "u0"
+    )
     holder.swap(SLIM)
     assert "u0" in tr.state.pods and "u0" not in tr.pending  # not released by the rebuild
     assert tr.state.node_devices(0)[0] == 500.0
@@ -97,9 +100,9 @@ async def swapped_client():
         bound.append(plan)
 
     deps = ext_app.build_deps(config=holder.get, ready=lambda: True, binder=binder)
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}])
-    deps.tracker.on_resync("Node", [node("n1", 2)])
-    deps.tracker.on_resync("Pod", [half_pod(i) for i in range(3)])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    deps.sink.on_resync("Node", [node("n1", 2)])
+    deps.sink.on_resync("Pod", [half_pod(i) for i in range(3)])
     holder.swap(SLIM)
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
         c.deps = deps  # type: ignore[attr-defined]
@@ -153,11 +156,11 @@ def test_cutting_columns_gives_the_state_a_fresh_sync_would() -> None:
         half_pod(4),
     ]
     holder = ConfigHolder(FULL)
-    cut = ExtenderTracker(holder.get)
+    cut = Side(holder.get)
     cut.on_resync("Node", [node("n1", 2), node("n2", 4)])
     cut.on_resync("Pod", objs)
     holder.swap(SLIM)
-    fresh = ExtenderTracker(lambda: SLIM)
+    fresh = Side(lambda: SLIM)
     fresh.on_resync("Node", [node("n1", 2), node("n2", 4)])
     fresh.on_resync("Pod", objs)
     a, b = cut.state, fresh.state

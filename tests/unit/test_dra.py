@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from extender.tracking import ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state.usage import UsageTracker
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod
 
 CLASS = dra.GPU_DEVICE_CLASS
@@ -208,7 +208,7 @@ def _dra_pod(name: str, claims: list[str], node_name: str | None = "n1") -> dict
 
 
 def test_extender_tracker_counts_claims_of_bound_pods_once():
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("n1", gpus=8)])
     gcol = tr.state.gpu_col
     tr.on_resync(dra.KIND_CLAIM, [claim("c1", exactly(count=2)), claim("c2", exactly(count=1))])
@@ -235,7 +235,7 @@ def test_dra_only_gpus_give_finite_shares_and_fair_allocations():
 
     from fairshare import gating
 
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("n1", gpus=0)])
     tr.on_resync(dra.KIND_CLAIM, [claim("c1", exactly(count=2))])
     tr.on_event("Pod", "ADDED", _dra_pod("p0", ["c1"]))

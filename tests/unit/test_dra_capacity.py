@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from extender import verbs, wire
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare import dra, gating
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state import objects
 from fairshare.state.usage import UsageTracker
 from tests import nvidia_dra as nv
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod, state_with
 
 CONFIG = config_from_mapping(
@@ -104,13 +105,13 @@ def test_apply_node_takes_dra_gpus_only_without_device_plugin_gpus():
 # -- the extender's view follows slices live -------------------------------------------------
 
 
-def _gpus(tr: ExtenderTracker, name: str) -> float:
+def _gpus(tr: Side, name: str) -> float:
     st = tr.state
     return st.capacity[st.node_index[name] * st.n_res + st.gpu_col] / 1000
 
 
 def test_tracker_follows_slices_and_classes_live():
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 8)])  # slices before the node
     tr.on_resync(dra.KIND_DEVICE_CLASS, list(CLASSES.values()))
     tr.on_resync("Node", [dra_node("n1"), dra_node("n2")])
@@ -136,18 +137,16 @@ def test_tracker_follows_slices_and_classes_live():
     assert (st.capacity[i], st.free[i]) == (6000, 4000)
 
 
-def _filter(tr: ExtenderTracker, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def _filter(tr: Side, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
     args = wire.decode_extender_args({"Pod": p, "NodeNames": names})
-    view = verbs.ExtenderView.of(
-        tr.state, pending=tr.pending_queue(), namespace_labels=tr.namespace_labels
-    )
+    view = Snapshot.of(tr.state, pending=tr.pending_queue(), namespace_labels=tr.namespace_labels)
     return verbs.filter_result(args, view, CONFIG).encode()
 
 
 def test_a_kep5004_pod_fits_a_dra_only_node():
     """kube-scheduler serves ``nvidia.com/gpu: 1`` from DRA on a node with no such
     allocatable (shouldDelegateResourceToDRA): fairshare's filter must pass that node."""
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [dra_node("n1")])
     tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 8)])
@@ -228,7 +227,7 @@ def test_generated_claim_is_not_counted_twice_with_the_pods_request():
     usage.on_resync(dra.KIND_CLAIM, [claim])
     assert usage.tenant_usage("a").get(GPU) == 2
     # The extender's.
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 8)])
     tr.on_resync("Node", [dra_node("n1")])
@@ -243,7 +242,7 @@ def test_generated_claim_is_not_counted_twice_with_the_pods_request():
 @pytest.mark.parametrize("dra_first", [True, False])
 def test_a_mixed_fleet_gives_one_set_of_shares(dra_first: bool):
     """4 GPUs of a on the device-plugin node, 4 of b on the DRA node: equal shares of 16."""
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     kinds = [
         (dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]]),
         (dra.KIND_SLICE, [nv.resource_slice("dra", 8)]),
@@ -280,7 +279,7 @@ def test_dra_capacity_verdicts_of_kep5004_pods_are_checked_by_fairshare():
     with_claim = pod("c", ns="b", phase="Pending")
     with_claim["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]
     assert dra.asks_gpus_without_claims(kep) and not dra.asks_gpus_without_claims(with_claim)
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 4)])
     tr.on_resync("Node", [dra_node("n1")])
@@ -310,7 +309,7 @@ def claim_user(name: str, ns: str, claims: list[str], node_name: str = "n1") -> 
     return p
 
 
-def _free_and_usage(tr: ExtenderTracker, tenant: str = "a") -> tuple[float, float]:
+def _free_and_usage(tr: Side, tenant: str = "a") -> tuple[float, float]:
     st = tr.state
     free = st.free[st.node_index["n1"] * st.n_res + st.gpu_col] / 1000
     return free, st.usage_of(tenant)[st.gpu_col] / 1000
@@ -320,7 +319,7 @@ def test_claims_on_a_dra_node_take_its_free_gpus_once():
     """The devices kube-scheduler allocated to a pod's claim on a DRA-only node are not
     free in fairshare's view either (status' gpusAllocated, the gate's 'fits now', scores),
     and count once in the tenant's usage, however many pods share the claim."""
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 8)])
     tr.on_resync("Node", [dra_node("n1")])

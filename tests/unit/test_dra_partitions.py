@@ -13,12 +13,13 @@ from fractions import Fraction
 from typing import Any
 
 from extender import verbs, wire
-from extender.tracking import DRA_GROUP_PREFIX, ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
+from fairshare.state.objects import DRA_GROUP_PREFIX
 from fairshare.state.usage import UsageTracker
 from tests import nvidia_dra as nv
+from tests.extender_side import Side
 from tests.unit.test_dra_capacity import dra_node
 from tests.unit.test_state_objects import pod
 
@@ -161,31 +162,26 @@ def test_an_unallocated_mig_claim_counts_the_smallest_partition():
 # -- the extender's ledger ---------------------------------------------------------------------
 
 
-def _tracker(slices: list[dict[str, Any]], nodes: list[str]) -> ExtenderTracker:
-    tr = ExtenderTracker(lambda: CONFIG)
+def _tracker(slices: list[dict[str, Any]], nodes: list[str]) -> Side:
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_DEVICE_CLASS, list(CLASSES.values()))
     tr.on_resync(dra.KIND_SLICE, slices)
     tr.on_resync("Node", [dra_node(n) for n in nodes])
     return tr
 
 
-def _filter(tr: ExtenderTracker, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def _filter(tr: Side, p: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """The filter verb as the extender serves it (the pod read by the tracker)."""
     args = wire.decode_extender_args({"Pod": p, "NodeNames": names})
-    view = verbs.ExtenderView.of(
-        tr.state,
-        pending=tr.pending_queue(),
-        namespace_labels=tr.namespace_labels,
-        read=lambda pod: tr.request(pod, CONFIG),
-    )
-    return verbs.filter_result(args, view, CONFIG).encode()
+    req = tr.cache.request(p, CONFIG)  # as the app reads it before the snapshot
+    return verbs.filter_answer(args, tr.snapshot(CONFIG), CONFIG, req=req).result.encode()
 
 
-def _gpu(tr: ExtenderTracker, tenant: str) -> float:
+def _gpu(tr: Side, tenant: str) -> float:
     return tr.state.usage_of(tenant)[tr.state.gpu_col] / 1000
 
 
-def _free(tr: ExtenderTracker, node: str) -> float:
+def _free(tr: Side, node: str) -> float:
     st = tr.state
     return st.free[st.node_index[node] * st.n_res + st.gpu_col] / 1000
 
@@ -224,7 +220,7 @@ def test_a_mig_claim_counts_its_fraction_and_follows_the_slices():
     assert abs(_gpu(tr, "a") - 1 / 7) < 1e-3
     assert abs(_free(tr, "n1") - (2 - 1 / 7)) < 1e-3
     # The claim read before its slices: counted 1, then 1/7 once they arrive.
-    late = ExtenderTracker(lambda: CONFIG)
+    late = Side(lambda: CONFIG)
     late.on_resync("Node", [dra_node("n1")])
     late.on_resync(dra.KIND_CLAIM, [mig])
     late.on_resync("Pod", [claim_pod("p", "a", ["m"])])
@@ -367,7 +363,7 @@ def test_the_fair_allocation_follows_a_pending_pods_claim_when_it_is_allocated()
             ],
         }
     )
-    tr = ExtenderTracker(lambda: config)
+    tr = Side(lambda: config)
     tr.on_resync(dra.KIND_DEVICE_CLASS, list(CLASSES.values()))
     tr.on_resync(dra.KIND_SLICE, nv.partitioned_slices("n1", 1))
     tr.on_resync("Node", [dra_node("n1")])

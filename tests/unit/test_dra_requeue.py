@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from extender import requeue
-from extender.tracking import ExtenderTracker
 from fairshare import dra, eligibility
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 from tests import nvidia_dra as nv
+from tests.extender_side import Side
 from tests.unit.test_dra_capacity import (
     CLASSES,
     CONFIG,
@@ -45,10 +45,10 @@ def refused(p: dict[str, Any], message: str = DRA_VERDICT) -> dict[str, Any]:
     return out
 
 
-def cluster() -> ExtenderTracker:
+def cluster() -> Side:
     """A DRA node n1 of 4 GPUs: a holds 3; a's 4th pod is in its binding cycle with its
     generated claim allocated (PreBind wrote it); b's pod waits."""
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync(dra.KIND_DEVICE_CLASS, [CLASSES[nv.GPU_CLASS]])
     tr.on_resync(dra.KIND_SLICE, [nv.resource_slice("n1", 4)])
     tr.on_resync("Node", [dra_node("n1")])
@@ -79,12 +79,12 @@ class Calls:
             raise self.fail
 
 
-def requeuer(tr: ExtenderTracker, rings: Calls, patches: Calls) -> requeue.Requeuer:
+def requeuer(tr: Side, rings: Calls, patches: Calls) -> requeue.Requeuer:
     synced = asyncio.Event()
     synced.set()
     return requeue.Requeuer(
-        tracker=tr, config=lambda: CONFIG, patch=patches.patch, synced=synced,
-        is_leader=lambda: True, ring=rings.ring,
+        snapshot=tr.snapshot, feedback=tr.feedback, config=lambda: CONFIG,
+        patch=patches.patch, synced=synced, is_leader=lambda: True, ring=rings.ring,
     )  # fmt: skip
 
 

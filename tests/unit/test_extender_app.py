@@ -52,9 +52,9 @@ async def client():
         bound.append(plan)
 
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True, binder=binder)
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}])
-    deps.tracker.on_resync("Node", [node("n1", 2), node("n2", 0)])
-    deps.tracker.on_resync("Pod", [half_pod(i) for i in range(10)])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    deps.sink.on_resync("Node", [node("n1", 2), node("n2", 0)])
+    deps.sink.on_resync("Pod", [half_pod(i) for i in range(10)])
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
         c.deps = deps  # type: ignore[attr-defined]
         c.bound = bound  # type: ignore[attr-defined]
@@ -85,7 +85,7 @@ async def test_concurrent_binds_never_oversubscribe_a_device(client):
     errors = [(await r.json())["Error"] for r in results]
     assert sum(1 for e in errors if e == "") == 4
     assert all("cannot take" in e or "no " in e for e in errors if e)
-    devices = client.deps.tracker.state.node_devices(0)[:2]
+    devices = client.deps.cache.state.node_devices(0)[:2]
     assert devices == [0.0, 0.0]
     per_device: dict[int, float] = {}
     for plan in client.bound:
@@ -100,8 +100,8 @@ async def test_bind_finds_the_pod_by_name_when_its_uid_is_not_known(client):
         "/bind", json={"PodName": "p2", "PodNamespace": "a", "PodUID": "", "Node": "n1"}
     )
     assert (await r.json())["Error"] == ""
-    assert client.deps.tracker.state.pods["u2"].node == "n1"
-    assert "u2" not in client.deps.tracker.pending
+    assert client.deps.cache.state.pods["u2"].node == "n1"
+    assert "u2" not in client.deps.snapshot().pending
 
 
 async def test_failed_binding_is_reported_and_nothing_is_held(client):
@@ -113,7 +113,7 @@ async def test_failed_binding_is_reported_and_nothing_is_held(client):
         "/bind", json={"PodName": "p0", "PodNamespace": "a", "PodUID": "u0", "Node": "n1"}
     )
     assert "apiserver said no" in (await r.json())["Error"]
-    assert client.deps.tracker.state.node_devices(0)[:2] == [1000.0, 1000.0]
+    assert client.deps.cache.state.node_devices(0)[:2] == [1000.0, 1000.0]
 
 
 @pytest.mark.parametrize("path", ["/filter", "/prioritize", "/preempt", "/bind"])
@@ -161,9 +161,9 @@ async def test_verb_answers_keep_the_connection_open(client):
 
 async def test_late_filter_does_not_revive_a_deleted_pod(client):
     pod = half_pod(3)
-    client.deps.tracker.on_event("Pod", "DELETED", pod)
+    client.deps.sink.on_event("Pod", "DELETED", pod)
     await client.post("/filter", json={"Pod": pod, "NodeNames": ["n1"]})
-    assert "u3" not in client.deps.tracker.pending
+    assert "u3" not in client.deps.snapshot().pending
 
 
 async def test_bind_rechecks_the_gate_with_binds_in_flight():
@@ -200,8 +200,8 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
         return p
 
     deps = ext_app.build_deps(config=lambda: config, ready=lambda: True)
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
-    deps.tracker.on_resync(
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
+    deps.sink.on_resync(
         "Node",
         [
             {
@@ -211,7 +211,7 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
             }
         ],
     )
-    deps.tracker.on_resync(
+    deps.sink.on_resync(
         "Pod",
         [pod("a", i, "1", "4Gi", node="n") for i in range(3)]
         + [pod("a", 3, "1", "4Gi")]
@@ -222,12 +222,14 @@ async def test_bind_rechecks_the_gate_with_binds_in_flight():
             "/bind", json={"PodName": "a3", "PodNamespace": "a", "PodUID": "a3", "Node": "n"}
         )
         assert "above its fair share" in (await r.json())["Error"]
-        assert deps.tracker.gated_by_tenant() == {"a": 1}  # held back at bind: gated
+        assert deps.feedback.gated_by_tenant(deps.snapshot().pending) == {
+            "a": 1
+        }  # held back at bind: gated
         r = await c.post(
             "/bind", json={"PodName": "b0", "PodNamespace": "b", "PodUID": "b0", "Node": "n"}
         )
         assert (await r.json())["Error"] == ""
-        assert "b0" in deps.tracker.state.pods  # assumed before its Binding returned
+        assert "b0" in deps.cache.state.pods  # assumed before its Binding returned
 
 
 @pytest.mark.parametrize(
@@ -251,7 +253,7 @@ async def test_fuzzer_findings_are_not_500s(client, body):
 
 @pytest.mark.parametrize("pick", [False, True])
 async def test_pick_in_filter_answers_prioritize_s_best_node(client, pick):
-    client.deps.tracker.on_resync("Node", [node("n1", 2), node("n2", 0), node("n3", 4)])
+    client.deps.sink.on_resync("Node", [node("n1", 2), node("n2", 0), node("n3", 4)])
     client.deps.pick_in_filter = pick
     # A CPU-only pod passes all three nodes.
     pod = half_pod(0)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from extender import verbs, wire
-from extender.tracking import ExtenderTracker
+from extender.snapshot import Snapshot
 from fairshare import gating
 from fairshare.config.loading import config_from_mapping
 from tests.builders import make_pod
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node
 
 CONFIG = config_from_mapping(
@@ -29,23 +30,22 @@ def pending(ns: str, i: int, gpus: int = 1) -> dict[str, Any]:
     return obj
 
 
-def fresh(t: ExtenderTracker) -> dict[str, Any]:
+def fresh(t: Side) -> dict[str, Any]:
     rows = gating.demand_rows(t.state, t.pending.values())
     return gating.fair_shares_for(t.state, CONFIG, rows)
 
 
-def bind(t: ExtenderTracker, uid: str, node_name: str) -> None:
+def bind(t: Side, uid: str, node_name: str) -> None:
     """What the bind verb does under its lock: plan, account, leave the queue."""
     req = t.pending[uid]
     args = wire.ExtenderBindingArgs(req.name, req.namespace, uid, node_name)
-    plan = verbs.bind_plan(args, verbs.ExtenderView.of(t.state, pending=[req]))
+    plan = verbs.bind_plan(args, Snapshot.of(t.state, pending=[req]))
     assert not plan.error
-    verbs.commit_bind(t.state, plan)
-    t.pending.pop(uid)
+    t.cache.assume(lambda state: verbs.commit_bind(state, plan), uid)
 
 
 def test_a_bind_reuses_the_fair_allocation_and_a_new_demand_recomputes_it() -> None:
-    t = ExtenderTracker(lambda: CONFIG)
+    t = Side(lambda: CONFIG)
     t.on_resync("Node", [node("n1"), node("n2")])
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
     t.on_resync("Pod", [pending("a", i) for i in range(6)] + [pending("b", 0, gpus=2)])
@@ -66,7 +66,7 @@ def test_a_node_heartbeat_keeps_every_cached_figure() -> None:
     # kubelet (or kwok) rewrites a Node's status now and then with nothing the extender
     # reads changed: the state's version, hence the score context, the fair allocation
     # and the gate's memos cached on it, must stay. A real change still counts.
-    t = ExtenderTracker(lambda: CONFIG)
+    t = Side(lambda: CONFIG)
     t.on_resync("Node", [node("n1"), node("n2")])
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}])
     t.on_resync("Pod", [pending("a", 0)])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from extender import filtering, verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
@@ -39,7 +40,7 @@ def args(p: dict[str, Any], names: list[str] | None = None, nodes: list[Any] | N
 
 def run_filter(st, p, names, *, pending=(), config: FairShareConfig = CONFIG) -> dict[str, Any]:
     return verbs.filter_result(
-        args(p, names), verbs.ExtenderView.of(st, pending=list(pending)), config
+        args(p, names), Snapshot.of(st, pending=list(pending)), config
     ).encode()
 
 
@@ -145,7 +146,7 @@ def test_nodes_form_echoes_passing_node_objects():
     items = [node("a"), node("b", conditions=SICK)]
     out = verbs.filter_result(
         args(pod("p", gpu=1, phase="Pending"), nodes=items),
-        verbs.ExtenderView.of(st, pending=[]),
+        Snapshot.of(st, pending=[]),
         CONFIG,
     ).encode()
     assert out["NodeNames"] is None
@@ -191,7 +192,7 @@ def test_fractional_pods_never_overfill_a_device(fraction, fits):
             )
             break
         bind = wire.ExtenderBindingArgs(f"f{k}", "prod", req.uid, "a")
-        plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[req]))
+        plan = verbs.bind_plan(bind, Snapshot.of(st, pending=[req]))
         assert plan.error == ""
         verbs.commit_bind(st, plan)
         placed += 1
@@ -213,7 +214,7 @@ def test_fractional_pod_lands_on_a_device_with_room():
     req = request(p, st)
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("p", "prod", req.uid, "a"),
-        verbs.ExtenderView.of(st, pending=[req]),
+        Snapshot.of(st, pending=[req]),
     )
     # Device 0 has 250 free: too small; device 1 takes it.
     assert plan.devices == ((1, 500.0),)
@@ -241,7 +242,7 @@ def test_total_gpu_free_is_not_enough_without_one_device_with_room():
     req = request(p, st)
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("p", "prod", req.uid, "a"),
-        verbs.ExtenderView.of(st, pending=[req]),
+        Snapshot.of(st, pending=[req]),
     )
     assert plan.error.startswith("node a cannot take pod prod/p: no 1 GPU device(s)")
 
@@ -270,9 +271,7 @@ def test_scores_are_ints_in_0_to_10_for_every_node_given(weights, gpu, annotatio
     objects.apply_pod(st, pod("x", gpu=1, node_name="b"), config, None)
     p = pod("p", gpu=gpu, phase="Pending", annotations=annotations)
     names = ["c", "b", "a", "ghost"]
-    out = wire.encode_scores(
-        *verbs.prioritize_scores(args(p, names), verbs.ExtenderView.of(st), config)
-    )
+    out = wire.encode_scores(*verbs.prioritize_scores(args(p, names), Snapshot.of(st), config))
     assert [h["Host"] for h in out] == names
     for h in out:
         assert list(h) == ["Host", "Score"]
@@ -288,7 +287,7 @@ def test_prioritize_prefers_the_healthy_node_for_cpu_pods():
     st = state_with(node("ok"), node("sick", conditions=SICK))
     out = wire.encode_scores(
         *verbs.prioritize_scores(
-            args(pod("p", phase="Pending"), ["sick", "ok"]), verbs.ExtenderView.of(st), CONFIG
+            args(pod("p", phase="Pending"), ["sick", "ok"]), Snapshot.of(st), CONFIG
         )
     )
     scores = {h["Host"]: h["Score"] for h in out}

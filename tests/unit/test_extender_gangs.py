@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from extender import app as ext_app
 from extender import ganging
 from fairshare import gangs
+from tests.extender_side import Side
 from tests.unit.test_gangs import CONFIG, member, node
 
 NODES = ["n1", "n2"]
@@ -41,7 +42,7 @@ async def client(monkeypatch):
     clock = Clock()
     assert deps.gangs is not None
     deps.gangs.clock = clock
-    t = deps.tracker
+    t = Side.of(deps)
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
     t.on_resync("Node", [node("n1", 4), node("n2", 4)])
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
@@ -51,7 +52,7 @@ async def client(monkeypatch):
 
 async def add(client, pods: list[dict[str, Any]]) -> None:
     for p in pods:
-        client.deps.tracker.on_event("Pod", "ADDED", p)
+        client.deps.sink.on_event("Pod", "ADDED", p)
 
 
 async def filter_(client, pod: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +75,7 @@ async def bind(client, pod: dict[str, Any], node_name: str) -> str:
 
 
 def free_gpus(client) -> float:
-    state = client.deps.tracker.state
+    state = client.deps.cache.state
     return state.total_free()[state.gpu_col] / 1000
 
 
@@ -120,7 +121,7 @@ async def test_two_gangs_on_eight_gpus_one_runs_whole_the_other_holds_nothing(cl
     assert free_gpus(client) == 2  # b holds nothing
     # the first job is deleted: the second is placed whole
     for p in a:
-        client.deps.tracker.on_event("Pod", "DELETED", p)
+        client.deps.sink.on_event("Pod", "DELETED", p)
     errors = await schedule_interleaved(client, b)
     assert [errors[p["metadata"]["name"]] for p in b] == ["", "", ""]
     assert free_gpus(client) == 2
@@ -191,7 +192,7 @@ async def test_a_held_bind_times_out_and_the_member_is_bound_when_the_group_comp
     assert both == ["", ""]
     await asyncio.sleep(0.05)  # the first member's Binding, POSTed by the completing call
     assert sorted(client.bound) == ["ja-0", "ja-1", "ja-2"]
-    assert {client.deps.tracker.state.pods[p["metadata"]["uid"]].node for p in a} <= set(NODES)
+    assert {client.deps.cache.state.pods[p["metadata"]["uid"]].node for p in a} <= set(NODES)
     # kube-scheduler's own retry of the first member finds it bound
     assert await bind(client, a[0], nodes[0]) == ""
 
@@ -224,8 +225,8 @@ async def test_deleting_a_member_drops_the_plan(client):
     a, _ = two_gangs()
     await add(client, a)
     await filter_(client, a[0])
-    client.deps.tracker.on_event("Pod", "DELETED", a[2])
-    client.deps.gangs.expire()
+    client.deps.sink.on_event("Pod", "DELETED", a[2])
+    client.deps.gangs.expire(client.deps.snapshot())
     assert client.deps.gangs.plans == {}
     assert free_gpus(client) == 8
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from extender import filtering, verbs, wire
+from extender.snapshot import Snapshot
 from fairshare import quantities
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
@@ -112,20 +113,18 @@ def extend(config, nodes, workload):
         for p, req in list(queue):
             pending = [r for _, r in queue]
             args = wire.decode_extender_args({"Pod": p, "Nodes": None, "NodeNames": names})
-            passing = verbs.filter_result(
-                args, verbs.ExtenderView.of(st, pending=pending), config
-            ).encode()["NodeNames"]
+            passing = verbs.filter_result(args, Snapshot.of(st, pending=pending), config).encode()[
+                "NodeNames"
+            ]
             if not passing:
                 continue
             best = passing[0]
             if len(passing) > 1:
                 args = wire.decode_extender_args({"Pod": p, "NodeNames": passing})
-                scores = wire.encode_scores(
-                    *verbs.prioritize_scores(args, verbs.ExtenderView.of(st), config)
-                )
+                scores = wire.encode_scores(*verbs.prioritize_scores(args, Snapshot.of(st), config))
                 best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
             bind = wire.ExtenderBindingArgs(req.name, req.namespace, req.uid, best)
-            plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=pending))
+            plan = verbs.bind_plan(bind, Snapshot.of(st, pending=pending))
             assert plan.error == ""
             verbs.commit_bind(st, plan)
             queue.remove((p, req))

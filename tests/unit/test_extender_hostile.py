@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from extender import verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.errors import WireFormatError
 from tests.unit.test_state_objects import CONFIG, node, state_with
 
@@ -84,18 +85,16 @@ def test_unreadable_demands_are_answers_not_crashes(requests, annotations):
         "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
     }
     args = wire.decode_extender_args({"Pod": pod, "NodeNames": ["a", "b"]})
-    out = verbs.filter_result(args, verbs.ExtenderView.of(STATE, pending=[]), CONFIG).encode()
+    out = verbs.filter_result(args, Snapshot.of(STATE, pending=[]), CONFIG).encode()
     assert out["NodeNames"] == [] and set(out["FailedAndUnresolvableNodes"]) == {"a", "b"}
-    assert wire.encode_scores(
-        *verbs.prioritize_scores(args, verbs.ExtenderView.of(STATE), CONFIG)
-    ) == [
+    assert wire.encode_scores(*verbs.prioritize_scores(args, Snapshot.of(STATE), CONFIG)) == [
         {"Host": "a", "Score": 0},
         {"Host": "b", "Score": 0},
     ]
     pre = wire.decode_preemption_args(
         {"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "x"}]}}}
     )
-    assert verbs.preempt_result(pre, verbs.ExtenderView.of(STATE), CONFIG).encode()[
+    assert verbs.preempt_result(pre, Snapshot.of(STATE), CONFIG).encode()[
         "NodeNameToMetaVictims"
     ] == {"a": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
 
@@ -135,19 +134,15 @@ def _run(body: dict[str, Any]) -> None:
     for decode, run in [
         (
             wire.decode_extender_args,
-            lambda a: verbs.filter_result(
-                a, verbs.ExtenderView.of(STATE, pending=[]), CONFIG
-            ).encode(),
+            lambda a: verbs.filter_result(a, Snapshot.of(STATE, pending=[]), CONFIG).encode(),
         ),
         (
             wire.decode_extender_args,
-            lambda a: wire.encode_scores(
-                *verbs.prioritize_scores(a, verbs.ExtenderView.of(STATE), CONFIG)
-            ),
+            lambda a: wire.encode_scores(*verbs.prioritize_scores(a, Snapshot.of(STATE), CONFIG)),
         ),
         (
             wire.decode_preemption_args,
-            lambda a: verbs.preempt_result(a, verbs.ExtenderView.of(STATE), CONFIG).encode(),
+            lambda a: verbs.preempt_result(a, Snapshot.of(STATE), CONFIG).encode(),
         ),
     ]:
         try:

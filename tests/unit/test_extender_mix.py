@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.tracking import ExtenderTracker
 from fairshare.config.loading import config_from_mapping
 from tests.builders import make_pod
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node
 
 CONFIG = config_from_mapping(
@@ -33,8 +33,8 @@ def gpu_pod(name: str, *, gpus: int = 1, model: str | None = None) -> dict[str, 
     return obj
 
 
-def tracker() -> ExtenderTracker:
-    t = ExtenderTracker(lambda: CONFIG)
+def tracker() -> Side:
+    t = Side(lambda: CONFIG)
     t4 = node("t4")
     t4["metadata"]["labels"]["nvidia.com/gpu.product"] = "T4"
     t.on_resync("Node", [node("a100"), t4])
@@ -84,7 +84,7 @@ def test_pods_of_known_shapes_rebuild_after_a_tenth_of_the_pods_changed() -> Non
 
 
 def test_a_large_cluster_still_rebuilds_at_most_every_mix_every_changes() -> None:
-    t = ExtenderTracker(lambda: CONFIG, mix_every=5)
+    t = Side(lambda: CONFIG, mix_every=5)
     t.on_resync("Node", [node("a100")])
     t.on_resync("Namespace", [{"metadata": {"name": "prod"}}])
     for i in range(200):

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from extender import preemption, verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
 from fairshare.state import objects
 from tests.unit.test_state_objects import node, pod, state_with
@@ -78,9 +79,7 @@ PREEMPT_CASES = [
     ids=["cap-at-guarantee", "per-node", "no-guarantee", "order", "drop-empty-node", "unknown"],
 )
 def test_preempt_never_takes_a_tenant_below_guaranteed(proposed, allowed):
-    out = verbs.preempt_result(
-        preempt_args(proposed), verbs.ExtenderView.of(cluster()), CONFIG
-    ).encode()
+    out = verbs.preempt_result(preempt_args(proposed), Snapshot.of(cluster()), CONFIG).encode()
     got = {
         n: [p["UID"].removeprefix("uid-") for p in v["Pods"]]
         for n, v in out["NodeNameToMetaVictims"].items()
@@ -95,7 +94,7 @@ def test_same_tenant_preemptor_counts_its_own_demand():
     preemptor = pod("hi", ns="prod", gpu=1, phase="Pending")
     out = verbs.preempt_result(
         preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor),
-        verbs.ExtenderView.of(cluster()),
+        Snapshot.of(cluster()),
         CONFIG,
     ).encode()
     assert [p["UID"] for p in out["NodeNameToMetaVictims"]["a"]["Pods"]] == [
@@ -115,7 +114,7 @@ def test_full_victims_form_is_answered_by_uid():
             "NodeNameToMetaVictims": None,
         }
     )
-    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), CONFIG).encode()
+    out = verbs.preempt_result(args, Snapshot.of(st), CONFIG).encode()
     assert out == {
         "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "uid-p0"}], "NumPDBViolations": 0}}
     }
@@ -154,7 +153,7 @@ def _answer(out):
 def test_preempt_drops_a_node_whose_kept_victims_no_longer_make_room(gpus, allowed):
     preemptor = pod("hi", ns="research", gpu=gpus, phase="Pending")
     args = preempt_args({"a": ["p0", "p1", "p2"]}, preemptor=preemptor)
-    out = verbs.preempt_result(args, verbs.ExtenderView.of(cluster()), CONFIG).encode()
+    out = verbs.preempt_result(args, Snapshot.of(cluster()), CONFIG).encode()
     assert _answer(out) == allowed
 
 
@@ -193,11 +192,11 @@ def test_preempt_checks_device_fit_of_the_victims_kept():
         objects.apply_pod(st, p, SHARED, ns)
     preemptor = pod("hi", ns="research", gpu=1, phase="Pending")
     args = preempt_args({"c": ["x0", "x1", "y0"], "d": ["z0"]}, preemptor=preemptor)
-    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), SHARED).encode()
+    out = verbs.preempt_result(args, Snapshot.of(st), SHARED).encode()
     assert _answer(out) == {"d": ["z0"]}
     # Without the guarantee nothing is spared, and kube-scheduler's choice stands on c.
     relaxed = SHARED.model_copy(update={"tenants": SHARED.tenants[1:]})
-    out = verbs.preempt_result(args, verbs.ExtenderView.of(st), relaxed).encode()
+    out = verbs.preempt_result(args, Snapshot.of(st), relaxed).encode()
     assert _answer(out) == {"c": ["x0", "x1", "y0"], "d": ["z0"]}
 
 
@@ -213,7 +212,7 @@ def test_bind_plan_builds_the_binding_with_the_devices_annotation():
     p = pod("w", ns="research", gpu=2, phase="Pending")
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("w", "research", "uid-w", "b"),
-        verbs.ExtenderView.of(st, pending=_pending(st, p)),
+        Snapshot.of(st, pending=_pending(st, p)),
     )
     assert plan.error == ""
     assert plan.devices == ((2, 1000.0), (3, 1000.0))  # b: p3 on 0, r1 on 1
@@ -245,7 +244,7 @@ def test_bind_plan_builds_the_binding_with_the_devices_annotation():
 def test_bind_plan_refusals_come_back_in_error(binding, error):
     st = cluster()
     plan = verbs.bind_plan(
-        binding, verbs.ExtenderView.of(st, pending=_pending(st, pod("w", ns="research", gpu=2)))
+        binding, Snapshot.of(st, pending=_pending(st, pod("w", ns="research", gpu=2)))
     )
     assert error in plan.error
     assert plan.result() == {"Error": plan.error}
@@ -258,7 +257,7 @@ def test_bind_plan_finds_the_pod_by_name_when_uid_is_empty_and_cpu_pods_get_no_d
     p = pod("c", ns="research", phase="Pending")
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("c", "research", "", "a"),
-        verbs.ExtenderView.of(st, pending=_pending(st, p)),
+        Snapshot.of(st, pending=_pending(st, p)),
     )
     assert plan.error == "" and plan.devices == ()
     assert plan.binding["metadata"]["annotations"] == {}
@@ -268,10 +267,8 @@ def test_a_second_bind_of_the_same_pod_is_refused():
     st = cluster()
     pending = _pending(st, pod("w", ns="research", gpu=1))
     args = wire.ExtenderBindingArgs("w", "research", "uid-w", "b")
-    verbs.commit_bind(st, verbs.bind_plan(args, verbs.ExtenderView.of(st, pending=pending)))
-    assert (
-        "already bound" in verbs.bind_plan(args, verbs.ExtenderView.of(st, pending=pending)).error
-    )
+    verbs.commit_bind(st, verbs.bind_plan(args, Snapshot.of(st, pending=pending)))
+    assert "already bound" in verbs.bind_plan(args, Snapshot.of(st, pending=pending)).error
 
 
 def test_commit_after_the_watch_already_reported_the_bound_pod_is_a_no_op():
@@ -279,7 +276,7 @@ def test_commit_after_the_watch_already_reported_the_bound_pod_is_a_no_op():
     p = pod("w", ns="research", gpu=1, phase="Pending")
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("w", "research", "uid-w", "b"),
-        verbs.ExtenderView.of(st, pending=_pending(st, p)),
+        Snapshot.of(st, pending=_pending(st, p)),
     )
     # The watch event: the pod bound with the annotation the Binding wrote.
     p["spec"]["nodeName"] = "b"

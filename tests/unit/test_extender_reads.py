@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from extender.tracking import ExtenderTracker
 from fairshare import resources
 from fairshare.config.loading import config_from_mapping
 from fairshare.state import objects
 from tests.builders import make_pod
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node
 
 CONFIG = config_from_mapping(
@@ -53,14 +53,14 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def tracker() -> ExtenderTracker:
-    t = ExtenderTracker(lambda: CONFIG)
+def tracker() -> Side:
+    t = Side(lambda: CONFIG)
     t.on_resync("Node", [node("n1"), node("n2")])
     t.on_resync("Namespace", [{"metadata": {"name": "prod"}}])
     return t
 
 
-def snapshot(t: ExtenderTracker) -> Any:
+def snapshot(t: Side) -> Any:
     held = {u: (p.node, p.row, p.devices, p.tenant) for u, p in t.state.pods.items()}
     return held, dict(t.pending), t.state.total_free(), dict(t.unreadable)
 

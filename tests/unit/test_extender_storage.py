@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from extender.reclaimer import KINDS
-from extender.tracking import ExtenderTracker
 from fairshare.config.reloading import ConfigHolder
 from fairshare.resources import STORAGE
+from tests.extender_side import Side
 from tests.unit.test_config_columns import SLIM
 from tests.unit.test_state_objects import CONFIG, node
 
@@ -24,12 +24,12 @@ def pvc(name: str, ns: str, size: str, phase: str = "Bound") -> dict[str, Any]:
     }
 
 
-def storage_of(tr: ExtenderTracker, tenant: str) -> float:
+def storage_of(tr: Side, tenant: str) -> float:
     return tr.state.usage_of(tenant)[tr.state.index.column(STORAGE)]
 
 
 def test_bound_pvcs_count_in_the_tenants_storage() -> None:
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("n1")])
     tr.on_resync("PersistentVolumeClaim", [pvc("a", "prod", "100Gi"), pvc("b", "prod", "1Ti")])
     assert storage_of(tr, "prod") == 1124 * GI
@@ -43,7 +43,7 @@ def test_bound_pvcs_count_in_the_tenants_storage() -> None:
 
 
 def test_storage_follows_the_namespace_to_its_tenant() -> None:
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_event("PersistentVolumeClaim", "ADDED", pvc("a", "lab", "10Gi"))
     assert storage_of(tr, "research") == 0  # lab belongs to no tenant yet
     tr.on_event("Namespace", "ADDED", {"metadata": {"name": "lab", "labels": {"team": "research"}}})
@@ -52,7 +52,7 @@ def test_storage_follows_the_namespace_to_its_tenant() -> None:
 
 def test_storage_survives_a_config_swap_and_goes_with_its_column() -> None:
     holder = ConfigHolder(CONFIG)
-    tr = ExtenderTracker(holder.get)
+    tr = Side(holder.get)
     tr.on_event("PersistentVolumeClaim", "ADDED", pvc("a", "prod", "10Gi"))
     holder.swap(SLIM.model_copy(update={"tenants": CONFIG.tenants}))
     assert not tr.state.index.has(STORAGE) and tr.storage_usage == {}
@@ -77,7 +77,7 @@ def test_declared_storage_capacity_makes_pvc_storage_count_in_shares() -> None:
         }
     )
     holder = ConfigHolder(CONFIG)
-    tr = ExtenderTracker(holder.get)
+    tr = Side(holder.get)
     tr.on_resync("Node", [node("n1")])
     tr.on_event("PersistentVolumeClaim", "ADDED", pvc("a", "prod", "5Ti"))
     # No storage capacity known: the column counts in no share (never +inf).

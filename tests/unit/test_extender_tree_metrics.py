@@ -31,10 +31,10 @@ def _sample(deps: Any, name: str, tenant: str) -> float | None:
 
 def test_an_inner_tenant_reports_its_subtree_usage_and_is_not_billed_twice() -> None:
     deps = ext_app.build_deps(config=lambda: TREE, ready=lambda: True)
-    deps.tracker.on_resync("Node", [node("n", gpus=8)])
+    deps.sink.on_resync("Node", [node("n", gpus=8)])
     bound = [pod("x1", ns="a1", gpu=1, node_name="n"), pod("x2", ns="a1", gpu=1, node_name="n")]
     bound += [pod("y1", ns="a2", gpu=1, node_name="n"), pod("z1", ns="b1", gpu=1, node_name="n")]
-    deps.tracker.on_resync("Pod", bound)
+    deps.sink.on_resync("Pod", bound)
     ext_app.publish_metrics(deps, seconds=10)
     usage = "fairshare_tenant_usage"
     assert _sample(deps, usage, "ml") == 3.0

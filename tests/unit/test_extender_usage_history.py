@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from extender import usagehistory
-from extender.tracking import ExtenderTracker
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod
 
 HOUR = 3600.0
@@ -31,9 +31,9 @@ def _config(history: bool) -> FairShareConfig:
     return config_from_mapping(doc)
 
 
-def _tracker(config: FairShareConfig) -> tuple[ExtenderTracker, usagehistory.UsageHistoryFeed]:
+def _tracker(config: FairShareConfig) -> tuple[Side, usagehistory.UsageHistoryFeed]:
     feed = usagehistory.UsageHistoryFeed(lambda: config)
-    tr = ExtenderTracker(feed.config)
+    tr = Side(feed.config)
     tr.on_resync("Node", [node("n1", gpus=4)])
     bound = [pod(f"a{i}", ns="a", gpu="1", node_name="n1") for i in range(4)]
     waiting = [pod(f"b{i}", ns="b", gpu="1", phase="Pending") for i in range(4)]
@@ -44,8 +44,8 @@ def _tracker(config: FairShareConfig) -> tuple[ExtenderTracker, usagehistory.Usa
 def test_without_the_block_the_config_in_force_is_read_as_it_is():
     config = _config(history=False)
     tr, feed = _tracker(config)
-    feed.step(0.0, tr)
-    feed.step(HOUR, tr)
+    feed.step(0.0, tr.state, tr.pending_queue())
+    feed.step(HOUR, tr.state, tr.pending_queue())
     assert feed.config() is config and feed.history is None and feed.status() == {}
 
 
@@ -53,8 +53,8 @@ def test_a_tenant_that_held_the_cluster_yields_more_to_the_newcomer():
     config = _config(history=True)
     tr, feed = _tracker(config)
     before = tr.fair_shares(feed.config())
-    feed.step(0.0, tr)
-    feed.step(HOUR, tr)  # a held all 4 GPUs for an hour, b waited
+    feed.step(0.0, tr.state, tr.pending_queue())
+    feed.step(HOUR, tr.state, tr.pending_queue())  # a held all 4 GPUs for an hour, b waited
     adjusted = feed.config()
     assert adjusted is not config
     assert adjusted.tenant("a").weight == pytest.approx(0.5)  # type: ignore[union-attr]
@@ -122,7 +122,7 @@ class _Clock:
 
 
 def _keeper(
-    tr: ExtenderTracker,
+    tr: Side,
     feed: usagehistory.UsageHistoryFeed,
     core: _FakeCore,
     clock: _Clock,
@@ -132,7 +132,7 @@ def _keeper(
         api_client=object(),
         namespace="fairshare-system",
         feed=feed,
-        tracker=tr,
+        snapshot=tr.snapshot,
         synced=asyncio.Event(),
         is_leader=lambda: leader[0],
         clock=clock,

@@ -18,6 +18,7 @@ from extender import ganging
 from fairshare import gangs, gangstatus, report
 from fairshare.state.snapshot import PODGROUP, Snapshot
 from fairshare_cli import live
+from tests.extender_side import Side
 from tests.unit.test_gangs import CONFIG, member, node
 
 KEY_A = gangs.GroupKey("a", "ja")
@@ -206,7 +207,7 @@ async def client(monkeypatch):
     deps.gangs.clock = clock
     told: list[tuple[gangs.GroupKey, list[tuple[str, str, str]], str]] = []
     deps.gangs.on_wait = lambda key, members, text: told.append((key, list(members), text))
-    t = deps.tracker
+    t = Side.of(deps)
     t.on_resync("Namespace", [ns("a"), ns("b")])
     t.on_resync("Node", [node("n1", 4), node("n2", 4)])
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
@@ -223,7 +224,7 @@ async def filter_(client, pod: dict[str, Any]) -> dict[str, Any]:
 async def test_status_json_shows_a_live_plan(client):
     pods = [member("a", "ja", i, min_members=3) for i in range(3)]
     for p in pods:
-        client.deps.tracker.on_event("Pod", "ADDED", p)
+        client.deps.sink.on_event("Pod", "ADDED", p)
     await filter_(client, pods[0])
     data = await (await client.get("/status.json")).json()
     (g,) = data["gangs"]
@@ -232,7 +233,7 @@ async def test_status_json_shows_a_live_plan(client):
     assert set(g["planned"]) == {"ja-0", "ja-1", "ja-2"}
     assert g["heldGpus"] == 6  # the plan's reservations
     # the same figures in the metrics
-    ext_app.publish_gang_metrics(client.deps, CONFIG, ["a", "b"])
+    ext_app.publish_gang_metrics(client.deps, CONFIG, client.deps.snapshot(), ["a", "b"])
     body = (await (await client.get("/metrics")).read()).decode()
     assert 'fairshare_tenant_gangs_waiting{tenant="a"} 1.0' in body
     assert 'fairshare_tenant_gang_held_gpus{tenant="a"} 6.0' in body
@@ -242,7 +243,7 @@ async def test_status_json_shows_a_live_plan(client):
 async def test_an_event_on_the_members_when_the_owner_can_act_once_per_reason(client):
     pods = [member("a", "short", i, min_members=3) for i in range(2)]
     for p in pods:
-        client.deps.tracker.on_event("Pod", "ADDED", p)
+        client.deps.sink.on_event("Pod", "ADDED", p)
     await filter_(client, pods[0])
     await filter_(client, pods[1])
     assert len(client.told) == 1
@@ -262,17 +263,17 @@ async def test_an_event_on_the_members_when_the_owner_can_act_once_per_reason(cl
 async def test_no_event_while_a_group_only_waits_for_room(client):
     # 6 GPUs of 8 taken: a 2 × 2-GPU group waits for room, which is nobody's mistake
     for i, n in enumerate(("n1", "n2", "n1")):
-        client.deps.tracker.on_event("Pod", "ADDED", bound(member("b", "x", i, gpus=2), n))
+        client.deps.sink.on_event("Pod", "ADDED", bound(member("b", "x", i, gpus=2), n))
     pods = [member("a", "ja", i, min_members=2) for i in range(2)]
     for p in pods:
-        client.deps.tracker.on_event("Pod", "ADDED", p)
+        client.deps.sink.on_event("Pod", "ADDED", p)
     out = await filter_(client, pods[0])
     assert "does not fit whole" in next(iter(out["FailedNodes"].values()))
     assert client.told == []
     # a group no node could ever hold is told
     huge = [member("a", "huge", i, gpus=8, min_members=2) for i in range(2)]
     for p in huge:
-        client.deps.tracker.on_event("Pod", "ADDED", p)
+        client.deps.sink.on_event("Pod", "ADDED", p)
     await filter_(client, huge[0])
     assert [k for k, _, _ in client.told] == [gangs.GroupKey("a", "huge")]
     assert "it can never run" in client.told[0][2]
@@ -326,11 +327,12 @@ def test_status_quota_and_explain_count_the_room_a_gang_holds():
     pods = [member("a", "job", i, min_members=5) for i in range(2)]
     s = Snapshot(limited, {"Namespace": [ns("a")], "Node": [node("n1", 8)], "Pod": pods})
     tracker, usage = live.feed_trackers(s)
+    seen = tracker.snapshot(limited)
     data = report.build_status(
         config=limited,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
-        mix=tracker.mix(),
+        state=seen.state,
+        pending=list(seen.queue),
+        mix=seen.mix,
         quota=live.quota_view(s, usage),
     )
     gpu = next(r for r in data["tenants"][0]["resources"] if r["resource"] == "nvidia.com/gpu")
@@ -366,11 +368,12 @@ def test_explain_reads_the_groups_own_refusal_in_kube_schedulers_verdict():
     out = live.explain_report(s, tracker, usage, pods[0])
     assert out["extender"]["verdict"] == f"waits with its group: {short}"
     # and status lists the members as waiting with their group, not as kube-scheduler's
+    seen = tracker.snapshot(s.config)
     data = report.build_status(
         config=s.config,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
-        mix=tracker.mix(),
+        state=seen.state,
+        pending=list(seen.queue),
+        mix=seen.mix,
         gangs=[g.as_dict() for g in live.gang_statuses(s, tracker, s.config)],
     )
     assert [p["reason"] for p in data["pendingPods"]] == [f"waits with its group: {short}"] * 2
@@ -393,8 +396,8 @@ def test_which_member_does_not_fit_where():
     assert g.misfit == ("a/ja-2", {"n1": full, "n2": full})
     assert g.as_dict()["misfit"] == {"member": "a/ja-2", "nodes": {"n1": full, "n2": full}}
     tracker, usage = live.feed_trackers(s)
-    before = tracker.state.total_free()
+    before = tracker.cache.state.total_free()
     text = report.render_explain_text(live.explain_report(s, tracker, usage, pods[2]))
     assert "  a/ja-2 fits no node beside the members placed before it:\n" in text
     assert f"    n1: {full}\n    n2: {full}\n" in text
-    assert tracker.state.total_free() == before  # the search leaves the state as it was
+    assert tracker.cache.state.total_free() == before  # the search leaves the state as it was

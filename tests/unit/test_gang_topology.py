@@ -8,10 +8,10 @@ import dataclasses
 from typing import Any
 
 from extender import ganging, wire
-from extender.tracking import ExtenderTracker
 from fairshare import gangs, gangstatus
 from fairshare.config import loading
 from fairshare.state import objects
+from tests.extender_side import Side
 from webhook.policies import gpu_sharing
 
 CONFIG = loading.config_from_mapping(
@@ -61,15 +61,15 @@ def member(
     }
 
 
-def tracker(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ExtenderTracker:
-    t = ExtenderTracker(lambda: CONFIG)
+def tracker(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Side:
+    t = Side(lambda: CONFIG)
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
     t.on_resync("Node", nodes)
     t.on_resync("Pod", pods)
     return t
 
 
-def gang(t: ExtenderTracker, name: str = "job", key: str | None = RACK) -> gangs.Gang:
+def gang(t: Side, name: str = "job", key: str | None = RACK) -> gangs.Gang:
     return gangs.gang_of(
         gangs.GroupKey("a", name),
         3,
@@ -204,13 +204,14 @@ def test_bound_members_keep_the_rest_in_their_domain():
 
 def test_the_extender_plans_inside_one_domain_and_says_why_not():
     t = tracker(TWO_RACKS, [member("a", "job", i) for i in range(3)])
-    coord = ganging.GangCoordinator(t)
+    coord = ganging.GangCoordinator(t.cache)
     names = [n["metadata"]["name"] for n in TWO_RACKS]
 
     def ask(i: int) -> wire.ExtenderFilterResult | None:
         pod = t.pods["a-job-" + str(i)]
         args = wire.ExtenderArgs(pod=pod, nodes=None, node_names=tuple(names))
-        return asyncio.run(coord.filter(args, CONFIG))
+        got = asyncio.run(coord.filter(args, CONFIG, lambda: t.snapshot(CONFIG)))
+        return got.result if got is not None else None
 
     first = ask(0)
     assert first is not None and first.node_names
@@ -221,12 +222,18 @@ def test_the_extender_plans_inside_one_domain_and_says_why_not():
     # a 3 × 3-GPU group fits no rack of two 4-GPU nodes: the answer names each domain
     # (the whole group needs 9 GPUs: no member is placed in a domain with 8)
     t2 = tracker(TWO_RACKS, [member("a", "big", i, gpus=3) for i in range(3)])
-    coord2 = ganging.GangCoordinator(t2)
+    coord2 = ganging.GangCoordinator(t2.cache)
     pod = t2.pods["a-big-0"]
-    out = asyncio.run(
-        coord2.filter(wire.ExtenderArgs(pod=pod, nodes=None, node_names=tuple(names)), CONFIG)
+    answer = asyncio.run(
+        coord2.filter(
+            wire.ExtenderArgs(pod=pod, nodes=None, node_names=tuple(names)),
+            CONFIG,
+            lambda: t2.snapshot(CONFIG),
+        )
     )
-    assert out is not None and not out.node_names
+    assert answer is not None
+    out = answer.result
+    assert not out.node_names
     why = next(iter((out.failed_nodes or {}).values()))
     assert f"does not fit whole in one domain of node label {RACK}" in why
     for rack in ("r1", "r2"):

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from extender import ganging
-from extender.tracking import ExtenderTracker
 from fairshare import fairness, gangs, gangwait, gating
 from fairshare.simulator.gangsim import GangSimulation
+from tests.extender_side import Side
 from tests.unit.test_gangs import CONFIG, member, node, tracker
 
 NODES = [node("n1", 4), node("n2", 4)]
@@ -40,9 +40,8 @@ def a_holds_six() -> list[dict[str, Any]]:
     return [plain("a", "big", 4, "n1"), plain("a", "mid", 2, "n2")]
 
 
-def judge(t: ExtenderTracker, pod: dict[str, Any], rule: gangwait.Rule = gangwait.RULE):
+def judge(t: Side, pod: dict[str, Any], rule: gangwait.Rule = gangwait.RULE):
     """The gate for a's pending ``pod`` as the extender's filter judges it."""
-    coord = ganging.GangCoordinator(t)
     groups = gangwait.group_fits(
         CONFIG,
         gangwait.lookup_over(
@@ -54,8 +53,9 @@ def judge(t: ExtenderTracker, pod: dict[str, Any], rule: gangwait.Rule = gangwai
         fair=t.fair_shares(CONFIG),
         rule=rule,
     )
-    if rule == gangwait.RULE:  # the extender's own wiring
-        groups = coord.group_fits(CONFIG)
+    if rule == gangwait.RULE:  # the extender's own wiring: the snapshot's rule
+        t.gangs = ganging.GangCoordinator(t.cache)
+        groups = t.snapshot(CONFIG).groups
     req = t.pending[pod["metadata"]["uid"]]
     return gating.check_fair_gate(
         t.state,
@@ -65,6 +65,11 @@ def judge(t: ExtenderTracker, pod: dict[str, Any], rule: gangwait.Rule = gangwai
         fair=t.fair_shares(CONFIG),
         groups=groups,
     )
+
+
+def _with_coordinator(t: Side) -> Side:
+    t.gangs = ganging.GangCoordinator(t.cache)
+    return t
 
 
 # -- the rule --------------------------------------------------------------------------
@@ -164,7 +169,7 @@ def test_the_gate_judges_a_group_on_its_whole_demand():
         gang,
         pending=t.pending_queue(),
         fair=t.fair_shares(CONFIG),
-        groups=ganging.GangCoordinator(t).group_fits(CONFIG),
+        groups=_with_coordinator(t).snapshot(CONFIG).groups,
     )
     assert decision is not None and not decision.allowed
     assert decision.share_after == pytest.approx(0.75)
@@ -309,9 +314,10 @@ def test_the_requeuer_counts_groups_as_the_filter_does():
     pods += [member("b", "huge", i, min_members=5) for i in range(5)]
     t = tracker(NODES, pods)
     t.gated.add("a-next")
-    coord = ganging.GangCoordinator(t)
-    assert [p.uid for p in requeue.lifted(t, CONFIG, coord.group_fits(CONFIG))] == ["a-next"]
-    assert requeue.lifted(t, CONFIG) == []
+    alone = requeue.lifted(t.snapshot(CONFIG), t.feedback, CONFIG)
+    t.gangs = ganging.GangCoordinator(t.cache)
+    assert [p.uid for p in requeue.lifted(t.snapshot(CONFIG), t.feedback, CONFIG)] == ["a-next"]
+    assert alone == []
 
 
 def test_status_and_explain_count_groups_as_the_filter_does():
@@ -326,12 +332,13 @@ def test_status_and_explain_count_groups_as_the_filter_does():
     s = snap(pods)
     t, usage = live.feed_trackers(s)
     fits = live.group_fits(s, t, s.config)
+    seen = t.snapshot(s.config)
     data = report.build_status(
-        config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix(), group_fits=fits
+        config=s.config, state=seen.state, pending=list(seen.queue), mix=seen.mix, group_fits=fits
     )
     assert "a/next" not in [p["pod"] for p in data["heldPods"]]
     before = report.build_status(
-        config=s.config, state=t.state, pending=t.pending_queue(), mix=t.mix()
+        config=s.config, state=seen.state, pending=list(seen.queue), mix=seen.mix
     )
     assert "a/next" in [p["pod"] for p in before["heldPods"]]
     out = live.explain_report(s, t, usage, pods[2])

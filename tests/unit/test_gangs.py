@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.tracking import ExtenderTracker
 from fairshare import gangs
 from fairshare.config import loading
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
+from tests.extender_side import Side
 
 CONFIG = loading.config_from_mapping(
     {
@@ -50,15 +50,15 @@ def member(
     }
 
 
-def tracker(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ExtenderTracker:
-    t = ExtenderTracker(lambda: CONFIG)
+def tracker(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Side:
+    t = Side(lambda: CONFIG)
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
     t.on_resync("Node", nodes)
     t.on_resync("Pod", pods)
     return t
 
 
-def gang(t: ExtenderTracker, ns: str, name: str, min_count: int) -> gangs.Gang:
+def gang(t: Side, ns: str, name: str, min_count: int) -> gangs.Gang:
     key = gangs.GroupKey(ns, name)
     return gangs.gang_of(key, min_count, pods=t.pods, pending=t.pending, bound=t.state.pods)
 

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
+from tests.extender_side import Side
 from tests.unit.test_extender_filter import CONFIG
 from tests.unit.test_state_objects import node, pod
 
@@ -19,7 +20,7 @@ def gauge(deps: Any, tenant: str) -> float | None:
 
 async def test_gauge_counts_only_pods_the_gate_refused() -> None:
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_resync("Node", [node("a", gpus=4)])
     held = [pod(f"r{k}", ns="research", gpu=1, node_name="a") for k in range(3)]
     waiting = [
@@ -49,7 +50,7 @@ async def test_gauge_counts_only_pods_the_gate_refused() -> None:
 
 def test_a_bound_or_deleted_pod_leaves_the_count() -> None:
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_resync("Node", [node("a", gpus=4)])
     tr.on_resync("Pod", [pod("x", ns="research", gpu=1, phase="Pending")])
     tr.gated.add("uid-x")

@@ -100,12 +100,12 @@ def test_configmap_is_owned_by_the_pod():
 
 
 def test_the_tracker_keeps_reservation_pods_out_of_the_ledger_even_slimmed():
-    from extender.tracking import ExtenderTracker
     from fairshare.config.loading import config_from_mapping
     from fairshare.state import objects
+    from tests.extender_side import Side
 
     config = config_from_mapping({"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig"})
-    tracker = ExtenderTracker(lambda: config)
+    tracker = Side(lambda: config)
     tracker.on_event(
         "Node",
         "ADDED",
@@ -118,7 +118,7 @@ def test_the_tracker_keeps_reservation_pods_out_of_the_ledger_even_slimmed():
     pod["metadata"]["uid"] = "r1"
     pod["metadata"]["annotations"][handoff.ANN_RESERVED_UUID] = "GPU-1"
     changes: list[int] = []
-    tracker.on_change = lambda: changes.append(1)
+    tracker.cache.on_change = lambda: changes.append(1)
     # The informers hand the tracker slim pods: the labels and the report must survive.
     tracker.on_resync("Pod", [objects.slim_pod(pod)])
     assert "r1" not in tracker.state.pods and "r1" not in tracker.pods

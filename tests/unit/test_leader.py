@@ -204,9 +204,9 @@ async def test_the_leader_label_follows_leadership_and_is_retried_until_it_lands
 @pytest.fixture
 async def follower():
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
-    deps.tracker.on_resync("Namespace", [{"metadata": {"name": "a"}}])
-    deps.tracker.on_resync("Node", [node("n1", 2)])
-    deps.tracker.on_resync("Pod", [half_pod(0)])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    deps.sink.on_resync("Node", [node("n1", 2)])
+    deps.sink.on_resync("Pod", [half_pod(0)])
     is_leader = [False]
     deps.leading = lambda: is_leader[0]
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
@@ -229,7 +229,7 @@ async def test_a_follower_refuses_filter_preempt_and_bind(follower):
     resp = await follower.post("/bind", json=bind)
     assert resp.status == 200
     assert "not the leader" in (await resp.json())["Error"]
-    assert "u0" in follower.deps.tracker.pending  # nothing was assumed
+    assert "u0" in follower.deps.snapshot().pending  # nothing was assumed
     # Scores only order nodes: a follower still answers prioritize.
     assert (await follower.post("/prioritize", json=args)).status == 200
 

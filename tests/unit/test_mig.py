@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from extender import filtering, verbs, wire
+from extender.snapshot import Snapshot
 from fairshare import gating, mig
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import filter_nodes, fits_after_release
@@ -145,7 +146,7 @@ def test_mixed_pods_fill_the_slices_then_are_refused_with_the_profile_named():
         assert fr.fits == (0,), fr.failed
         plan = verbs.bind_plan(
             wire.ExtenderBindingArgs(f"p{k}", "a", f"uid-p{k}", "m"),
-            verbs.ExtenderView.of(st, pending=[req(st, p)]),
+            Snapshot.of(st, pending=[req(st, p)]),
         )
         assert plan.error == "" and plan.devices == () and plan.mig == ("1g.10gb", 1)
         assert "fairshare.io/gpu-devices" not in plan.annotations
@@ -219,7 +220,7 @@ def test_single_strategy_gpu_units_are_slices():
         p = gpu_pod(f"g{k}")
         plan = verbs.bind_plan(
             wire.ExtenderBindingArgs(f"g{k}", "a", f"uid-g{k}", "s"),
-            verbs.ExtenderView.of(st, pending=[req(st, p)]),
+            Snapshot.of(st, pending=[req(st, p)]),
         )
         assert plan.error == "", plan.error
         assert plan.mig == ("1g.5gb", 1) and plan.devices == ()

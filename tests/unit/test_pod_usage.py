@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from extender.tracking import ExtenderTracker
 from fairshare import resources
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state.usage import UsageTracker
 from tests.builders import make_pod
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node
 from webhook import review, wire
 from webhook.reservations import ReservationLedger, pod_key
@@ -130,7 +130,7 @@ def test_third_40gi_pod_is_denied_after_the_watch_saw_two() -> None:
 
 
 def test_extender_counts_a_bound_gpu_memory_pod_by_its_nodes_device() -> None:
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("n80", gpus=8, memory_mib="81920")])
     tr.on_event("Pod", "ADDED", mem_pod("p"))
     assert tr.pending["uid-p"].row[tr.state.gpu_col] == 500  # half of the largest device
@@ -140,7 +140,7 @@ def test_extender_counts_a_bound_gpu_memory_pod_by_its_nodes_device() -> None:
 
 def test_extender_never_counts_a_gpu_memory_pod_as_zero() -> None:
     """On a node without a device-memory label the pod counts as the webhook counts it."""
-    tr = ExtenderTracker(lambda: CONFIG)
+    tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("bare", gpus=8, memory_mib="")])
     tr.on_event("Pod", "ADDED", mem_pod("p", node_name="bare"))
     assert tr.state.usage_of("prod")[tr.state.gpu_col] == 1000  # no size known: whole GPU

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from extender import verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod, state_with
 
 
@@ -66,8 +68,8 @@ def preempt(
             },
         }
     )
-    view = verbs.ExtenderView.of(st, pods=pods, pending=list(pending))
-    judged = verbs.preempt_answer(args, view, cfg)
+    view = Snapshot.of(st, pending=list(pending))
+    judged = verbs.preempt_answer(args, view, cfg, pods)
     out = judged.result.encode()
     notes = [judged.note] if judged.note else []
     got = {
@@ -183,7 +185,7 @@ async def test_the_adapter_counts_a_preemptor_its_watch_has_not_brought_yet() ->
 
     cfg = config()
     deps = ext_app.build_deps(config=lambda: cfg, ready=lambda: True)
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_resync("Node", [node("n1", gpus=4), node("n2", gpus=4)])
     held = [
         prio_pod(f"b{k}", "b", "n1" if k < 4 else "n2", 10, f"2026-12-06T10:00:0{k}Z")

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
-from extender.tracking import ExtenderTracker
 from fairshare import metrics as metrics_mod
 from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
+from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod
 
 CONFIG = config_from_mapping(
@@ -75,24 +75,25 @@ def bound(name: str, ns: str, node_name: str, t: int) -> dict[str, Any]:
 
 def world(api: FakeApi, **kw: Any) -> tuple[rec.Reclaimer, list[float]]:
     """Node n1 (2 GPUs) and n2 (2 GPUs) full of A's pods a0..a3 (a3 youngest, on n2)."""
-    tracker = ExtenderTracker(lambda: CONFIG)
+    tracker = Side(lambda: CONFIG)
     tracker.on_resync("Node", [node("n1", gpus=2), node("n2", gpus=2)])
     pods = [bound(f"a{k}", "a", n, k) for k, n in enumerate(("n1", "n1", "n2", "n2"))]
     tracker.on_resync("Pod", pods)
     clock = [1000.0]
     r = rec.Reclaimer(
-        tracker,
+        tracker.cache,
         lambda: CONFIG,
         api,
         metrics_mod.Metrics(CollectorRegistry()),
         clock=lambda: clock[0],
         **kw,
+        feedback=tracker.feedback,
     )
     return r, clock
 
 
 def want(r: rec.Reclaimer, name: str) -> None:
-    r.tracker.on_event("Pod", "ADDED", pod(name, ns="b", gpu=1))
+    r.sink.on_event("Pod", "ADDED", pod(name, ns="b", gpu=1))
 
 
 def sample(r: rec.Reclaimer, name: str, **labels: str) -> float | None:
@@ -131,7 +132,7 @@ async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
     # The watch brings the annotation back: the next round leaves the hold as it is.
     held = pod("b0", ns="b", gpu=1)
     held["metadata"]["annotations"] = {**reclaim.hold_annotations("n2", until), **given}
-    r.tracker.on_event("Pod", "MODIFIED", held)
+    r.sink.on_event("Pod", "MODIFIED", held)
     await r.tick()
     assert len(api.annotated) == 1
     # In the hold's second half, the round writes it again (the room is still kept).
@@ -158,18 +159,30 @@ async def test_the_record_of_who_gave_room_is_read_back_from_the_pods():
     record_at = {reclaim.ANN_RECLAIMED_FROM: "a", reclaim.ANN_RECLAIMED_AT: "9000.000"}
     for record in ({}, record_at):
         api = FakeApi()
-        tracker = ExtenderTracker(lambda: cfg)
+        tracker = Side(lambda: cfg)
         tracker.on_resync("Node", [node("n1", gpus=4)])
         pods = [bound("a0", "a", "n1", 0)] + [bound(f"b{k}", "b", "n1", k + 1) for k in range(3)]
         pods[1]["metadata"]["annotations"] = dict(record)
         tracker.on_resync("Pod", pods)
         tracker.on_event("Pod", "ADDED", pod("a1", ns="a", gpu=1))
-        r = rec.Reclaimer(tracker, lambda: cfg, api, metrics_mod.Metrics(CollectorRegistry()))
+        r = rec.Reclaimer(
+            tracker.cache,
+            lambda: cfg,
+            api,
+            metrics_mod.Metrics(CollectorRegistry()),
+            feedback=tracker.feedback,
+        )
         r.wall_clock = lambda: 9000.0 + 3599.0  # within the hour of reclaimTakeBackAfter
         await r.tick()
         assert api.evicted == ([] if record else ["b/b2"])
     # An hour after it was given, the record no longer counts: the room may be taken back.
-    r = rec.Reclaimer(tracker, lambda: cfg, FakeApi(), metrics_mod.Metrics(CollectorRegistry()))
+    r = rec.Reclaimer(
+        tracker.cache,
+        lambda: cfg,
+        FakeApi(),
+        metrics_mod.Metrics(CollectorRegistry()),
+        feedback=tracker.feedback,
+    )
     r.wall_clock = lambda: 9000.0 + 3600.0
     assert [e.victim_name for e in (await r.tick()).evictions] == ["b2"]
 
@@ -224,8 +237,8 @@ async def test_restore_time_is_observed_when_the_deficit_clears():
     want(r, "b0")
     await r.tick()
     # The victim goes, b0 is bound where it was: B is at 1 of its 2, with nothing pending.
-    r.tracker.on_event("Pod", "DELETED", bound("a3", "a", "n2", 3))
-    r.tracker.on_event("Pod", "MODIFIED", bound("b0", "b", "n2", 9))
+    r.sink.on_event("Pod", "DELETED", bound("a3", "a", "n2", 3))
+    r.sink.on_event("Pod", "MODIFIED", bound("b0", "b", "n2", 9))
     clock[0] += 12.5
     await r.tick()
     assert list(r.restored) == [("b", 12.5)]

@@ -11,10 +11,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
-from extender.tracking import ExtenderTracker
 from fairshare import gangs, reclaim
 from fairshare import metrics as metrics_mod
 from fairshare.state import objects
+from tests.extender_side import Side
 from tests.unit.test_reclaim import World, config, gpus, victims
 from tests.unit.test_reclaim_controller import FakeApi, bound
 from tests.unit.test_state_objects import node, pod
@@ -182,7 +182,7 @@ CONTROLLER_CONFIG = config({"name": "a"}, {"name": "b", "guaranteed": gpus(2)})
 
 def controller(api: FakeApi) -> rec.Reclaimer:
     """n1 (2 GPUs) runs gang members g0, g1 and n2 (1 GPU) g2, all of tenant A."""
-    tracker = ExtenderTracker(lambda: CONTROLLER_CONFIG)
+    tracker = Side(lambda: CONTROLLER_CONFIG)
     tracker.on_resync("Node", [node("n1", gpus=2), node("n2", gpus=1)])
     members = [bound(f"g{k}", "a", n, k) for k, n in enumerate(("n1", "n1", "n2"))]
     for m in members:
@@ -190,11 +190,12 @@ def controller(api: FakeApi) -> rec.Reclaimer:
     tracker.on_resync("Pod", members)
     tracker.on_event("Pod", "ADDED", pod("b0", ns="b", gpu=1))
     return rec.Reclaimer(
-        tracker,
+        tracker.cache,
         lambda: CONTROLLER_CONFIG,
         api,
         metrics_mod.Metrics(CollectorRegistry()),
         clock=lambda: 1000.0,
+        feedback=tracker.feedback,
     )
 
 

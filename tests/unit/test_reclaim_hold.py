@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from extender import verbs, wire
-from extender.tracking import ExtenderTracker
 from fairshare import reclaim
 from tests.builders import make_pod
+from tests.extender_side import Side
 from tests.unit.test_reclaim import World, config, full_world, gpus
 from tests.unit.test_state_objects import node
 
@@ -125,9 +125,9 @@ def _pending(ns: str, i: int, **ann: str) -> dict[str, Any]:
     return obj
 
 
-def _tracker(now: float) -> ExtenderTracker:
-    t = ExtenderTracker(lambda: EXT_CONFIG)
-    t.clock = lambda: now
+def _tracker(now: float) -> Side:
+    t = Side(lambda: EXT_CONFIG)
+    t.cache.clock = lambda: now
     t.on_resync("Node", [node("n1", gpus=1), node("n2", gpus=1)])
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
     held = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
@@ -135,9 +135,9 @@ def _tracker(now: float) -> ExtenderTracker:
     return t
 
 
-def _filter(t: ExtenderTracker, uid: str) -> wire.ExtenderFilterResult:
+def _filter(t: Side, uid: str) -> wire.ExtenderFilterResult:
     args = wire.ExtenderArgs(pod=t.pods[uid], nodes=None, node_names=("n1", "n2"))
-    return verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result
+    return verbs.filter_answer(args, t.snapshot(EXT_CONFIG), EXT_CONFIG).result
 
 
 def test_the_extender_filter_keeps_another_tenants_pod_off_held_room():
@@ -172,16 +172,16 @@ def test_a_pod_bound_elsewhere_leaves_its_room_held_for_its_tenant():
     (hold,) = t.room_holds()
     assert (hold.req.uid, hold.node) == ("b0", "n1")
     args = wire.ExtenderArgs(pod=t.pods["a0"], nodes=None, node_names=("n1", "n3"))
-    out = verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result
+    out = verbs.filter_answer(args, t.snapshot(EXT_CONFIG), EXT_CONFIG).result
     assert out.node_names == ("n3",)
     assert out.failed_nodes["n1"].startswith("room on n1 is held by reclaim for pod b/b0")
     t.on_event("Pod", "ADDED", _pending("b", 1))
     args = wire.ExtenderArgs(pod=t.pods["b1"], nodes=None, node_names=("n1", "n3"))
-    assert verbs.filter_answer(args, t.view(EXT_CONFIG), EXT_CONFIG).result.node_names == (
+    assert verbs.filter_answer(args, t.snapshot(EXT_CONFIG), EXT_CONFIG).result.node_names == (
         "n1",
         "n3",
     )
-    t.clock = lambda: 200.0  # lapsed
+    t.cache.clock = lambda: 200.0  # lapsed
     assert t.room_holds() == []
 
 

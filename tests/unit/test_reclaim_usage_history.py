@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
 from extender import usagehistory
-from extender.tracking import ExtenderTracker
 from fairshare import metrics as metrics_mod
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
+from tests.extender_side import Side
 from tests.unit.test_extender_usage_history import _Clock, _FakeCore, _keeper
 from tests.unit.test_reclaim_controller import FakeApi, bound
 from tests.unit.test_state_objects import node, pod
@@ -40,8 +40,8 @@ def _config(history: bool) -> FairShareConfig:
     return config_from_mapping(doc)
 
 
-def _tracker(config: FairShareConfig, *, b_waits: bool) -> ExtenderTracker:
-    tr = ExtenderTracker(lambda: config)
+def _tracker(config: FairShareConfig, *, b_waits: bool) -> Side:
+    tr = Side(lambda: config)
     tr.on_resync("Node", [node("n1", gpus=8)])
     pods = [bound(f"a{i}", "a", "n1", i) for i in range(8)]
     if b_waits:
@@ -67,17 +67,25 @@ async def _recorded(config: FairShareConfig, clock: _Clock) -> tuple[_FakeCore, 
 
 
 def _reclaimer(config: FairShareConfig, core: _FakeCore | None, clock: _Clock) -> rec.Reclaimer:
+    side = _tracker(config, b_waits=True)
     r = rec.Reclaimer(
-        _tracker(config, b_waits=True),
+        side.cache,
         lambda: config,
         FakeApi(),
         metrics_mod.Metrics(CollectorRegistry()),
         clock=lambda: 1000.0,
         wall_clock=clock,
+        feedback=side.feedback,
     )
     if core is not None:
         r.history = usagehistory.RecordedHistory(lambda: usagehistory.read_recorded(core, NS))
     return r
+
+
+def _seen(r: rec.Reclaimer) -> tuple[Any, Any]:
+    """What the reclaimer plans over: its cache's state and queue."""
+    snap = r.cache.snapshot(r.config(), feedback=r.feedback)
+    return snap.state, snap.queue
 
 
 async def test_reclaim_and_the_gate_agree_on_history_adjusted_fair_shares() -> None:
@@ -90,14 +98,14 @@ async def test_reclaim_and_the_gate_agree_on_history_adjusted_fair_shares() -> N
     r = _reclaimer(config, core, clock)
     clock.now += 10.0  # the reclaimer's round comes a little after the write
     plan = await r.tick()
-    planned_config = r.history.config(config, r.tracker, clock.now)  # type: ignore[union-attr]
+    planned_config = r.history.config(config, *_seen(r), clock.now)  # type: ignore[union-attr]
     # The same adjusted weights, so the same fair shares, as the extender's gate.
     assert {t.name: t.weight for t in planned_config.all_tenants()} == {
         t.name: t.weight for t in gate_config.all_tenants()
     }
-    gpu = r.tracker.state.gpu_col
+    gpu = r.cache.state.gpu_col
     gate_fair = ext_tracker.fair_shares(gate_config)
-    reclaim_fair = r.tracker.fair_shares(planned_config)
+    reclaim_fair = r.cache.snapshot(planned_config, feedback=r.feedback).fair
     for t in ("a", "b"):
         assert reclaim_fair[t].allocation[gpu] == pytest.approx(gate_fair[t].allocation[gpu])
     assert gate_fair["b"].allocation[gpu] == pytest.approx(8000.0 * 2 / 3)
@@ -113,14 +121,14 @@ async def test_without_a_record_or_without_the_block_the_weights_are_as_written(
     config = _config(history=True)
     r = _reclaimer(config, _FakeCore(), clock)
     assert len((await r.tick()).evictions) == 4
-    assert r.history is not None and r.history.config(config, r.tracker, clock.now) is config
+    assert r.history is not None and r.history.config(config, *_seen(r), clock.now) is config
     # A record but the block off: read, and ignored.
     core, _ = await _recorded(config, clock)
     plain = _config(history=False)
     r = _reclaimer(plain, core, clock)
     assert len((await r.tick()).evictions) == 4
     assert r.history is not None and r.history.data is not None
-    assert r.history.config(plain, r.tracker, clock.now) is plain
+    assert r.history.config(plain, *_seen(r), clock.now) is plain
 
 
 async def test_a_failed_read_keeps_the_last_record() -> None:
@@ -137,5 +145,5 @@ async def test_a_failed_read_keeps_the_last_record() -> None:
     r.history.read = broken
     await r.tick()
     assert r.history.data is kept
-    a = r.history.config(config, r.tracker, clock.now).tenant("a")
+    a = r.history.config(config, *_seen(r), clock.now).tenant("a")
     assert a is not None and a.weight == pytest.approx(0.5)

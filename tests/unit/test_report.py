@@ -1,6 +1,6 @@
 """`fairshare status` / `explain`: the report built from the servers' own trackers.
 
-The cluster is a snapshot of API objects fed to the extender's ``ExtenderTracker`` and the
+The cluster is a snapshot of API objects fed to the extender's ``Cache`` and the
 webhook's ``UsageTracker`` exactly as the CLI feeds them after listing a live cluster.
 Two tenants on one 4-GPU node: a holds 2 GPUs and has a third pod pending, b has three
 1-GPU pods pending. The fair allocation over that demand is 0.5 each, so a's pending pod
@@ -61,11 +61,12 @@ def snapshot(extra_pods: list[dict[str, Any]] | None = None) -> Snapshot:
 
 def status(snap: Snapshot) -> dict[str, Any]:
     tracker, usage = live.feed_trackers(snap)
+    seen = tracker.snapshot(snap.config)
     return report.build_status(
         config=snap.config,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
-        mix=tracker.mix(),
+        state=seen.state,
+        pending=list(seen.queue),
+        mix=seen.mix,
         quota=usage,
     )
 
@@ -123,11 +124,12 @@ def test_pods_behind_scheduling_gates_are_named() -> None:
         if p["metadata"]["name"] == "b-1":
             p["spec"]["schedulingGates"] = [{"name": "hold"}]
     tracker, usage = live.feed_trackers(snap)
+    seen = tracker.snapshot(snap.config)
     data = report.build_status(
         config=snap.config,
-        state=tracker.state,
-        pending=tracker.pending_queue(),
-        mix=tracker.mix(),
+        state=seen.state,
+        pending=list(seen.queue),
+        mix=seen.mix,
         quota=usage,
         scheduling_gated=live.scheduling_gated(snap),
     )

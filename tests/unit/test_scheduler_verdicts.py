@@ -20,6 +20,7 @@ from extender import requeue
 from fairshare import eligibility, report
 from fairshare.resources import ANN_REQUEUED
 from fairshare.state import objects
+from tests.extender_side import Side
 from tests.unit.test_extender_filter import CONFIG
 from tests.unit.test_state_objects import node, pod
 
@@ -140,7 +141,7 @@ def cluster() -> ext_app.ExtenderDeps:
     """Node a (4 GPUs) holds 3 of research's pods; research has one more pending, prod
     one pending that fits (so research is held: it is above its fair share)."""
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_resync("Node", [node("a", gpus=4)])
     held = [pod(f"r{k}", ns="research", gpu=1, node_name="a") for k in range(3)]
     tr.on_resync("Pod", [*held, pod("new", ns="research", gpu=1, phase="Pending")])
@@ -159,7 +160,7 @@ async def filter_new(deps: ext_app.ExtenderDeps) -> dict[str, Any]:
 
 async def test_a_pod_kube_scheduler_cannot_place_holds_no_one_back() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     assert (await filter_new(deps))["NodeNames"] == []  # prod/p0 waits: research held
     tr.on_event(
         "Pod", "MODIFIED", unschedulable(pod("p0", ns="prod", gpu=1, phase="Pending"), AFFINITY)
@@ -176,7 +177,7 @@ async def test_a_pod_kube_scheduler_cannot_place_holds_no_one_back() -> None:
 
 async def test_the_gates_own_refusal_is_not_a_verdict_against_the_pod() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_event(
         "Pod", "MODIFIED", unschedulable(pod("p0", ns="prod", gpu=1, phase="Pending"), GATED)
     )
@@ -186,7 +187,7 @@ async def test_the_gates_own_refusal_is_not_a_verdict_against_the_pod() -> None:
 
 async def test_a_verdict_is_dropped_once_kube_scheduler_asks_about_the_pod_again() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     p0 = pod("p0", ns="prod", gpu=1, phase="Pending")
     tr.on_event("Pod", "MODIFIED", unschedulable(p0, AFFINITY))
     assert not tr.pending["uid-p0"].waiting
@@ -207,7 +208,7 @@ async def test_a_verdict_is_dropped_once_kube_scheduler_asks_about_the_pod_again
 
 async def test_a_gated_pod_of_another_scheduler_stays_not_waiting_when_its_verdict_goes() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     other = pod("p0", ns="prod", gpu=1, phase="Pending")
     other["spec"]["schedulerName"] = "someone-else"
     tr.on_event("Pod", "MODIFIED", unschedulable(other, AFFINITY))
@@ -230,14 +231,14 @@ def requeuer(deps: ext_app.ExtenderDeps, patches: Patches) -> requeue.Requeuer:
     synced = asyncio.Event()
     synced.set()
     return requeue.Requeuer(
-        tracker=deps.tracker, config=lambda: CONFIG, patch=patches, synced=synced,
-        is_leader=lambda: True,
+        snapshot=deps.snapshot, feedback=deps.feedback, config=lambda: CONFIG,
+        patch=patches, synced=synced, is_leader=lambda: True,
     )  # fmt: skip
 
 
 async def test_held_pods_are_requeued_once_when_the_gate_lifts() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     patches = Patches()
     rq = requeuer(deps, patches)
     assert (await filter_new(deps))["NodeNames"] == []
@@ -260,7 +261,7 @@ async def test_held_pods_are_requeued_once_when_the_gate_lifts() -> None:
 
 async def test_a_verdict_that_lifts_the_gate_requeues_the_held_pods() -> None:
     deps = cluster()
-    tr = deps.tracker
+    tr = Side.of(deps)
     patches = Patches()
     rq = requeuer(deps, patches)
     assert (await filter_new(deps))["NodeNames"] == []
@@ -279,7 +280,7 @@ async def test_filter_waits_for_a_preemptors_victims_to_leave_its_view() -> None
     import time
 
     deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
-    tr = deps.tracker
+    tr = Side.of(deps)
     tr.on_resync("Node", [node("a", gpus=1)])
     victim = pod("v", ns="research", gpu=1, node_name="a")
     tr.on_resync("Pod", [victim])

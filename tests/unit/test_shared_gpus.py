@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from extender import verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import StateError
@@ -32,7 +33,7 @@ def test_bind_plan_starts_a_group_then_joins_it():
         index=st.index,
     )
     bind = wire.ExtenderBindingArgs("p1", "prod", first.uid, "a")
-    plan = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[first]))
+    plan = verbs.bind_plan(bind, Snapshot.of(st, pending=[first]))
     assert plan.new_group and plan.group == objects.new_group_id("a", first.uid)
     verbs.commit_bind(st, plan)
     second = objects.pod_request(
@@ -42,7 +43,7 @@ def test_bind_plan_starts_a_group_then_joins_it():
         index=st.index,
     )
     bind = wire.ExtenderBindingArgs("p2", "prod", second.uid, "a")
-    plan2 = verbs.bind_plan(bind, verbs.ExtenderView.of(st, pending=[second]))
+    plan2 = verbs.bind_plan(bind, Snapshot.of(st, pending=[second]))
     assert (plan2.group, plan2.new_group) == (plan.group, False)
     assert plan2.annotations[ANN_GPU_GROUP] == plan.group
     verbs.commit_bind(st, plan2)
@@ -142,7 +143,7 @@ def test_a_closed_group_takes_no_new_share_until_it_ends():
     )
     plan = verbs.bind_plan(
         wire.ExtenderBindingArgs("n", "prod", req.uid, "a"),
-        verbs.ExtenderView.of(st, pending=[req]),
+        Snapshot.of(st, pending=[req]),
     )
     assert plan.devices[0][0] != slot and plan.new_group
     st.unbind("uid-s")

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from extender import reclaimer
-from extender.tracking import ExtenderTracker
 from fairshare import dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import ANN_GPU_DEVICES, DemandError, ResourceIndex
 from fairshare.state import objects
 from tests.bench import bench_memory
 from tests.builders import make_pod
+from tests.extender_side import Side
 
 CONFIG = config_from_mapping(
     {
@@ -135,7 +135,7 @@ def test_slim_pod_keeps_odd_shapes_whole(pod: dict[str, Any]) -> None:
 
 
 def test_tracker_keeps_slim_pods() -> None:
-    tracker = ExtenderTracker(lambda: CONFIG)
+    tracker = Side(lambda: CONFIG)
     pod = bench_memory.pod(3, "prod", bench_memory.POD_KINDS[0], node_name=None, devices=None)
     tracker.on_event("Pod", "ADDED", pod)
     uid = objects.pod_uid(pod)

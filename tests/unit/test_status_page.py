@@ -18,11 +18,11 @@ def deps() -> Any:
         return None
 
     d = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True, binder=binder)
-    snapshot().feed(d.tracker, ("Namespace", "Node", "Pod"))
+    snapshot().feed(d.sink, ("Namespace", "Node", "Pod"))
     return d
 
 
-async def test_status_json_is_the_report_of_the_tracker() -> None:
+async def test_status_json_is_the_report_of_the_cache() -> None:
     d = deps()
     async with TestClient(TestServer(ext_app.make_app(d))) as c:
         resp = await c.get("/status.json")
@@ -30,10 +30,10 @@ async def test_status_json_is_the_report_of_the_tracker() -> None:
         data = await resp.json()
     want = report.build_status(
         config=CONFIG,
-        state=d.tracker.state,
-        pending=d.tracker.pending_queue(),
-        mix=d.tracker.mix(),
-        unreadable=d.tracker.unreadable,
+        state=d.cache.state,
+        pending=list(d.snapshot().queue),
+        mix=d.cache.mix(),
+        unreadable=d.cache.unreadable,
     )
     assert data == want
     a = next(t for t in data["tenants"] if t["name"] == "a")
@@ -59,7 +59,7 @@ async def test_status_is_public_like_metrics() -> None:
 def test_report_is_cached_briefly_while_the_state_is_unchanged() -> None:
     d = deps()
     clock = [100.0]
-    page = statuspage.StatusPage(d.tracker, lambda: CONFIG, now=lambda: clock[0])
+    page = statuspage.StatusPage(d.snapshot, lambda: CONFIG, now=lambda: clock[0])
     first = page.report()
     assert page.report() is first
     clock[0] += statuspage.MIN_INTERVAL

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from extender import verbs, wire
+from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import node_rank
 from fairshare.state import objects
@@ -63,7 +64,7 @@ def answer(verb: str, body: bytes | dict[str, Any]) -> Any:
     """Run one verb as the HTTP adapter will: decode, call the pure function, encode."""
     loaded = objects.load_state_file(GOLDEN / "state.json", CONFIG)
     # The adapter judges fair shares over the pending queue (the tracker's).
-    view = verbs.ExtenderView.of(
+    view = Snapshot.of(
         loaded.state, pending=loaded.pending, namespace_labels=loaded.namespace_labels
     )
     if verb in ("filter", "filter-pick"):

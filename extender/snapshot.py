@@ -1,0 +1,112 @@
+"""What the verbs read: one frozen value per version of the cache.
+
+Like kube-scheduler's per-cycle snapshot of ``NodeInfo``s, a ``Snapshot`` is taken by
+the cache (``Cache.snapshot``) and never changes after: its ``ClusterState`` is the
+cache's until the cache's next write, which then copies the state first
+(copy on write); the queue is a tuple, its index and the namespace labels are copies;
+the fair allocation, the workload mix, the score context, the pod groups' gate rule and
+the reclaim holds in force at ``taken_at`` are computed once, when it is taken. The
+verbs, the gang planner and preemption read a snapshot and never write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from fairshare import fairness, gating, reclaim
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest, ScoreContext, WorkloadMix
+from fairshare.state import objects
+from fairshare.state.cluster import ClusterState
+
+NamespaceLabels = Mapping[str, Mapping[str, str]]
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def _empty() -> Mapping[Any, Any]:
+    return _EMPTY
+
+
+def request_for(
+    pod: Mapping[str, Any],
+    *,
+    state: ClusterState,
+    config: FairShareConfig,
+    namespace_labels: NamespaceLabels,
+) -> PodRequest:
+    """The pod in a scheduler call as a ``PodRequest``; raises ``resources.DemandError``."""
+    tenant = objects.pod_tenant(pod, config=config, namespace_labels=namespace_labels)
+    return objects.pod_request(
+        pod,
+        config=config,
+        tenant=tenant,
+        index=state.index,
+        device_memory=lambda: objects.largest_device_memory(state),
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Snapshot:
+    """The cluster as the verbs see it (module docstring)."""
+
+    state: ClusterState
+    queue: tuple[PodRequest, ...] = ()
+    """The pending pods, in the order they came, with kube-scheduler's verdicts applied."""
+    pending: Mapping[str, PodRequest] = field(default_factory=_empty)
+    """The same pods by uid."""
+    namespace_labels: NamespaceLabels = field(default_factory=_empty)
+    fair: Mapping[str, fairness.FairShare] | None = None
+    """The fair allocation over bound + pending demand (None: the verb computes one)."""
+    mix: WorkloadMix | None = None
+    context: ScoreContext | None = None
+    """Score normalisers and mix (None: the verb builds one over the state)."""
+    groups: gating.GroupFits | None = None
+    """How other tenants' waiting pod groups count at the gate: a rule over this
+    snapshot's pods and PodGroup sizes (None: every pod judged alone)."""
+    holds: tuple[reclaim.RoomHold, ...] = ()
+    """The reclaim holds in force at ``taken_at``."""
+    gang_pods: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
+    """The known pods that belong to a pod group (the gang planner's members)."""
+    group_members: Mapping[str, tuple[Any, tuple[str, ...]]] = field(default_factory=_empty)
+    """Each pod of a group -> (its group, the uids of the group's known pods)."""
+    taken_at: float = 0.0
+
+    @classmethod
+    def of(
+        cls,
+        state: ClusterState,
+        *,
+        pending: Sequence[PodRequest] = (),
+        namespace_labels: NamespaceLabels | None = None,
+        fair: Mapping[str, fairness.FairShare] | None = None,
+        mix: WorkloadMix | None = None,
+        context: ScoreContext | None = None,
+        groups: gating.GroupFits | None = None,
+        holds: Sequence[reclaim.RoomHold] = (),
+    ) -> Snapshot:
+        """A snapshot of fixed parts (a state file, a test): ``pending`` as a queue (the
+        first of a uid listed twice counts)."""
+        by_uid: dict[str, PodRequest] = {}
+        for p in pending:
+            by_uid.setdefault(p.uid, p)
+        return cls(
+            state,
+            tuple(by_uid.values()),
+            MappingProxyType(by_uid),
+            MappingProxyType({k: dict(v) for k, v in (namespace_labels or {}).items()}),
+            fair,
+            mix,
+            context,
+            groups,
+            tuple(holds),
+        )
+
+    def request(self, pod: Mapping[str, Any], config: FairShareConfig) -> PodRequest:
+        """The pod in a scheduler call as a ``PodRequest``, read now (the app passes the
+        verbs the cache's reading instead). Raises ``resources.DemandError``."""
+        return request_for(
+            pod, state=self.state, config=config, namespace_labels=self.namespace_labels
+        )
