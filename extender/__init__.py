@@ -12,6 +12,6 @@ Pure modules (no aiohttp, kubernetes_asyncio or prometheus_client):
 
 Adapters: ``tracking`` (the cluster state kept from watch events, and the view it hands
 the verbs), ``app`` (aiohttp: decode, call the verb, encode; the bind lock, the Binding
-POST through ``binding``), ``ganging`` (pod groups), ``reclaimer``, ``requeue`` and the
-GPU handoffs.
+POST through ``binding``), ``ganging`` (pod groups), ``reclaimer`` (acts on the plans of
+``fairshare.preemption.reclaim``), ``requeue`` and the GPU handoffs.
 """

@@ -50,9 +50,10 @@ from typing import Any, Final
 
 import serving
 from extender.tracking import ExtenderTracker
-from fairshare import fairness, gating, reclaim
+from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
+from fairshare.preemption import holds
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 
 log = logging.getLogger("fairshare.extender.requeue")
@@ -80,7 +81,7 @@ def lifted(
     state = tracker.state
     queue = tracker.pending_queue()
     fair = tracker.fair_shares(config)
-    held = reclaim.gate_held(tracker.room_holds())
+    held = holds.gate_held(tracker.room_holds())
     judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
     out = []
     for uid in sorted(tracker.gated - tracker.requeued):

@@ -63,7 +63,6 @@ from fairshare import (
     gangs,
     gangwait,
     gating,
-    reclaim,
     resources,
     tenancy,
 )
@@ -77,6 +76,7 @@ from fairshare.placement import (
     class_key,
     score_context,
 )
+from fairshare.preemption import holds as reclaim
 from fairshare.resources import CPU, MILLI_GPU, REQUEUE_DEVICE_CLASS, ResourceIndex
 from fairshare.state import objects, usage
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node

@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from extender import filtering, preemption, wire
-from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
+from fairshare import fairness, gangs, gating, resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -54,6 +54,7 @@ from fairshare.placement import (
     node_rank,
     score_context,
 )
+from fairshare.preemption import holds as reclaim
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState

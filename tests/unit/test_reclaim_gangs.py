@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
 from extender.tracking import ExtenderTracker
-from fairshare import gangs, reclaim
+from fairshare import gangs
 from fairshare import metrics as metrics_mod
+from fairshare.preemption import reclaim
 from fairshare.state import objects
 from tests.unit.test_reclaim import World, config, gpus, victims
 from tests.unit.test_reclaim_controller import FakeApi, bound
