@@ -30,7 +30,7 @@ from extender.claims import ClaimLedger, ClaimRefs, claim_key
 from extender.feedback import Feedback
 from extender.snapshot import Snapshot
 from extender.volumes import KIND_PVC, VolumeLedger
-from fairshare import dra, eligibility, fairness, gangs, gangwait, gating, reclaim, resources
+from fairshare import dra, eligibility, fairness, gangs, gangwait, gating, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     ClassKey,
@@ -41,6 +41,7 @@ from fairshare.placement import (
     class_key,
     score_context,
 )
+from fairshare.preemption import holds
 from fairshare.resources import CPU, REQUEUE_DEVICE_CLASS, ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState, StateError
@@ -111,7 +112,7 @@ class Cache:
     """Every known non-terminal pod, as ``objects.slim_pod`` keeps it."""
     pending: dict[str, PodRequest] = field(default_factory=dict)
     held_room: set[str] = field(default_factory=set)
-    """Pods whose annotations carry a reclaim hold (``reclaim.ANN_HELD_NODE``)."""
+    """Pods whose annotations carry a reclaim hold (``holds.ANN_HELD_NODE``)."""
     unreadable: dict[str, str] = field(default_factory=dict)
     class_keys: dict[str, ClassKey] = field(default_factory=dict)
     """Each known pod's FGD task class (the mix is rebuilt without reading pods)."""
@@ -457,7 +458,7 @@ class Cache:
         self.queue_version += 1
         self._note_group(uid, slim)
         tenant = objects.pod_tenant(pod, config=config, namespace_labels=self.namespace_labels)
-        if reclaim.ANN_HELD_NODE in _annotations(slim):
+        if holds.ANN_HELD_NODE in _annotations(slim):
             self.held_room.add(uid)
         else:
             self.held_room.discard(uid)
@@ -624,14 +625,14 @@ class Cache:
             self._group_of[uid] = g
         self._groups_version += 1
 
-    def room_holds(self, config: FairShareConfig, now: float) -> list[reclaim.RoomHold]:
+    def room_holds(self, config: FairShareConfig, now: float) -> list[holds.RoomHold]:
         """The reclaim holds in force at ``now``: of pods still pending, not lapsed; and
         of pods bound on another node than their hold's, until it lapses (the room stays
-        held for their tenant: ``reclaim.held_off``)."""
+        held for their tenant: ``holds.held_off``)."""
         if not self.held_room:
             return []
         pods = self.pods
-        out = reclaim.holds_in_force(
+        out = holds.holds_in_force(
             sorted(self.held_room),
             self.pending,
             lambda uid: _annotations(pods.get(uid) or {}),
@@ -642,16 +643,16 @@ class Cache:
             if bound is None or uid in self.pending:
                 continue
             ann = _annotations(pods.get(uid) or {})
-            if ann.get(reclaim.ANN_HELD_NODE) == bound.node:
+            if ann.get(holds.ANN_HELD_NODE) == bound.node:
                 continue  # bound in its room: the hold is over
-            until = reclaim.hold_until(ann)
+            until = holds.hold_until(ann)
             if until is None or now >= until:
                 continue
             try:
                 req = self.request(pods[uid], config)
             except resources.DemandError:
                 continue
-            hold = reclaim.hold_of(req, ann)
+            hold = holds.hold_of(req, ann)
             if hold is not None:
                 out.append(hold)
         return out
@@ -672,7 +673,7 @@ class Cache:
         judged alone at the gate); ``now``: the time the holds are judged at."""
         state = self.state
         when = self.clock() if now is None else now
-        holds = tuple(self.room_holds(config, when))
+        in_force = tuple(self.room_holds(config, when))
         key = (
             id(state),
             state.version,
@@ -681,7 +682,7 @@ class Cache:
             feedback.version if feedback is not None else -1,
             id(config),
             podgroups,
-            holds,
+            in_force,
             self.largest_device_memory(),
         )
         held = self._snap
@@ -713,7 +714,7 @@ class Cache:
             self.mix(),
             self.context(),
             groups,
-            holds,
+            in_force,
             MappingProxyType(gang_pods),
             MappingProxyType(members),
             when,

@@ -16,7 +16,7 @@ Design choices:
   now. The gate runs only when some node fits (a pod that fits nowhere waits anyway);
   when it holds the pod back every fitting node fails with the gate's reason, in
   ``FailedNodes``, which kube-scheduler shows in the pod's FailedScheduling event.
-* Room reclaim made for a pending pod (``reclaim.RoomHold``, from the pod's
+* Room reclaim made for a pending pod (``holds.RoomHold``, from the pod's
   annotations) is kept for it: another tenant's pod that would take it fails there in
   ``FailedNodes`` with the hold as reason, until the pod binds or goes or the hold
   lapses.
@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
 
-from fairshare import fairness, gating, reclaim
+from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
+from fairshare.preemption.holds import RoomHold, gate_held, held_off
 from fairshare.state.cluster import ClusterState
 
 UNKNOWN_NODE = "node not known to fairshare yet (its informer has not caught up)"
@@ -73,13 +74,13 @@ def filter_pod(
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
     groups: gating.GroupFits | None = None,
-    holds: Sequence[reclaim.RoomHold] = (),
+    holds: Sequence[RoomHold] = (),
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
     (``groups``: how waiting pod groups count there, ``fairshare.gangwait``) and the
-    reclaim ``holds`` in force (``reclaim.held_off``: room reclaim made for another
+    reclaim ``holds`` in force (``held_off``: room reclaim made for another
     tenant's pod fails in ``FailedNodes`` with the hold as reason)."""
-    held = reclaim.gate_held(holds)
+    held = gate_held(holds)
     out = _filter_rows(
         state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups,
         held=held,
@@ -95,11 +96,11 @@ def filter_pod(
 
 
 def _keep_off_held_room(
-    state: ClusterState, req: PodRequest, out: FilterOutcome, holds: Sequence[reclaim.RoomHold]
+    state: ClusterState, req: PodRequest, out: FilterOutcome, holds: Sequence[RoomHold]
 ) -> FilterOutcome:
     """``out`` less the passing nodes the holds keep ``req`` off (failed with the reason)."""
     rows = [state.node_index[n] for n in dict.fromkeys(out.passing) if n in state.node_index]
-    off = reclaim.held_off(state, holds, req, rows)
+    off = held_off(state, holds, req, rows)
     if not off:
         return out
     held = {state.nodes[i].name: reason for i, reason in off.items()}

@@ -1,4 +1,4 @@
-"""The reclaim controller (``fairshare reclaimer``): acts on ``fairshare.reclaim`` plans.
+"""The reclaim controller (``fairshare reclaimer``): acts on ``preemption.reclaim`` plans.
 
 An adapter: it talks to the API (kubernetes_asyncio) and serves ``/metrics``, ``/healthz``
 and ``/readyz`` (aiohttp). The decisions are the pure ``reclaim.plan_reclaim``; this module
@@ -10,9 +10,9 @@ Every ``interval`` seconds, while it holds the leader Lease:
    ResourceClaims), with the pods it already evicted or that are terminating counted as
    room being freed, and the pods a PodDisruptionBudget protected moments ago skipped;
 2. hold the room: annotate each pod the plan makes room for with the node and an end
-   time (``reclaim.hold_annotations``; renewed in the hold's second half), before any
+   time (``holds.hold_annotations``; renewed in the hold's second half), before any
    victim goes, so that the extender's filter keeps other tenants' pods off that room;
-   and with the tenants whose pods go for it and when (``reclaim.ANN_RECLAIMED_FROM``,
+   and with the tenants whose pods go for it and when (``holds.ANN_RECLAIMED_FROM``,
    ``ANN_RECLAIMED_AT``, kept for the pod's life: reclaim does not take that room back
    for them for ``reclaimTakeBackAfter``, and a restart or a new leader reads it from
    the pod);
@@ -72,9 +72,10 @@ from extender.leader import (
     parse_time,
 )
 from extender.usagehistory import RecordedHistory, read_recorded
-from fairshare import gangs, reclaim
+from fairshare import gangs
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
+from fairshare.preemption import holds, reclaim
 from fairshare.runtime import Fanout
 
 if TYPE_CHECKING:  # the controller itself runs without aiohttp; only ``serve`` needs it
@@ -89,7 +90,7 @@ IN_FLIGHT_TIMEOUT: Final = 300.0
 """Seconds an evicted pod still counts as leaving if it has not gone by then."""
 REASON_BLOCKED: Final = "ReclaimBlocked"
 REPLANS: Final = 10
-HOLD_RENEW: Final = reclaim.HOLD_TIMEOUT / 2
+HOLD_RENEW: Final = holds.HOLD_TIMEOUT / 2
 """Seconds left on a hold below which the next round writes it again (room still kept)."""
 """Plans per round at most: each PodDisruptionBudget refusal replans at once."""
 WINDOW: Final = 60.0
@@ -130,7 +131,7 @@ class ClusterApi(Protocol):
     async def write_lease(self, namespace: str, body: dict[str, Any], *, create: bool) -> bool: ...
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        """Merge ``annotations`` into the pod's (the reclaim hold, ``reclaim.hold_annotations``)."""
+        """Merge ``annotations`` into the pod's (the reclaim hold, ``holds.hold_annotations``)."""
         ...
 
 
@@ -215,7 +216,7 @@ class Reclaimer:
             uid: tenants
             for uid, p in pods.items()
             if (
-                tenants := reclaim.given_in_force(
+                tenants := holds.given_in_force(
                     (p.get("metadata") or {}).get("annotations"), now=wall, keep=keep
                 )
             )
@@ -262,7 +263,7 @@ class Reclaimer:
         return plan
 
     async def _hold_room(self, plan: reclaim.ReclaimPlan) -> None:
-        """Annotate each pod the plan makes room for with its hold (``reclaim.RoomHold``),
+        """Annotate each pod the plan makes room for with its hold (``holds.RoomHold``),
         before its victims are evicted, so that the extender's filter keeps other tenants'
         pods off that room; an annotation already there for the same node is renewed only
         in its second half. A plan a PodDisruptionBudget spoils is made again at once, and
@@ -275,15 +276,15 @@ class Reclaimer:
                 continue
             meta = pod.get("metadata") or {}
             have = meta.get("annotations")
-            given = reclaim.given_annotation(
-                reclaim.given_of(have), givers.get(uid, frozenset()), at=wall
+            given = holds.given_annotation(
+                holds.given_of(have), givers.get(uid, frozenset()), at=wall
             )
-            held = reclaim.hold_of(req, have)
+            held = holds.hold_of(req, have)
             fresh = held is not None and held.node == node and held.until - wall > HOLD_RENEW
             if fresh and not given:
                 continue
             ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-            ann = {**reclaim.hold_annotations(node, wall + reclaim.HOLD_TIMEOUT), **given}
+            ann = {**holds.hold_annotations(node, wall + holds.HOLD_TIMEOUT), **given}
             try:
                 await self.api.annotate_pod(ns, name, ann)
             except Exception as exc:  # a hold not written costs churn, not correctness

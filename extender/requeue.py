@@ -51,9 +51,10 @@ from typing import Any, Final
 import serving
 from extender.feedback import Feedback
 from extender.snapshot import Snapshot
-from fairshare import fairness, gating, reclaim
+from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
+from fairshare.preemption import holds
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 
 log = logging.getLogger("fairshare.extender.requeue")
@@ -75,7 +76,7 @@ def lifted(snap: Snapshot, feedback: Feedback, config: FairShareConfig) -> list[
     groups count as the filter counts them (``snap.groups``)."""
     state = snap.state
     queue, fair, groups = snap.queue, snap.fair, snap.groups
-    held = reclaim.gate_held(snap.holds)
+    held = holds.gate_held(snap.holds)
     judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
     out = []
     for uid in sorted(feedback.gated - feedback.requeued):

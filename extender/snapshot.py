@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from fairshare import fairness, gating, reclaim
+from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, ScoreContext, WorkloadMix
+from fairshare.preemption.holds import RoomHold
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
 
@@ -66,7 +67,7 @@ class Snapshot:
     groups: gating.GroupFits | None = None
     """How other tenants' waiting pod groups count at the gate: a rule over this
     snapshot's pods and PodGroup sizes (None: every pod judged alone)."""
-    holds: tuple[reclaim.RoomHold, ...] = ()
+    holds: tuple[RoomHold, ...] = ()
     """The reclaim holds in force at ``taken_at``."""
     gang_pods: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
     """The known pods that belong to a pod group (the gang planner's members)."""
@@ -85,7 +86,7 @@ class Snapshot:
         mix: WorkloadMix | None = None,
         context: ScoreContext | None = None,
         groups: gating.GroupFits | None = None,
-        holds: Sequence[reclaim.RoomHold] = (),
+        holds: Sequence[RoomHold] = (),
     ) -> Snapshot:
         """A snapshot of fixed parts (a state file, a test): ``pending`` as a queue (the
         first of a uid listed twice counts)."""

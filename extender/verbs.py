@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from extender import filtering, preemption, wire
+from extender import filtering, wire
 from extender.snapshot import Snapshot, request_for
-from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
+from fairshare import fairness, gating, resources
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import (
     PodRequest,
@@ -35,12 +36,12 @@ from fairshare.placement import (
     fgd_raw,
     filter_nodes,
     fit_rows,
-    fits_after_release,
     mig_row,
     mig_use,
     node_rank,
     score_context,
 )
+from fairshare.preemption import holds, proposal, victims
 from fairshare.resources import ANN_GPU_DEVICES, ANN_GPU_GROUP
 from fairshare.state import objects
 from fairshare.state.cluster import BoundPod, ClusterState
@@ -242,53 +243,6 @@ def _scores_by_filter(
 # -- preempt -----------------------------------------------------------------------------
 
 
-def _guarantees(state: ClusterState, config: FairShareConfig) -> dict[str, dict[int, float]]:
-    return {
-        t.name: filtering.kernel_amounts(state, t.guaranteed_amounts())
-        for t in config.tenants
-        if t.guaranteed
-    }
-
-
-def _levels(
-    state: ClusterState, config: FairShareConfig, guaranteed: Mapping[str, object]
-) -> tuple[dict[str, list[float]], dict[str, tuple[str, ...]] | None]:
-    """Usage per guaranteed tenant (its subtree's in a tree) and each tenant's ancestors."""
-    if not config.is_hierarchical():
-        return {t: state.usage_of(t) for t in guaranteed}, None
-    usage = {t: gating.subtree_usage(state, config, t) for t in guaranteed}
-    ancestors = {t.name: tuple(a.name for a in config.ancestors(t.name)) for t in config.tenants}
-    return usage, ancestors
-
-
-def _victims(
-    uids: Sequence[str],
-    full: Mapping[str, Mapping[str, Any]],
-    *,
-    state: ClusterState,
-    config: FairShareConfig,
-    namespace_labels: NamespaceLabels,
-) -> list[preemption.Victim]:
-    """The proposed victims as the rules judge them: a bound pod by its ledger row, any
-    other by reading the pod kube-scheduler sent (``request_for``; the view's reader keeps
-    the readings of the pods kube-scheduler schedules, not of its victims)."""
-    out = []
-    for uid in uids:
-        bound = state.pods.get(uid)
-        if bound is not None:
-            out.append(preemption.Victim(uid, bound.tenant, bound.row))
-            continue
-        pod = full.get(uid)
-        try:
-            if pod is None:
-                raise resources.DemandError("unknown pod")
-            req = request_for(pod, state=state, config=config, namespace_labels=namespace_labels)
-            out.append(preemption.Victim(uid, req.tenant, req.row))
-        except resources.DemandError:
-            out.append(preemption.Victim(uid, None, ()))
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class PreemptAnswer:
     """Preempt's answer, with the preemptor as read (None: unreadable) and, when
@@ -316,29 +270,16 @@ def preempt_answer(
     pods: Mapping[str, Mapping[str, Any]] = _EMPTY,
     req: Reading = None,
 ) -> PreemptAnswer:
-    """The proposed victims fairshare allows, per node.
+    """The proposed victims fairshare allows, per node (``proposal.allowed_victims``:
+    the guarantees, the config's ``preemption`` policy, substitutes, pod groups).
 
-    Per node: victims whose eviction would take their tenant below ``guaranteed`` are
-    dropped (``preemption.protect_guaranteed``), and so are, under the config's
-    ``preemption`` policy, victims of other tenants at or below their fair share
-    (``preemption.fair_share_victims``). In the place of refused victims come pods of the
-    preemptor's own tenant on that node of lower priority (lowest first, then newest),
-    while the preemptor still lacks room; then victims are spared again (other tenants'
-    first) while the preemptor keeps its room. A node where what is left no longer makes
-    room for the pod is dropped (evicting them would be for nothing), and so is a node
-    left without victims. The view gives the known pods (``view.pods``: priorities, ages,
-    pod groups) and the fair allocation (when it has none, one over the bound pods, the
-    pending ones and the preemptor); the preemptor is read by the view's reader, as filter
-    and prioritize read it. ``note`` says what fairshare changed (for an Event on the pod).
-
-    Pod groups (``gangs.group_of``) are victims whole or not at all: a job that loses one
-    member is lost. kube-scheduler evicts the victims of the one node it picks, and only
-    pods running on that node (``HTTPExtender.convertToVictims`` fails the whole
-    preemption on a victim found elsewhere), so a group with a bound member on another
-    node is never offered (the reclaimer evicts groups across nodes); a group all of whose
-    bound members run on the node is offered with every one of them; a group that the
-    rules above would split (one member refused, e.g. the group as a whole would take its
-    tenant below its guarantee) is spared whole, and the node judged again without it.
+    The app gives the known pods (``pods``: priorities, ages, pod groups); the view the
+    fair allocation (when it has none, one over the bound pods, the pending ones and the
+    preemptor); the preemptor is read by the view's reader, as filter and prioritize read
+    it, and a victim kube-scheduler sent that is not bound by ``request_for``. A node's
+    PDB violations are answered as sent (at most one per victim) when its victims are a
+    subset of those proposed, else 0. ``note`` says what fairshare changed (for an Event
+    on the pod).
     """
     state = view.state
     labels = view.namespace_labels
@@ -346,277 +287,37 @@ def preempt_answer(
     pre: PodRequest | None
     try:
         pre = reading(view, args.pod, config, req)
-        pre_tenant, pre_row = pre.tenant, pre.row
     except resources.DemandError:
-        pre, pre_tenant, pre_row = None, None, ()
+        pre = None
     full = {
         str((p.get("metadata") or {}).get("uid", "")): p
         for v in (args.node_name_to_victims or {}).values()
         for p in v.pods
     }
-    guaranteed = _guarantees(state, config)
-    usage, ancestors = _levels(state, config, guaranteed)
     rule = None
-    if pre is not None and pre_tenant is not None:
-        rule = _fair_rule(state, config, pre, view.queue, view.fair)
-    pre_priority = _priority(args.pod)
-    result: dict[str, wire.MetaVictims] = {}
-    notes: list[str] = []
+    if pre is not None and pre.tenant is not None:
+        rule = victims.fair_rule(state, config, pre, view.queue, view.fair)
     proposed = args.meta_victims()
-    groups = _victim_groups(state, proposed, full, known)
-    for node, meta in sorted(proposed.items()):
-        uids = _whole_groups(state, node, meta.pod_uids, groups, notes)
-        while True:
-            victims = _victims(uids, full, state=state, config=config, namespace_labels=labels)
-            kept = preemption.protect_guaranteed(
-                victims,
-                usage=usage,
-                guaranteed=guaranteed,
-                preemptor_tenant=pre_tenant,
-                preemptor_row=pre_row,
-                ancestors=ancestors,
-            )
-            refused: tuple[tuple[str, str], ...] = ()
-            if rule is not None:
-                judged = preemption.fair_share_victims(victims, rule, kept_by_guarantee=kept)
-                kept, refused = judged.uids, judged.refused
-                own_first = rule.within != "Never" and rule.others != "Any"
-                if pre is not None and len(kept) < len(victims) and own_first:
-                    kept = _substitute(state, pre, node, kept, known, pre_priority)
-            going = {groups.of[u] for u in kept if u in groups.of}
-            split = {groups.of[u] for u in uids if u in groups.of and u not in kept} & going
-            if not split:
-                break
-            # A refused member spares its whole group: judge the node again without it.
-            uids = [u for u in uids if groups.of.get(u) not in split]
-            notes += [f"pod group {k} on {node}: a member may not go, so none goes"
-                      for k in sorted(split)]  # fmt: skip
-        notes += [f"{_victim_name(state, u)} on {node}: {why}" for u, why in refused]
-        if not kept:
-            continue
-        if set(kept) != set(meta.pod_uids) and not _room_left(state, pre, node, kept):
-            continue
-        pdb = meta.num_pdb_violations if set(kept) <= set(meta.pod_uids) else 0
-        result[node] = wire.MetaVictims(tuple(kept), min(pdb, len(kept)))
-    answer = wire.ExtenderPreemptionResult(result)
-    if pre is None or not notes:
-        return PreemptAnswer(answer, pre)
-    chosen = "; ".join(notes[:5]) + (f" (and {len(notes) - 5} more)" if len(notes) > 5 else "")
-    return PreemptAnswer(answer, pre, chosen)
-
-
-@dataclass(frozen=True)
-class _Groups:
-    """The pod groups among the proposed victims: victim or member uid -> group, and each
-    group's bound members (empty when no victim is in a group)."""
-
-    of: Mapping[str, gangs.GroupKey] = field(default_factory=dict)
-    members: Mapping[gangs.GroupKey, tuple[str, ...]] = field(default_factory=dict)
-
-
-def _victim_groups(
-    state: ClusterState,
-    proposed: Mapping[str, wire.MetaVictims],
-    full: Mapping[str, Mapping[str, Any]],
-    known: Mapping[str, Mapping[str, Any]],
-) -> _Groups:
-    """Which proposed victims are in a pod group, and every bound member of those groups
-    (the known pods are scanned only when some victim is in a group)."""
-    of: dict[str, gangs.GroupKey] = {}
-    for meta in proposed.values():
-        for uid in meta.pod_uids:
-            pod = full.get(uid) or known.get(uid)
-            key = gangs.group_of(pod) if pod is not None else None
-            if key is not None:
-                of[uid] = key
-    if not of:
-        return _Groups()
-    wanted = set(of.values())
-    members: dict[gangs.GroupKey, list[str]] = {k: [] for k in wanted}
-    for uid, pod in known.items():
-        if uid in state.pods and (key := gangs.group_of(pod)) in wanted:
-            assert key is not None
-            members[key].append(uid)
-            of[uid] = key
-    return _Groups(of, {k: tuple(sorted(v)) for k, v in members.items()})
-
-
-def _whole_groups(
-    state: ClusterState,
-    node: str,
-    uids: Sequence[str],
-    groups: _Groups,
-    notes: list[str],
-) -> list[str]:
-    """``uids`` (one node's proposed victims) with each group in them made whole: its
-    bound members on ``node`` added, or, when one runs on another node, the group left
-    out (kube-scheduler evicts on one node only)."""
-    if not groups.of:
-        return list(uids)
-    out: list[str] = []
-    spared: set[gangs.GroupKey] = set()
-    added: set[str] = set(uids)
-    for uid in uids:
-        key = groups.of.get(uid)
-        if key is None:
-            out.append(uid)
-            continue
-        if key in spared:
-            continue
-        members = groups.members.get(key, ())
-        elsewhere = sorted({state.pods[u].node for u in members if state.pods[u].node != node})
-        if elsewhere:
-            spared.add(key)
-            notes.append(
-                f"pod group {key} on {node}: it also runs on {', '.join(elsewhere)}, and a "
-                "preemption evicts on one node only; the group is evicted whole or not at all"
-            )
-            continue
-        out.append(uid)
-        for m in members:
-            if m not in added:
-                added.add(m)
-                out.append(m)
-    return [u for u in out if groups.of.get(u) not in spared]
-
-
-def _priority(pod: Mapping[str, Any]) -> int:
-    """``spec.priority`` (set by the Priority admission plugin; 0 when absent)."""
-    spec = pod.get("spec")
-    value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _created(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata")
-    stamp = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
-    return stamp if isinstance(stamp, str) else ""
-
-
-def _victim_name(state: ClusterState, uid: str) -> str:
-    held = state.pods.get(uid)
-    return f"pod {held.name or uid} of tenant {held.tenant}" if held else f"pod {uid}"
-
-
-def _fair_rule(
-    state: ClusterState,
-    config: FairShareConfig,
-    pre: PodRequest,
-    pending: Sequence[PodRequest],
-    fair: Mapping[str, fairness.FairShare] | None,
-) -> preemption.FairPreemption:
-    """The figures ``preemption.fair_share_victims`` judges by: every tenant's levels
-    (usage over its subtree, fair share, share now), and whether the preemptor's tenant
-    (or an ancestor) would be above its fair share with the pod."""
-    assert pre.tenant is not None
-    policy = config.preemption
-    if fair is None:
-        queue = [p for p in pending if p.uid != pre.uid] + [pre]
-        rows = gating.demand_rows(state, queue)
-        fair = gating.fair_shares_for(state, config, rows)
-    weights = tenancy.tenant_weights(config)
-    capacity = state.total_capacity()
-    res_weights = config.resource_weights()
-
-    def share_of(level: str, used: Sequence[float]) -> float:
-        return fairness.dominant_shares(
-            used={level: list(used)},
-            capacity=capacity,
-            res_weights=res_weights,
-            tenant_weights={level: weights.get(level, 1.0)},
-        )[level]
-
-    def chain(tenant: str) -> tuple[str, ...]:
-        return (tenant, *(a.name for a in config.ancestors(tenant)))
-
-    tree = config.is_hierarchical()
-    names = set(state.tenant_usage) | {t.name for t in config.tenants}
-    levels: dict[str, tuple[preemption.Level, ...]] = {}
-    for tenant in sorted(names):
-        out = []
-        for level in chain(tenant):
-            used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
-            share = fair[level].share if level in fair else 0.0
-            out.append(preemption.Level(level, tuple(used), share, share_of(level, used)))
-        levels[tenant] = tuple(out)
-    over = False
-    for level in chain(pre.tenant):
-        used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
-        after = [u + (pre.row[k] if k < len(pre.row) else 0.0) for k, u in enumerate(used)]
-        floor = fair[level].share if level in fair else 0.0
-        if share_of(level, after) > floor * (1 + fairness.EPS) + fairness.EPS:
-            over = True
-    return preemption.FairPreemption(
-        preemptor_tenant=pre.tenant,
-        preemptor_levels=chain(pre.tenant),
-        preemptor_over=over,
-        levels=levels,
-        share_of=share_of,
-        within=policy.within_tenant,
-        others=policy.other_tenants,
+    allowed = proposal.allowed_victims(
+        state,
+        config,
+        {node: meta.pod_uids for node, meta in proposed.items()},
+        preemptor=pre,
+        priority=proposal.pod_priority(args.pod),
+        rule=rule,
+        sent=full,
+        known=known,
+        read=partial(request_for, state=state, config=config, namespace_labels=labels),
     )
-
-
-def _substitute(
-    state: ClusterState,
-    pre: PodRequest,
-    node: str,
-    kept: Sequence[str],
-    pods: Mapping[str, Mapping[str, Any]],
-    priority: int,
-) -> tuple[str, ...]:
-    """``kept`` with pods of the preemptor's own tenant on ``node`` of lower priority added
-    (lowest priority first, then newest) until the preemptor fits, then victims spared
-    again while it still fits: other tenants' first, then its own in reverse."""
-    i = state.node_index.get(node)
-    if i is None:
-        return tuple(kept)
-    own = [
-        bp
-        for bp in state.pods.values()
-        if bp.node == node and bp.tenant == pre.tenant and bp.uid not in kept
-        and bp.uid in pods and _priority(pods[bp.uid]) < priority
-        and gangs.group_of(pods[bp.uid]) is None  # a group goes whole: never one member
-    ]  # fmt: skip
-    own.sort(key=lambda bp: (_priority(pods[bp.uid]), _neg(_created(pods[bp.uid])), bp.uid))
-    chosen = list(kept)
-
-    def fits(uids: Sequence[str]) -> bool:
-        released = [p for p in map(state.pods.get, uids) if p is not None]
-        return fits_after_release(state, pre, i, released)
-
-    for bp in own:
-        if fits(chosen):
-            break
-        chosen.append(bp.uid)
-    if not fits(chosen):
-        return tuple(kept)
-    others = [u for u in chosen if u in state.pods and state.pods[u].tenant != pre.tenant]
-    mine = [u for u in reversed(chosen) if u not in others]
-    for uid in [*others, *mine]:
-        rest = [u for u in chosen if u != uid]
-        if rest and fits(rest):
-            chosen = rest
-    return tuple(chosen)
-
-
-def _neg(stamp: str) -> tuple[int, ...]:
-    """An RFC 3339 UTC stamp's sort key reversed (newest first)."""
-    return tuple(-ord(c) for c in stamp)
-
-
-def _room_left(state: ClusterState, pre: PodRequest | None, node: str, kept: Sequence[str]) -> bool:
-    """Do the ``kept`` victims still free enough on ``node`` for the preemptor?
-
-    Judged on fairshare's own ledger (resource columns and GPU devices). A preemptor whose
-    resources cannot be read, or a node the state does not know, cannot be judged: the
-    answer is then yes (kube-scheduler's own dry run stands).
-    """
-    i = state.node_index.get(node)
-    if pre is None or i is None:
-        return True
-    released = [p for p in map(state.pods.get, kept) if p is not None]
-    return fits_after_release(state, pre, i, released)
+    result: dict[str, wire.MetaVictims] = {}
+    for node, kept in allowed.nodes.items():
+        meta = proposed[node]
+        pdb = meta.num_pdb_violations if set(kept) <= set(meta.pod_uids) else 0
+        result[node] = wire.MetaVictims(kept, min(pdb, len(kept)))
+    answer = wire.ExtenderPreemptionResult(result)
+    if pre is None or not allowed.notes:
+        return PreemptAnswer(answer, pre)
+    return PreemptAnswer(answer, pre, allowed.note())
 
 
 # -- bind --------------------------------------------------------------------------------
@@ -802,7 +503,7 @@ def bind_decision(
             pending=view.queue,
             fair=view.fair,
             groups=view.groups,
-            held=reclaim.gate_held(view.holds),
+            held=holds.gate_held(view.holds),
         )
         if gate is not None and not gate.allowed:
             return BindDecision(gate.reason, None, req, gate)

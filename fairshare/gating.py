@@ -151,7 +151,7 @@ def shape_key(p: PodRequest) -> ShapeKey:
 
 HeldOff = Callable[[ClusterState, PodRequest, Sequence[int]], Mapping[int, str]]
 """Of the rows given (nodes a pod fits now), those that reclaim's room holds keep the pod
-off, with the reason (``reclaim.held_off`` over the holds in force: ``reclaim.gate_held``).
+off, with the reason (``holds.held_off`` over the holds in force: ``holds.gate_held``).
 A gate given one counts a waiting pod as fitting only where no hold keeps it off, as the
 filter does: else a tenant would yield to a pod that the filter then refuses."""
 

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from fairshare import fairness, gating, quantities, reclaim, tenancy
+from fairshare import fairness, gating, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
+from fairshare.preemption.holds import GivenRoom, RoomHold, gate_held, held_off, utc
 from fairshare.report_render import (
     render_explain_text,
     render_status_html,
@@ -370,7 +371,7 @@ def _nodes(state: ClusterState) -> list[dict[str, Any]]:
 
 
 def _no_take_back(
-    given: Sequence[reclaim.GivenRoom],
+    given: Sequence[GivenRoom],
     tenant: str,
     shares: Mapping[str, float],
     fair: Mapping[str, fairness.FairShare],
@@ -386,7 +387,7 @@ def _no_take_back(
             row = out.setdefault(holder, {"tenant": holder, "pods": [], "until": 0.0})
             row["pods"].append(g.pod)
             row["until"] = max(row["until"], g.until)
-    return [{**row, "until": reclaim.utc(row["until"])} for _, row in sorted(out.items())]
+    return [{**row, "until": utc(row["until"])} for _, row in sorted(out.items())]
 
 
 def explain_pod(
@@ -402,18 +403,18 @@ def explain_pod(
     demand_error: str | None = None,
     gang: Mapping[str, Any] | None = None,
     group_fits: gating.GroupFits | None = None,
-    holds: Sequence[reclaim.RoomHold] = (),
-    given: Sequence[reclaim.GivenRoom] = (),
+    holds: Sequence[RoomHold] = (),
+    given: Sequence[GivenRoom] = (),
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
 
-    ``given``: the no-take-back records in force (``reclaim.given_rooms``); when the
-    pod's tenant reclaims toward fair share, the tenants that reclaim takes nothing from
-    for it (they hold room it gave) are listed under ``noTakeBack``.
+    ``given``: the no-take-back records in force (``preemption.holds.given_rooms``);
+    when the pod's tenant reclaims toward fair share, the tenants that reclaim takes
+    nothing from for it (they hold room it gave) are listed under ``noTakeBack``.
 
-    ``holds``: the reclaim holds in force (``reclaim.holds_in_force``); a node whose room
-    one keeps for another tenant's pod is shown as not fitting, with the hold's reason, as
-    the extender's filter answers.
+    ``holds``: the reclaim holds in force (``preemption.holds.holds_in_force``); a node
+    whose room one keeps for another tenant's pod is shown as not fitting, with the
+    hold's reason, as the extender's filter answers.
 
     ``gang``: the pod's group (``gangstatus.GroupStatus.as_dict``) when it is a member of
     one: a member waits with its group, so the verdict says why the group waits.
@@ -451,7 +452,7 @@ def explain_pod(
     # a node they refuse is named with their reason, not judged on resources.
     allowed = state.eligible_rows(req.constraints)
     fr = filter_nodes(state, req, rows=allowed, explain=True)
-    off = reclaim.held_off(state, holds, req, fr.fits) if holds and fr.fits else {}
+    off = held_off(state, holds, req, fr.fits) if holds and fr.fits else {}
     nodes: list[dict[str, Any]] = [
         {"node": state.nodes[i].name, "fits": i not in off, "reason": off.get(i, "")}
         for i in fr.fits
@@ -476,7 +477,7 @@ def explain_pod(
         req=req,
         pending=queue,
         groups=group_fits,
-        held=reclaim.gate_held(holds),
+        held=gate_held(holds),
     )
     shares = gating.current_shares(state, config)
     if all(p.uid != req.uid for p in queue):

@@ -290,7 +290,8 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
     """``report.explain_pod`` for ``pod`` with the webhook's verdict
     (``webhook.dryrun.judge_as_created``: the webhook's usage without the pod's own
     share, as if it were created now)."""
-    from fairshare import gangs, reclaim, report, resources
+    from fairshare import gangs, report, resources
+    from fairshare.preemption import holds
     from fairshare.state import objects
     from webhook.dryrun import judge_as_created
 
@@ -338,7 +339,7 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
         gang=gang,
         group_fits=group_fits(snap, tracker, config),
         holds=list(seen.holds),
-        given=reclaim.given_rooms(
+        given=holds.given_rooms(
             (
                 (f"{meta.get('namespace')}/{meta.get('name')}", tenant, meta.get("annotations"))
                 for uid, p in tracker.cache.pods.items()

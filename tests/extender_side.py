@@ -10,9 +10,10 @@ from typing import Any
 from extender.cache import Cache, PodGroupFacts
 from extender.feedback import Feedback
 from extender.snapshot import Snapshot
-from fairshare import fairness, reclaim
+from fairshare import fairness
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest, WorkloadMix
+from fairshare.preemption.holds import RoomHold
 from fairshare.state.cluster import ClusterState
 
 
@@ -96,7 +97,7 @@ class Side:
     def gated_by_tenant(self) -> dict[str, int]:
         return self.feedback.gated_by_tenant(self.snapshot().pending)
 
-    def room_holds(self) -> list[reclaim.RoomHold]:
+    def room_holds(self) -> list[RoomHold]:
         return list(self.snapshot().holds)
 
     # -- what the tests look at --------------------------------------------------------

@@ -7,7 +7,7 @@ nodes of 4 GPUs, guarantees, up to 30 arrivals of pods up to a whole node) with
 ``holdForBlockedTenants`` and ``reclaimToFairShare`` on and a ``yieldBand`` of 0, 0.1 or
 0.25, drawn deterministically (hypothesis, derandomized). Each world is played to the end
 twice by the property test's simulator: with the records of who gave room to whom
-(``reclaim.ANN_RECLAIMED_FROM``) and without them (each plan alone). Printed: how many
+(``holds.ANN_RECLAIMED_FROM``) and without them (each plan alone). Printed: how many
 worlds end differently, how many reverse a pair without the records, and the evictions
 in all, with and without. Figures only, never asserted.
 """

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import pytest
 from kubernetes_asyncio import client
 
-from fairshare import reclaim
+from fairshare.preemption import holds
 
 from . import test_reclaim
 from .conftest import (
@@ -92,8 +92,8 @@ async def test_the_room_made_for_a_whole_node_pod_is_kept_for_it(
     sys.stderr.write(f"\n[e2e] reclaim hold: {b}'s 4-GPU pod ran in {time.monotonic() - t0:.1f}s\n")
     b0 = await core.read_namespaced_pod("b-0", ns_b)
     assert b0.spec.node_name == node
-    assert (b0.metadata.annotations or {}).get(reclaim.ANN_HELD_NODE) == node
-    assert (b0.metadata.annotations or {}).get(reclaim.ANN_RECLAIMED_FROM) == a
+    assert (b0.metadata.annotations or {}).get(holds.ANN_HELD_NODE) == node
+    assert (b0.metadata.annotations or {}).get(holds.ANN_RECLAIMED_FROM) == a
     await asyncio.sleep(4)  # a few more reclaim rounds: nothing more is evicted
     assert await running(api, ns_c) == []
     evicted = metric_sum(rec.port, "fairshare_reclaim_evictions_total", outcome="evicted")
@@ -217,7 +217,7 @@ async def take_back_scenario(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{await seen(api, first, ns_g, ns_r)}") from None
     for p in await running(api, ns_r):
-        assert (p.metadata.annotations or {}).get(reclaim.ANN_RECLAIMED_FROM) == giver
+        assert (p.metadata.annotations or {}).get(holds.ANN_RECLAIMED_FROM) == giver
     assert metric_sum(first.port, "fairshare_reclaim_evictions_total", tenant=giver) == 2
     first.stop()
 

@@ -714,7 +714,7 @@ FIXED = {
     # class's smallest partition, 1/7, was its estimate), then called bind: the extender's
     # gate judged it against a fair allocation cached from the 1/7 demand ("tenant t1
     # above its fair share (0.29 > 0.14) while t0 waits") and refused the bind. The cache
-    # key now counts pending pods read again with another row (tracking.py).
+    # key now counts pending pods read again with another row (extender/cache.py).
     "stale-fair-share": Case(
         _config(guaranteed={GPU: "1"})
         | {

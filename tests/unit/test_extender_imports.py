@@ -19,8 +19,9 @@ PURE = [
     "extender",
     "extender.wire",
     "extender.filtering",
-    "extender.preemption",
     "extender.verbs",
+    "fairshare.preemption.proposal",
+    "fairshare.preemption.victims",
 ]
 FORBIDDEN = ("aiohttp", "kubernetes_asyncio", "prometheus_client", "webhook")
 

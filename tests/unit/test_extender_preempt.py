@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from extender import preemption, verbs, wire
+from extender import verbs, wire
 from extender.snapshot import Snapshot
 from fairshare.config.loading import config_from_mapping
+from fairshare.preemption.victims import Victim, protect_guaranteed
 from fairshare.state import objects
 from tests.unit.test_state_objects import node, pod, state_with
 
@@ -122,8 +123,8 @@ def test_full_victims_form_is_answered_by_uid():
 
 def test_protect_guaranteed_formula():
     # usage 3000, guaranteed 2000: first victim (1000) leaves 2000 -> kept; second -> 1000 < 2000.
-    victims = [preemption.Victim("x", "t", (1000.0,)), preemption.Victim("y", "t", (1000.0,))]
-    kept = preemption.protect_guaranteed(
+    victims = [Victim("x", "t", (1000.0,)), Victim("y", "t", (1000.0,))]
+    kept = protect_guaranteed(
         victims,
         usage={"t": [3000.0]},
         guaranteed={"t": {0: 2000.0}},

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from fairshare import fairness, reclaim
+from fairshare import fairness
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
+from fairshare.preemption import reclaim
 from fairshare.resources import ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState

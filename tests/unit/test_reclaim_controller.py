@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
 from fairshare import metrics as metrics_mod
-from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
+from fairshare.preemption import holds, reclaim
 from tests.extender_side import Side
 from tests.unit.test_state_objects import node, pod
 
@@ -124,21 +124,21 @@ async def test_the_pod_room_was_made_for_is_annotated_with_its_hold():
     r, _ = world(api, wall_clock=lambda: 5000.0)
     want(r, "b0")
     await r.tick()
-    until = 5000.0 + reclaim.HOLD_TIMEOUT
+    until = 5000.0 + holds.HOLD_TIMEOUT
     # Whose pod went for it, and when: no take-back for reclaimTakeBackAfter.
-    given = {reclaim.ANN_RECLAIMED_FROM: "a", reclaim.ANN_RECLAIMED_AT: "5000.000"}
-    assert api.annotated == [("b/b0", {**reclaim.hold_annotations("n2", until), **given})]
+    given = {holds.ANN_RECLAIMED_FROM: "a", holds.ANN_RECLAIMED_AT: "5000.000"}
+    assert api.annotated == [("b/b0", {**holds.hold_annotations("n2", until), **given})]
     assert api.evicted == ["a/a3"] and api.evicted_before_hold == [0]  # held, then evicted
     # The watch brings the annotation back: the next round leaves the hold as it is.
     held = pod("b0", ns="b", gpu=1)
-    held["metadata"]["annotations"] = {**reclaim.hold_annotations("n2", until), **given}
+    held["metadata"]["annotations"] = {**holds.hold_annotations("n2", until), **given}
     r.sink.on_event("Pod", "MODIFIED", held)
     await r.tick()
     assert len(api.annotated) == 1
     # In the hold's second half, the round writes it again (the room is still kept).
     r.wall_clock = lambda: until - rec.HOLD_RENEW + 1
     await r.tick()
-    assert [node for _, ann in api.annotated for node in [ann[reclaim.ANN_HELD_NODE]]] == [
+    assert [node for _, ann in api.annotated for node in [ann[holds.ANN_HELD_NODE]]] == [
         "n2",
         "n2",
     ]
@@ -156,7 +156,7 @@ async def test_the_record_of_who_gave_room_is_read_back_from_the_pods():
             "tenants": [{"name": n, "namespaces": [n]} for n in ("a", "b")],
         }
     )
-    record_at = {reclaim.ANN_RECLAIMED_FROM: "a", reclaim.ANN_RECLAIMED_AT: "9000.000"}
+    record_at = {holds.ANN_RECLAIMED_FROM: "a", holds.ANN_RECLAIMED_AT: "9000.000"}
     for record in ({}, record_at):
         api = FakeApi()
         tracker = Side(lambda: cfg)

@@ -11,8 +11,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender import reclaimer as rec
-from fairshare import gangs, reclaim
+from fairshare import gangs
 from fairshare import metrics as metrics_mod
+from fairshare.preemption import reclaim
 from fairshare.state import objects
 from tests.extender_side import Side
 from tests.unit.test_reclaim import World, config, gpus, victims

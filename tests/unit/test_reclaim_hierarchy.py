@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.preemption import Victim, protect_guaranteed
-from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
+from fairshare.preemption import reclaim
+from fairshare.preemption.victims import Victim, protect_guaranteed
 from tests.unit.test_reclaim import World, gpus, victims
 
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from extender import verbs, wire
-from fairshare import reclaim
+from fairshare.preemption import holds, reclaim
 from tests.builders import make_pod
 from tests.extender_side import Side
 from tests.unit.test_reclaim import World, config, full_world, gpus
 from tests.unit.test_state_objects import node
 
 
-def _made() -> tuple[World, reclaim.RoomHold]:
+def _made() -> tuple[World, holds.RoomHold]:
     # A holds all 4 GPUs; B (guaranteed 2) wants one: a3 on n2 is evicted for b0.
     w = full_world()
     w.want("b", "b0")
     plan = w.plan()
-    (hold,) = reclaim.holds_made(plan, w.pending, until=100.0 + reclaim.HOLD_TIMEOUT)
+    (hold,) = holds.holds_made(plan, w.pending, until=100.0 + holds.HOLD_TIMEOUT)
     assert (hold.req.uid, hold.node, hold.until) == ("uid-b0", "n2", 220.0)
     w.state.unbind("uid-a3")  # the victim is gone: one GPU free on n2
     return w, hold
@@ -31,20 +31,20 @@ def _row(w: World, name: str) -> int:
 def test_a_hold_is_made_for_each_pod_the_plan_made_room_for():
     w, hold = _made()
     assert hold.req.tenant == "b"
-    assert reclaim.holds_made(reclaim.ReclaimPlan(), w.pending, until=1.0) == ()
+    assert holds.holds_made(reclaim.ReclaimPlan(), w.pending, until=1.0) == ()
 
 
 def test_annotations_carry_the_hold_to_the_extender():
     _w, hold = _made()
-    ann = reclaim.hold_annotations(hold.node, hold.until)
-    assert ann == {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "220.000"}
-    assert reclaim.hold_of(hold.req, ann) == hold
-    assert reclaim.hold_of(hold.req, None) is None
-    assert reclaim.hold_of(hold.req, {reclaim.ANN_HELD_NODE: "n2"}) is None
-    bad = {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "soon"}
-    assert reclaim.hold_of(hold.req, bad) is None
-    inf = {reclaim.ANN_HELD_NODE: "n2", reclaim.ANN_HELD_UNTIL: "inf"}
-    assert reclaim.hold_of(hold.req, inf) is None
+    ann = holds.hold_annotations(hold.node, hold.until)
+    assert ann == {holds.ANN_HELD_NODE: "n2", holds.ANN_HELD_UNTIL: "220.000"}
+    assert holds.hold_of(hold.req, ann) == hold
+    assert holds.hold_of(hold.req, None) is None
+    assert holds.hold_of(hold.req, {holds.ANN_HELD_NODE: "n2"}) is None
+    bad = {holds.ANN_HELD_NODE: "n2", holds.ANN_HELD_UNTIL: "soon"}
+    assert holds.hold_of(hold.req, bad) is None
+    inf = {holds.ANN_HELD_NODE: "n2", holds.ANN_HELD_UNTIL: "inf"}
+    assert holds.hold_of(hold.req, inf) is None
 
 
 def test_another_tenants_pod_is_kept_off_the_held_room():
@@ -52,7 +52,7 @@ def test_another_tenants_pod_is_kept_off_the_held_room():
     w.want("a", "a9")  # a's pod (the victim, recreated) would take b0's place
     other = w.pending[-1]
     n2 = _row(w, "n2")
-    off = reclaim.held_off(w.state, [hold], other, [n2], now=150.0)
+    off = holds.held_off(w.state, [hold], other, [n2], now=150.0)
     assert list(off) == [n2]
     assert "held by reclaim for pod b/b0 (tenant b)" in off[n2]
     assert "1970-01-01T00:03:40Z" in off[n2]  # when it lapses (220 s)
@@ -61,9 +61,9 @@ def test_another_tenants_pod_is_kept_off_the_held_room():
 def test_the_beneficiary_and_its_own_tenant_are_not_kept_off():
     w, hold = _made()
     n2 = _row(w, "n2")
-    assert reclaim.held_off(w.state, [hold], hold.req, [n2], now=150.0) == {}
+    assert holds.held_off(w.state, [hold], hold.req, [n2], now=150.0) == {}
     w.want("b", "b1")
-    assert reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
+    assert holds.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
 
 
 def test_room_beyond_the_hold_stays_open():
@@ -72,10 +72,10 @@ def test_room_beyond_the_hold_stays_open():
     w = World(cfg, ("n2", 2))
     w.want("b", "b0")
     w.want("c", "c0")
-    hold = reclaim.RoomHold(w.pending[0], "n2", 220.0)
-    assert reclaim.held_off(w.state, [hold], w.pending[1], [0], now=150.0) == {}
+    hold = holds.RoomHold(w.pending[0], "n2", 220.0)
+    assert holds.held_off(w.state, [hold], w.pending[1], [0], now=150.0) == {}
     w.want("c", "c1", gpu=2)  # two GPUs would leave b0 none
-    assert list(reclaim.held_off(w.state, [hold], w.pending[2], [0], now=150.0)) == [0]
+    assert list(holds.held_off(w.state, [hold], w.pending[2], [0], now=150.0)) == [0]
 
 
 def test_the_hold_is_kept_while_the_victims_are_still_leaving():
@@ -84,13 +84,13 @@ def test_the_hold_is_kept_while_the_victims_are_still_leaving():
     w = full_world()
     w.want("b", "b0")
     plan = w.plan()
-    (hold,) = reclaim.holds_made(plan, w.pending, until=220.0)
+    (hold,) = holds.holds_made(plan, w.pending, until=220.0)
     n2 = _row(w, "n2")  # a3 still bound there (terminating)
     w.want("a", "a9", gpu=0)  # a CPU-only pod still fits beside it
-    assert reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
+    assert holds.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0) == {}
     w.state.unbind("uid-a3")  # gone: its GPU is b0's, not a one-GPU pod of a's
     w.want("a", "a10")
-    assert list(reclaim.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0)) == [n2]
+    assert list(holds.held_off(w.state, [hold], w.pending[-1], [n2], now=150.0)) == [n2]
 
 
 def test_a_hold_ends_when_its_pod_binds_is_deleted_or_lapses():
@@ -98,17 +98,17 @@ def test_a_hold_ends_when_its_pod_binds_is_deleted_or_lapses():
     w.want("a", "a9")
     other, n2 = w.pending[-1], _row(w, "n2")
     # lapsed
-    assert reclaim.held_off(w.state, [hold], other, [n2], now=220.0) == {}
+    assert holds.held_off(w.state, [hold], other, [n2], now=220.0) == {}
     # deleted: the extender finds no pending pod, so no hold (``hold_of`` is never asked)
-    assert reclaim.held_off(w.state, [], other, [n2], now=150.0) == {}
+    assert holds.held_off(w.state, [], other, [n2], now=150.0) == {}
     # bound in the room made for it: the hold is over
     w.run("b", "b0", "n2")
-    assert reclaim.held_off(w.state, [hold], other, [n2], now=150.0) == {}
+    assert holds.held_off(w.state, [hold], other, [n2], now=150.0) == {}
     # bound elsewhere: the room stays held for its tenant until the hold lapses
     w.state.unbind("uid-b0")
     w.run("b", "b0", "n1")
-    assert list(reclaim.held_off(w.state, [hold], other, [n2], now=150.0)) == [n2]
-    assert reclaim.held_off(w.state, [hold], other, [n2], now=220.0) == {}
+    assert list(holds.held_off(w.state, [hold], other, [n2], now=150.0)) == [n2]
+    assert holds.held_off(w.state, [hold], other, [n2], now=220.0) == {}
 
 
 # -- the extender: the hold reaches the filter through the pod's annotations --------------
@@ -130,7 +130,7 @@ def _tracker(now: float) -> Side:
     t.cache.clock = lambda: now
     t.on_resync("Node", [node("n1", gpus=1), node("n2", gpus=1)])
     t.on_resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
-    held = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    held = _pending("b", 0, **holds.hold_annotations("n1", 200.0))
     t.on_resync("Pod", [held, _pending("a", 0)])
     return t
 
@@ -152,7 +152,7 @@ def test_the_extender_filter_keeps_another_tenants_pod_off_held_room():
 
 def test_the_extender_hold_ends_when_its_pod_binds():
     t = _tracker(now=150.0)
-    bound = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    bound = _pending("b", 0, **holds.hold_annotations("n1", 200.0))
     bound["spec"]["nodeName"] = "n1"
     bound["status"] = {"phase": "Running"}
     t.on_event("Pod", "MODIFIED", bound)
@@ -165,7 +165,7 @@ def test_a_pod_bound_elsewhere_leaves_its_room_held_for_its_tenant():
     on the local control plane), while b's own pods may use it."""
     t = _tracker(now=150.0)
     t.on_resync("Node", [node("n1", gpus=1), node("n2", gpus=1), node("n3", gpus=1)])
-    bound = _pending("b", 0, **reclaim.hold_annotations("n1", 200.0))
+    bound = _pending("b", 0, **holds.hold_annotations("n1", 200.0))
     bound["spec"]["nodeName"] = "n2"
     bound["status"] = {"phase": "Running"}
     t.on_event("Pod", "MODIFIED", bound)
@@ -245,18 +245,18 @@ def test_the_gate_does_not_yield_to_a_pod_the_hold_keeps_off():
         return w, w.pending[0]
 
     w, b9 = world(n1=2)
-    hold = reclaim.RoomHold(b9, "n1", until=220.0)
+    hold = holds.RoomHold(b9, "n1", until=220.0)
 
     def gate(**kw: Any) -> Any:
         return gating.check_fair_gate(w.state, config=w.cfg, req=b9, pending=w.pending, **kw)
 
     plain = gate()
     assert plain is not None and not plain.allowed and plain.waiting_for == "a"
-    held = gate(held=reclaim.gate_held([hold]))
+    held = gate(held=holds.gate_held([hold]))
     assert held is not None and held.allowed
-    assert reclaim.gate_held([]) is None
+    assert holds.gate_held([]) is None
     # With room for a's pod beside the held one, a's pod still counts.
     w, b9 = world(n1=3)
-    hold = reclaim.RoomHold(b9, "n1", until=220.0)
-    again = gate(held=reclaim.gate_held([hold]))
+    hold = holds.RoomHold(b9, "n1", until=220.0)
+    again = gate(held=holds.gate_held([hold]))
     assert again is not None and not again.allowed and again.waiting_for == "a"

@@ -1,7 +1,7 @@
 """No take-back: reclaim toward fair share never undoes an earlier reclaim.
 
 A pod that got room by reclaim carries the tenants whose pods were evicted for it
-(``reclaim.ANN_RECLAIMED_FROM``); while it is there, reclaim toward fair share takes
+(``holds.ANN_RECLAIMED_FROM``); while it is there, reclaim toward fair share takes
 nothing from its tenant for them. Guarantees are not subject to the rule.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from fairshare import reclaim
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import ConfigError
+from fairshare.preemption import holds
 from tests.unit.test_reclaim import World, victims
 
 
@@ -97,27 +97,27 @@ def test_the_plan_names_who_gave_room_to_each_pod():
     plan = w.plan()
     given = plan.givers()
     assert given == {"uid-u1": frozenset({"t"})}
-    ann = reclaim.given_annotation(frozenset(), given["uid-u1"], at=100.0)
-    assert ann == {reclaim.ANN_RECLAIMED_FROM: "t", reclaim.ANN_RECLAIMED_AT: "100.000"}
+    ann = holds.given_annotation(frozenset(), given["uid-u1"], at=100.0)
+    assert ann == {holds.ANN_RECLAIMED_FROM: "t", holds.ANN_RECLAIMED_AT: "100.000"}
 
 
 def test_the_annotation_is_read_leniently_and_merged():
-    assert reclaim.given_of(None) == frozenset()
-    assert reclaim.given_of({reclaim.ANN_RECLAIMED_FROM: 3}) == frozenset()
-    assert reclaim.given_of({reclaim.ANN_RECLAIMED_FROM: " a, b,,"}) == {"a", "b"}
-    assert reclaim.given_annotation(frozenset({"a"}), frozenset({"a"}), at=5.0) == {}
-    merged = reclaim.given_annotation(frozenset({"b"}), frozenset({"a"}), at=5.0)
-    assert merged == {reclaim.ANN_RECLAIMED_FROM: "a,b", reclaim.ANN_RECLAIMED_AT: "5.000"}
+    assert holds.given_of(None) == frozenset()
+    assert holds.given_of({holds.ANN_RECLAIMED_FROM: 3}) == frozenset()
+    assert holds.given_of({holds.ANN_RECLAIMED_FROM: " a, b,,"}) == {"a", "b"}
+    assert holds.given_annotation(frozenset({"a"}), frozenset({"a"}), at=5.0) == {}
+    merged = holds.given_annotation(frozenset({"b"}), frozenset({"a"}), at=5.0)
+    assert merged == {holds.ANN_RECLAIMED_FROM: "a,b", holds.ANN_RECLAIMED_AT: "5.000"}
 
 
 def test_a_record_counts_for_the_take_back_time_from_when_room_was_given():
-    ann = {reclaim.ANN_RECLAIMED_FROM: "a,b", reclaim.ANN_RECLAIMED_AT: "1000.000"}
-    assert reclaim.given_in_force(ann, now=1000.0 + 3599.0, keep=3600.0) == {"a", "b"}
-    assert reclaim.given_in_force(ann, now=1000.0 + 3600.0, keep=3600.0) == frozenset()
-    assert reclaim.given_in_force(ann, now=1001.0, keep=0.0) == frozenset()  # rule off
+    ann = {holds.ANN_RECLAIMED_FROM: "a,b", holds.ANN_RECLAIMED_AT: "1000.000"}
+    assert holds.given_in_force(ann, now=1000.0 + 3599.0, keep=3600.0) == {"a", "b"}
+    assert holds.given_in_force(ann, now=1000.0 + 3600.0, keep=3600.0) == frozenset()
+    assert holds.given_in_force(ann, now=1001.0, keep=0.0) == frozenset()  # rule off
     for at in (None, "soon", "nan", "inf"):
-        bad = {reclaim.ANN_RECLAIMED_FROM: "a"} | ({reclaim.ANN_RECLAIMED_AT: at} if at else {})
-        assert reclaim.given_in_force(bad, now=1001.0, keep=3600.0) == frozenset(), at
+        bad = {holds.ANN_RECLAIMED_FROM: "a"} | ({holds.ANN_RECLAIMED_AT: at} if at else {})
+        assert holds.given_in_force(bad, now=1001.0, keep=3600.0) == frozenset(), at
 
 
 def test_the_take_back_time_is_configured_and_validated():
@@ -138,8 +138,8 @@ def test_explain_names_the_tenant_reclaim_takes_nothing_back_from():
     from fairshare.usageview import StaticView
 
     w, _ = _t_over_u_under(_config())
-    ann = {reclaim.ANN_RECLAIMED_FROM: "u", reclaim.ANN_RECLAIMED_AT: "1000.000"}
-    given = reclaim.given_rooms(
+    ann = {holds.ANN_RECLAIMED_FROM: "u", holds.ANN_RECLAIMED_AT: "1000.000"}
+    given = holds.given_rooms(
         [("t/t0", "t", ann), ("t/t1", "t", {}), ("u/u0", "u", ann)], now=1010.0, keep=3600.0
     )
     assert [(g.pod, g.tenant, g.until) for g in given] == [

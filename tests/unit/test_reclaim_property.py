@@ -21,9 +21,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairshare import gating, reclaim
+from fairshare import gating
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import PodRequest, choose_devices, filter_nodes
+from fairshare.preemption import holds, reclaim
 from fairshare.resources import ResourceIndex
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
@@ -71,11 +72,11 @@ class Sim:
         self.pairs: list[tuple[str, str]] = []
         self.check_reversals = True
         self.now = 0.0
-        # Room reclaim made, kept for its pod: the product's holds (reclaim.held_off).
-        self.holds: dict[str, reclaim.RoomHold] = {}
+        # Room reclaim made, kept for its pod: the product's holds (holds.held_off).
+        self.holds: dict[str, holds.RoomHold] = {}
         self.eviction_rounds: list[float] = []
         # Pod uid -> tenants evicted for it, for pods still there (the product's
-        # reclaimed-from annotation: reclaim.given_of).
+        # reclaimed-from annotation: holds.given_of).
         self.given: dict[str, tuple[frozenset[str], float]] = {}
         self.records = records  # False: nothing kept between rounds (the rule's benchmark)
 
@@ -97,7 +98,7 @@ class Sim:
                 if gate is not None and not gate.allowed:
                     continue
                 res = filter_nodes(self.state, req, explain=False)
-                off = reclaim.held_off(
+                off = holds.held_off(
                     self.state, list(self.holds.values()), req, res.fits, now=self.now
                 )
                 fits = [i for i in res.fits if i not in off]
@@ -122,13 +123,13 @@ class Sim:
 
     def given_in_force(self) -> dict[str, frozenset[str]]:
         """The records of who gave room to whom that count now (``reclaimTakeBackAfter``
-        from the latest give: ``reclaim.given_in_force``)."""
+        from the latest give: ``holds.given_in_force``)."""
         keep = self.cfg.take_back_after_seconds()
         return {u: g for u, (g, at) in self.given.items() if keep > 0 and self.now - at < keep}
 
     def held(self) -> gating.HeldOff | None:
         """The holds in force as the gate takes them (the extender's ``room_holds``)."""
-        return reclaim.gate_held([h for h in self.holds.values() if self.now < h.until])
+        return holds.gate_held([h for h in self.holds.values() if self.now < h.until])
 
     def gpus_of(self, tenant: str) -> float:
         return self.state.usage_of(tenant)[self.state.gpu_col] / 1000
@@ -150,7 +151,7 @@ class Sim:
             self.given[uid] = (self.given.get(uid, (frozenset(), now))[0] | tenants, now)
         beneficiaries = {e.beneficiary_uid for e in plan.evictions}
         # What the reclaimer annotates on each pod it made room for (refreshed each round).
-        for hold in reclaim.holds_made(plan, self.queue, until=now + reclaim.HOLD_TIMEOUT):
+        for hold in holds.holds_made(plan, self.queue, until=now + holds.HOLD_TIMEOUT):
             self.holds[hold.req.uid] = hold
         if plan.evictions:
             self.eviction_rounds.append(now)
@@ -278,7 +279,7 @@ def test_hold_for_blocked_tenants_with_reclaim_to_fair_share_does_not_loop(band,
     never evicts for a pod the gate then holds (checked after every plan), never reverses
     a pair, and settles. Fair shares move with demand (the examples above: a guarantee
     takes a tenant below its fair share), and the room hold cannot change that; the
-    no-take-back rule (``reclaim.ANN_RECLAIMED_FROM``: ``Sim.given``) keeps the pairs."""
+    no-take-back rule (``holds.ANN_RECLAIMED_FROM``: ``Sim.given``) keeps the pairs."""
     guarantees, n_nodes, seq = world
     sim = Sim(
         guarantees,

@@ -1,23 +1,14 @@
-"""Preemption veto: never evict a tenant below its ``guaranteed`` amounts.
+"""The rules a victim of kube-scheduler's preemption must pass, on one node's victims.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
+* ``protect_guaranteed``: no victim takes its tenant, or an ancestor (usage over its
+  subtree), below its ``guaranteed`` amounts (the figures: ``guarantees``,
+  ``guaranteed_usage``);
+* ``fair_share_victims``: under the config's ``preemption`` policy, a pod of the
+  preemptor's own tenant goes when it has lower priority, and a pod of another tenant
+  only while that tenant stays at or above its fair share (the figures: ``fair_rule``).
 
-Rule, per candidate node (kube-scheduler picks one node, so nodes are judged one by one):
-walk the proposed victims in the order the scheduler sent them; a victim of tenant t is
-kept when, on every resource column r that the victim holds (``row[r] > 0``) and that t
-guarantees, t's usage after evicting it and the victims of t already kept is still at
-least ``guaranteed[r]``:
-
-    usage_t[r] - Σ kept_t[r] - victim[r] + (preemptor[r] if preemptor is in t) >= guaranteed_t[r]
-
-Otherwise the victim is dropped. The preemptor's own demand counts for its tenant, so a
-tenant may replace its own pods. Victims whose tenant has no guarantee, and pods the state
-does not know (a tenant cannot be told), are kept: the veto only protects guarantees it
-can prove. Resources that the victim does not hold cannot fall by evicting it, so a
-tenant already under its guarantee on CPU can still lose a GPU-only pod if its GPU
-usage stays at or above the GPU guarantee. In a tree of tenants the same rule holds at
-every level: the victim's tenant and each of its ancestors (usage over the subtree).
+``proposal`` applies them to what kube-scheduler proposes, node by node. The reclaim
+planner keeps the same floors for its own victims (``ledger.Ledger``).
 """
 
 from __future__ import annotations
@@ -25,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fairshare import fairness, gating, tenancy
+from fairshare.config.schema import FairShareConfig
+from fairshare.placement import PodRequest
+from fairshare.state.cluster import ClusterState
+
 EPS = 1e-9
+
+
+# -- the guarantee veto --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,22 @@ def protect_guaranteed(
     preemptor_row: Sequence[float],
     ancestors: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[str, ...]:
-    """UIDs of the victims that may be evicted on one node (see the module docstring).
+    """UIDs of the victims that may be evicted on one node.
+
+    Walk the victims in the order kube-scheduler sent them; a victim of tenant t is kept
+    when, on every resource column r that the victim holds (``row[r] > 0``) and that t
+    guarantees, t's usage after evicting it and the victims of t already kept is still
+    at least ``guaranteed[r]``:
+
+        usage_t[r] - Σ kept_t[r] - victim[r] + (preemptor[r] if preemptor is in t)
+            >= guaranteed_t[r]
+
+    Otherwise the victim is dropped. The preemptor's own demand counts for its tenant, so
+    a tenant may replace its own pods. Victims whose tenant has no guarantee, and pods
+    whose tenant cannot be told, are kept: the veto only protects guarantees it can
+    prove. Resources that the victim does not hold cannot fall by evicting it, so a
+    tenant already under its guarantee on CPU can still lose a GPU-only pod if its GPU
+    usage stays at or above the GPU guarantee.
 
     In a tree of tenants, ``ancestors`` maps a tenant to its parent, grandparent, ...;
     each of them is a level whose guarantee is protected too, with ``usage`` of the level
@@ -88,16 +102,27 @@ def protect_guaranteed(
     return tuple(kept)
 
 
-# -- fair-share-aware victims ------------------------------------------------------------
-#
-# kube-scheduler's DefaultPreemption proposes, per candidate node, the lowest-priority
-# pods whose eviction makes room (any tenant's). The extender may answer a subset of the
-# nodes, and for a node any pods that run there (``HTTPExtender.convertToVictims`` looks
-# each UID up among the node's pods; ``Evaluator.callExtenders`` takes the answer as the
-# candidates, v1.36). So fairshare can both refuse a victim and put another in its place.
+def guarantees(state: ClusterState, config: FairShareConfig) -> dict[str, dict[int, float]]:
+    """Each tenant's ``guaranteed`` amounts as kernel column -> amount (tenants with one)."""
+    return {
+        t.name: gating.kernel_amounts(state, t.guaranteed_amounts())
+        for t in config.tenants
+        if t.guaranteed
+    }
 
-WITHIN_TENANT_POLICIES = ("LowerPriority", "Never")
-OTHER_TENANT_POLICIES = ("AboveFairShare", "Any", "Never")
+
+def guaranteed_usage(
+    state: ClusterState, config: FairShareConfig, guaranteed: Mapping[str, object]
+) -> tuple[dict[str, list[float]], dict[str, tuple[str, ...]] | None]:
+    """Usage per guaranteed tenant (its subtree's in a tree) and each tenant's ancestors."""
+    if not config.is_hierarchical():
+        return {t: state.usage_of(t) for t in guaranteed}, None
+    usage = {t: gating.subtree_usage(state, config, t) for t in guaranteed}
+    ancestors = {t.name: tuple(a.name for a in config.ancestors(t.name)) for t in config.tenants}
+    return usage, ancestors
+
+
+# -- the fair-share rule --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -220,3 +245,62 @@ def _refuse_other(v: Victim, rule: FairPreemption, taken: Mapping[str, Sequence[
                 f"{rule.preemptor_tenant} rises above its own"
             )
     return ""
+
+
+def fair_rule(
+    state: ClusterState,
+    config: FairShareConfig,
+    pre: PodRequest,
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+) -> FairPreemption:
+    """The figures ``fair_share_victims`` judges by: every tenant's levels
+    (usage over its subtree, fair share, share now), and whether the preemptor's tenant
+    (or an ancestor) would be above its fair share with the pod."""
+    assert pre.tenant is not None
+    policy = config.preemption
+    if fair is None:
+        queue = [p for p in pending if p.uid != pre.uid] + [pre]
+        rows = gating.demand_rows(state, queue)
+        fair = gating.fair_shares_for(state, config, rows)
+    weights = tenancy.tenant_weights(config)
+    capacity = state.total_capacity()
+    res_weights = config.resource_weights()
+
+    def share_of(level: str, used: Sequence[float]) -> float:
+        return fairness.dominant_shares(
+            used={level: list(used)},
+            capacity=capacity,
+            res_weights=res_weights,
+            tenant_weights={level: weights.get(level, 1.0)},
+        )[level]
+
+    def chain(tenant: str) -> tuple[str, ...]:
+        return (tenant, *(a.name for a in config.ancestors(tenant)))
+
+    tree = config.is_hierarchical()
+    names = set(state.tenant_usage) | {t.name for t in config.tenants}
+    levels: dict[str, tuple[Level, ...]] = {}
+    for tenant in sorted(names):
+        out = []
+        for level in chain(tenant):
+            used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+            share = fair[level].share if level in fair else 0.0
+            out.append(Level(level, tuple(used), share, share_of(level, used)))
+        levels[tenant] = tuple(out)
+    over = False
+    for level in chain(pre.tenant):
+        used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+        after = [u + (pre.row[k] if k < len(pre.row) else 0.0) for k, u in enumerate(used)]
+        floor = fair[level].share if level in fair else 0.0
+        if share_of(level, after) > floor * (1 + fairness.EPS) + fairness.EPS:
+            over = True
+    return FairPreemption(
+        preemptor_tenant=pre.tenant,
+        preemptor_levels=chain(pre.tenant),
+        preemptor_over=over,
+        levels=levels,
+        share_of=share_of,
+        within=policy.within_tenant,
+        others=policy.other_tenants,
+    )
