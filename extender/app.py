@@ -545,7 +545,7 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
 
 def publish_gang_metrics(deps: ExtenderDeps, config: FairShareConfig, tenants: list[str]) -> None:
     """Per tenant (a tenant with children: its subtree's), the gangs waiting and the GPUs
-    held by incomplete gangs (``gangstatus``, without the gate and plan judgements)."""
+    held by incomplete gangs (``gangs.status``, without the gate and plan judgements)."""
     waiting: dict[str, int] = {}
     held: dict[str, float] = {}
     if deps.gangs is not None:

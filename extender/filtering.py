@@ -76,7 +76,7 @@ def filter_pod(
     holds: Sequence[reclaim.RoomHold] = (),
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
-    (``groups``: how waiting pod groups count there, ``fairshare.gangwait``) and the
+    (``groups``: how waiting pod groups count there, ``fairshare.gangs.waiting``) and the
     reclaim ``holds`` in force (``reclaim.held_off``: room reclaim made for another
     tenant's pod fails in ``FailedNodes`` with the hold as reason)."""
     held = reclaim.gate_held(holds)

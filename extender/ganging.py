@@ -32,7 +32,7 @@ and binds them concurrently. This keeps a group whole around it:
   missing, a group that can never fit the nodes it may use) is told through ``on_wait``
   (a ``FairShareGang`` Event on its pending members, ``events.gang_recorder``), once per
   reason every ``TELL_EVERY`` seconds. ``statuses`` gives every group's standing with the
-  live plans (``fairshare.gangstatus``) to the status page and the metrics.
+  live plans (``fairshare.gangs.status``) to the status page and the metrics.
 
 Pods without the ``scheduling.x-k8s.io/pod-group`` label, and members of a group that
 already has ``min_count`` members bound, go the ordinary way (``filter``/``bind`` answer
@@ -50,7 +50,7 @@ from typing import Any
 
 from extender import verbs, wire
 from extender.tracking import ExtenderTracker
-from fairshare import gangs, gangstatus, gangwait, gating
+from fairshare import gangs, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
 
@@ -128,10 +128,10 @@ class GangCoordinator:
             if obj is not None
         }
 
-    def plan_views(self) -> dict[gangs.GroupKey, gangstatus.LivePlanView]:
-        """The live plans as ``gangstatus`` reads them."""
+    def plan_views(self) -> dict[gangs.GroupKey, gangs.status.LivePlanView]:
+        """The live plans as ``gangs.status`` reads them."""
         return {
-            key: gangstatus.LivePlanView(
+            key: gangs.status.LivePlanView(
                 nodes={p.uid: p.node for p in live.plan.placements},
                 arrived=len(live.arrived),
                 needed=live.gang.needed,
@@ -143,10 +143,10 @@ class GangCoordinator:
 
     def statuses(
         self, config: FairShareConfig, *, judge: bool = True
-    ) -> list[gangstatus.GroupStatus]:
-        """Every group the tracker knows, with the live plans (``gangstatus``)."""
+    ) -> list[gangs.status.GroupStatus]:
+        """Every group the tracker knows, with the live plans (``gangs.status``)."""
         t = self.tracker
-        return gangstatus.group_statuses(
+        return gangs.status.group_statuses(
             config=config,
             state=t.state,
             pods=t.pods,
@@ -217,7 +217,7 @@ class GangCoordinator:
 
     def group_fits(self, config: FairShareConfig) -> gating.GroupFits | None:
         """How other tenants' waiting groups count at the fair-share gate
-        (``gangwait.RULE``, the simulator's rule): each group whole, sized by its
+        (``gangs.waiting.RULE``, the simulator's rule): each group whole, sized by its
         PodGroup as read last, else its pods' annotation (neither: it counts as nothing,
         as its filter refuses it)."""
         t = self.tracker
@@ -231,8 +231,10 @@ class GangCoordinator:
         def topology(key: gangs.GroupKey, uid: str) -> str | None:
             return self.topology_key(key, t.pods.get(uid) or {})
 
-        lookup = gangwait.lookup_over(t.group_members(), t.pending, t.state.pods, size, topology)
-        return gangwait.group_fits(config, lookup, fair=t.fair_shares(config))
+        lookup = gangs.waiting.lookup_over(
+            t.group_members(), t.pending, t.state.pods, size, topology
+        )
+        return gangs.waiting.group_fits(config, lookup, fair=t.fair_shares(config))
 
     # -- plans -------------------------------------------------------------------------
 
@@ -378,7 +380,7 @@ class GangCoordinator:
                 # those with room now)
                 first = gang.waiting[0].constraints if gang.waiting else None
                 allowed = state.eligible_rows(first) if first is not None else None
-                never = gangstatus.never_whole(state, gang, allowed)
+                never = gangs.status.never_whole(state, gang, allowed)
                 if never:
                     self._tell(
                         key,

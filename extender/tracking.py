@@ -61,7 +61,6 @@ from fairshare import (
     eligibility,
     fairness,
     gangs,
-    gangwait,
     gating,
     reclaim,
     resources,
@@ -1177,7 +1176,7 @@ class ExtenderTracker:
     def group_members(self) -> dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]:
         """Each known pod of a pod group -> (its group, the uids of the group's known
         pods); built again only when a pod joins or leaves a group
-        (``gangwait.lookup_over``)."""
+        (``gangs.waiting.lookup_over``)."""
         held = self._group_members
         if held is not None and held[0] == self._groups_version:
             return held[1]
@@ -1254,14 +1253,14 @@ class ExtenderTracker:
     def _with_verdict(self, uid: str, req: PodRequest) -> PodRequest:
         """``req`` with ``waiting`` and ``unschedulable`` as the pod's verdict says."""
         message = self.verdicts.get(uid, "")
-        if message and not gangwait.is_group_refusal(message):
+        if message and not gangs.waiting.is_group_refusal(message):
             if req.unschedulable == message and not req.waiting:
                 return req
             return dataclasses.replace(req, waiting=False, unschedulable=message)
         if req.unschedulable == message:
             return req
         # no verdict, or the extender's own refusal of the pod's group, which keeps the
-        # member waiting with its group (``gangwait``; the message stays for the views)
+        # member waiting with its group (``gangs.waiting``; the message stays for the views)
         slim = self.pods.get(uid) or {}
         spec = slim.get("spec")
         served = eligibility.served_schedulers(self.config().scheduler_name)

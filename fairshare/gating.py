@@ -142,7 +142,7 @@ memory), allowed GPU models and node constraints. Two pods with one key fit alik
 
 GroupFits = Callable[[ClusterState, PodRequest], bool | None]
 """For a waiting pod: whether its pod group counts as waiting and fitting now (the rule
-of ``fairshare.gangwait``), or None for a pod judged alone (no group, or one that runs)."""
+of ``fairshare.gangs.waiting``), or None for a pod judged alone (no group, or one that runs)."""
 
 
 def shape_key(p: PodRequest) -> ShapeKey:

@@ -117,7 +117,7 @@ def build_status(
     group_fits: gating.GroupFits | None = None,
 ) -> dict[str, Any]:
     """The status report: tenants, cluster GPU figures, nodes' devices, held pods, and
-    the pod groups (``gangs``: ``gangstatus.GroupStatus.as_dict`` rows; the key is left
+    the pod groups (``gangs``: ``gangs.status.GroupStatus.as_dict`` rows; the key is left
     out when there are none).
 
     ``pending`` is the extender's pending queue, ``mix`` its workload mix; ``quota`` the
@@ -125,7 +125,8 @@ def build_status(
     extender's own page). ``scheduling_gated``: uids of pending pods that still have
     ``spec.schedulingGates`` (kube-scheduler does not try them yet; they still count as
     demand and as contenders, as the extender counts them). ``group_fits``: how waiting
-    pod groups count at the gate (``fairshare.gangwait``), as the extender's filter counts them.
+    pod groups count at the gate (``fairshare.gangs.waiting``), as the extender's filter
+    counts them.
     """
     queue = list(pending)
     shares = gating.current_shares(state, config)
@@ -415,7 +416,7 @@ def explain_pod(
     one keeps for another tenant's pod is shown as not fitting, with the hold's reason, as
     the extender's filter answers.
 
-    ``gang``: the pod's group (``gangstatus.GroupStatus.as_dict``) when it is a member of
+    ``gang``: the pod's group (``gangs.status.GroupStatus.as_dict``) when it is a member of
     one: a member waits with its group, so the verdict says why the group waits.
 
     ``req`` is the pod as the extender reads it (None when its resources cannot be

@@ -54,9 +54,23 @@ def _live_state(args: argparse.Namespace) -> Any:
             kubeconfig=args.kubeconfig,
             config_ref=(args.config_namespace, args.config_name),
             timeout=args.request_timeout,
+            extra=(list_podgroups,),
         )
     )
     return (snap, *feed_trackers(snap))
+
+
+async def list_podgroups(api_client: Any, snap: Any) -> None:
+    """The snapshot's PodGroups (``gangs.podgroups.list_podgroups``: listed when some pod
+    is a gang member), under ``gangs.podgroups.KIND``, and the warnings of that list."""
+    from fairshare.gangs import podgroups
+    from fairshare.state import informers
+
+    found, warnings = await podgroups.list_podgroups(
+        informers.custom_object_lister(api_client), snap.objects.get("Pod", [])
+    )
+    snap.objects[podgroups.KIND] = found
+    snap.warnings.extend(warnings)
 
 
 def feed_trackers(snap: Any) -> Any:
@@ -116,18 +130,9 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
 
 def podgroup_sizes(snap: Any) -> dict[Any, int | None]:
     """``min_count`` of the snapshot's PodGroups, by group (None: it has none)."""
-    from fairshare import gangs
-    from fairshare.state.snapshot import PODGROUP
+    from fairshare.gangs import podgroups
 
-    sizes: dict[gangs.GroupKey, int | None] = {}
-    for pg in snap.objects.get(PODGROUP, []):
-        meta = pg.get("metadata") or {}
-        native = str(pg.get("apiVersion", "")).startswith(gangs.NATIVE_GROUP + "/")
-        key = gangs.GroupKey(
-            str(meta.get("namespace") or "default"), str(meta.get("name") or ""), native
-        )
-        sizes[key] = gangs.podgroup_min_count(pg)
-    return sizes
+    return podgroups.min_counts(snap.objects.get(podgroups.KIND, []))
 
 
 def gang_book(snap: Any, usage: Any) -> Any:
@@ -153,12 +158,12 @@ def quota_view(snap: Any, usage: Any) -> Any:
 
 
 def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
-    """``gangstatus.group_statuses`` of the snapshot's pod groups (sized by their listed
+    """``gangs.status.group_statuses`` of the snapshot's pod groups (sized by their listed
     PodGroups, else their annotation), as the extender's next member filter would judge
     them (the CLI has no live plan: those are on the extender's status page)."""
-    from fairshare import gangstatus
+    from fairshare import gangs
 
-    return gangstatus.group_statuses(
+    return gangs.status.group_statuses(
         config=config,
         state=tracker.state,
         pods=tracker.pods,
@@ -168,11 +173,11 @@ def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
 
 
 def group_fits(snap: Any, tracker: Any, config: Any) -> Any:
-    """How waiting pod groups count at the gate (``gangwait.groups_for``), as the
+    """How waiting pod groups count at the gate (``gangs.waiting.groups_for``), as the
     extender's filter counts them."""
-    from fairshare import gangwait
+    from fairshare import gangs
 
-    return gangwait.groups_for(
+    return gangs.waiting.groups_for(
         config,
         tracker.state,
         tracker.pods,

@@ -6,7 +6,7 @@ runs ``duration`` seconds. The policies:
 
 * ``ours``: what the extender does with a pod group (``fairshare.gangs``): the whole
   group judged by the fair-share gate (``gangs.gang_gate``), other tenants' waiting
-  groups counted there whole by the extender's rule (``fairshare.gangwait``; another
+  groups counted there whole by the extender's rule (``fairshare.gangs.waiting``; another
   with ``Replay(group_rule=...)``), and planned all or nothing (``gangs.plan_gang``), the
   same functions the extender calls, then every member bound to its planned node. Jobs
   are tried in arrival order, as kube-scheduler's queue offers them.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import fairness, gangs, gangwait, gating
+from fairshare import fairness, gangs, gating
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.simulator.engine import Outcome, Simulation, requests_pod
@@ -115,8 +115,8 @@ class GangSimulation(Simulation):
         default_factory=dict, init=False
     )
     _seq: int = field(default=0, init=False)
-    group_rule: gangwait.Rule = "pod"
-    """How a waiting group counts at the gate (``gangwait``): the policy ``ours`` sets it."""
+    group_rule: gangs.waiting.Rule = "pod"
+    """How a waiting group counts at the gate (``gangs.waiting``): the policy ``ours`` sets it."""
     members: dict[str, tuple[gangs.GroupKey, tuple[str, ...]]] = field(
         default_factory=dict, init=False
     )
@@ -130,16 +130,16 @@ class GangSimulation(Simulation):
         return (req.tenant, req.shape, req.waiting, len(held[1]) if held else 0)
 
     def group_fits(self) -> gating.GroupFits | None:
-        """The gate's ``groups`` argument for the current state (``gangwait``)."""
+        """The gate's ``groups`` argument for the current state (``gangs.waiting``)."""
         if self.group_rule == "pod":
             return None
-        lookup = gangwait.lookup_over(
+        lookup = gangs.waiting.lookup_over(
             self.members,
             self.pending,
             self.state.pods,
             lambda key, uid: self.min_counts.get(key, len(self.members[uid][1])),
         )
-        return gangwait.group_fits(
+        return gangs.waiting.group_fits(
             self.config, lookup, fair=self.fair_shares(), rule=self.group_rule
         )
 
@@ -227,13 +227,13 @@ class Replay:
         policy: GangPolicy,
         *,
         progress: Callable[[float, int, int], None] | None = None,
-        group_rule: gangwait.Rule = gangwait.RULE,
+        group_rule: gangs.waiting.Rule = gangs.waiting.RULE,
     ) -> None:
         if policy not in GANG_POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
-        if group_rule not in gangwait.RULES:
+        if group_rule not in gangs.waiting.RULES:
             raise ValueError(
-                f"unknown group rule {group_rule!r}; choose from {', '.join(gangwait.RULES)}"
+                f"unknown group rule {group_rule!r}; choose from {', '.join(gangs.waiting.RULES)}"
             )
         self.policy: GangPolicy = policy
         self.sim = GangSimulation(config, policy="ours")

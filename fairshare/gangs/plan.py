@@ -40,45 +40,7 @@ from typing import Any, Final
 
 from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
-from fairshare.gangkeys import (  # re-exported: gangs.<name> stays valid
-    ANN_MIN_MEMBERS as ANN_MIN_MEMBERS,
-)
-from fairshare.gangkeys import (
-    ANN_TOPOLOGY_KEY as ANN_TOPOLOGY_KEY,
-)
-from fairshare.gangkeys import (
-    NATIVE_GROUP as NATIVE_GROUP,
-)
-from fairshare.gangkeys import (
-    NATIVE_VERSION as NATIVE_VERSION,
-)
-from fairshare.gangkeys import (
-    POD_GROUP_LABEL as POD_GROUP_LABEL,
-)
-from fairshare.gangkeys import (
-    PODGROUP_GROUP as PODGROUP_GROUP,
-)
-from fairshare.gangkeys import (
-    PODGROUP_PLURAL as PODGROUP_PLURAL,
-)
-from fairshare.gangkeys import (
-    PODGROUP_VERSION as PODGROUP_VERSION,
-)
-from fairshare.gangkeys import (
-    GroupKey as GroupKey,
-)
-from fairshare.gangkeys import (
-    _meta as _meta,
-)
-from fairshare.gangkeys import (
-    _positive as _positive,
-)
-from fairshare.gangkeys import (
-    annotated_min_count as annotated_min_count,
-)
-from fairshare.gangkeys import (
-    group_of as group_of,
-)
+from fairshare.gangs.identity import ANN_TOPOLOGY_KEY, GroupKey, _meta, _positive, group_of
 from fairshare.placement import (
     PodRequest,
     choose_devices,
@@ -494,7 +456,7 @@ def gang_gate(
 ) -> fairness.GateDecision | None:
     """The fair-share gate for the whole group: ``gating.check_fair_gate`` with one
     request of the waiting members' summed demand (the members themselves left out of
-    ``pending``; ``groups``: how other tenants' waiting groups count, ``gangwait``).
+    ``pending``; ``groups``: how other tenants' waiting groups count, ``gangs.waiting``).
     A group is indivisible, so a tenant still below its fair share before the group
     may start it even when the whole group takes it past that share (two
     tenants whose groups each exceed their share would otherwise hold each other back
