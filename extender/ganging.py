@@ -52,6 +52,7 @@ from extender import verbs, wire
 from extender.tracking import ExtenderTracker
 from fairshare import gangs, gating
 from fairshare.config.schema import FairShareConfig
+from fairshare.gangs.podgroups import FetchPodGroup, PodGroupReader
 from fairshare.state import objects
 
 log = logging.getLogger("fairshare.extender.gangs")
@@ -63,8 +64,6 @@ PLAN_MAX = 60.0
 """Seconds an incomplete plan lives at most, however often it is touched."""
 BIND_WAIT = 4.0
 """Seconds a member's bind is held for the rest of its group (``httpTimeout`` is 5 s)."""
-PODGROUP_TTL = 5.0
-"""Seconds a read PodGroup (or its absence) is reused."""
 TELL_EVERY = 300.0
 """Seconds before the same reason is told again on a group's pods (an Event each time)."""
 
@@ -74,8 +73,6 @@ OnWait = Callable[[gangs.GroupKey, Sequence[Member], str], None]
 """Told that a group waits for something its owner can change: the members not bound
 yet and the text (``events.gang_recorder`` writes it as an Event on each)."""
 
-FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
-"""Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
 BindNow = Callable[[wire.ExtenderBindingArgs, Callable[[], None]], Awaitable[dict[str, Any]]]
 """The extender's own bind of one pod (``ExtenderBindingResult`` JSON), with a callable
 run under the bind lock just before the bind is decided (it releases the reservation)."""
@@ -112,9 +109,7 @@ class GangCoordinator:
     clock: Callable[[], float] = time.monotonic
     plans: dict[gangs.GroupKey, LivePlan] = field(default_factory=dict)
     member_of: dict[str, gangs.GroupKey] = field(default_factory=dict)
-    _podgroups: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
-        default_factory=dict
-    )
+    _podgroups: PodGroupReader = field(default_factory=PodGroupReader)
     on_wait: OnWait | None = None
     _told: dict[gangs.GroupKey, tuple[str, float]] = field(default_factory=dict)
 
@@ -122,11 +117,7 @@ class GangCoordinator:
 
     def sizes(self) -> dict[gangs.GroupKey, int | None]:
         """``spec.minMember`` of every PodGroup read lately (None: it has none)."""
-        return {
-            key: gangs.podgroup_min_count(obj)
-            for key, (_, obj) in self._podgroups.items()
-            if obj is not None
-        }
+        return self._podgroups.min_counts()
 
     def plan_views(self) -> dict[gangs.GroupKey, gangs.status.LivePlanView]:
         """The live plans as ``gangs.status`` reads them."""
@@ -182,16 +173,10 @@ class GangCoordinator:
     async def min_count(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> int | str:
         """The group's ``min_count``, or why it cannot be known."""
         if self.fetch is not None:
-            now = self.clock()
-            held = self._podgroups.get(key)
-            if held is not None and now - held[0] < PODGROUP_TTL:
-                obj = held[1]
-            else:
-                try:
-                    obj = await self.fetch(key)
-                except Exception as exc:
-                    return f"gang {key}: its PodGroup cannot be read: {exc}"
-                self._podgroups[key] = (now, obj)
+            try:
+                obj = await self._podgroups.read(key, self.fetch, now=self.clock())
+            except Exception as exc:
+                return f"gang {key}: its PodGroup cannot be read: {exc}"
             if obj is not None:
                 n = gangs.podgroup_min_count(obj)
                 if n is None:
@@ -212,8 +197,7 @@ class GangCoordinator:
     def topology_key(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> str | None:
         """The group's topology key (``gangs.topology_key``): its native PodGroup's
         constraint, as ``min_count`` read it last, else the pod's annotation."""
-        held = self._podgroups.get(key)
-        return gangs.topology_key(held[1] if held is not None else None, pod)
+        return gangs.topology_key(self._podgroups.last(key), pod)
 
     def group_fits(self, config: FairShareConfig) -> gating.GroupFits | None:
         """How other tenants' waiting groups count at the fair-share gate

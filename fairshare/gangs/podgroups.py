@@ -1,9 +1,11 @@
-"""The PodGroup objects that size pod groups, as read from the API: the whole list for a
-snapshot of the cluster (``list_podgroups``) and each object's group and ``min_count``.
+"""The PodGroup objects that size pod groups, as read from the API: one group's object
+for the webhook and the extender (``PodGroupReader``, each read reused a few seconds),
+the whole list for a snapshot of the cluster (``list_podgroups``), and each object's
+group and ``min_count``.
 
 The API calls themselves are made by functions the caller passes in (built by the
-adapters in ``fairshare.state.informers``), so this module only decides what is read and
-what a failed read means.
+adapters in ``fairshare.state.informers``), so this module only decides what is read,
+when a read is reused, and what a failed read means.
 """
 
 from __future__ import annotations
@@ -19,10 +21,56 @@ KIND: Final = "PodGroup"
 (``scheduling.x-k8s.io/v1alpha1``) and native (``scheduling.k8s.io/v1alpha2``), told
 apart by their ``apiVersion``."""
 
+FetchPodGroup = Callable[[GroupKey], Awaitable[Mapping[str, Any] | None]]
+"""Read one group's PodGroup (``GroupKey.api`` names its API; None: not found); raises
+when it cannot be read."""
+
+TTL: Final = 5.0
+"""Seconds a read PodGroup (or its absence) is reused."""
+
 ListObjects = Callable[[str, str, str], Awaitable[Mapping[str, Any]]]
 """List every object of (group, version, plural) in the cluster: the list's JSON. Raises
 when the list fails, with the HTTP status as the exception's ``status`` (404: no such
 API in the cluster)."""
+
+
+class PodGroupReader:
+    """Each group's PodGroup as read last through a fetch function, reused for ``ttl``
+    seconds (an object that was not found too: None). A read that fails keeps nothing,
+    so the next one asks again. ``max_entries``: past that many groups, the answers
+    older than ``ttl`` are forgotten at the next read (None: all are kept, for
+    ``last`` and ``min_counts``)."""
+
+    def __init__(self, *, ttl: float = TTL, max_entries: int | None = None) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._held: dict[GroupKey, tuple[float, Mapping[str, Any] | None]] = {}
+
+    async def read(
+        self, key: GroupKey, fetch: FetchPodGroup, *, now: float
+    ) -> Mapping[str, Any] | None:
+        """``key``'s PodGroup (None: there is none): the answer read at most ``ttl``
+        seconds before ``now``, else ``fetch(key)``, whose exception is raised."""
+        held = self._held.get(key)
+        if held is not None and now - held[0] < self.ttl:
+            return held[1]
+        obj = await fetch(key)
+        self._held[key] = (now, obj)
+        if self.max_entries is not None and len(self._held) > self.max_entries:
+            for old in [k for k, (t, _) in self._held.items() if now - t >= self.ttl]:
+                del self._held[old]
+        return obj
+
+    def last(self, key: GroupKey) -> Mapping[str, Any] | None:
+        """``key``'s PodGroup as read last, however long ago (None: none or never read)."""
+        held = self._held.get(key)
+        return held[1] if held is not None else None
+
+    def min_counts(self) -> dict[GroupKey, int | None]:
+        """``min_count`` of every PodGroup read and found (None: it has none)."""
+        return {
+            key: podgroup_min_count(obj) for key, (_, obj) in self._held.items() if obj is not None
+        }
 
 
 def _status_of(exc: BaseException) -> int | None:

@@ -81,3 +81,91 @@ async def test_the_cli_adds_the_list_to_its_snapshot(monkeypatch: Any) -> None:
     assert [pg["metadata"]["name"] for pg in snap.objects[podgroups.KIND]] == ["job"]
     assert snap.warnings[0] == "first" and "(500)" in snap.warnings[1]
     assert live.podgroup_sizes(snap) == {gangs.GroupKey("ml", "job"): 3}
+
+
+# --- one group's PodGroup, read by the webhook and the extender --------------------------
+
+KEY = gangs.GroupKey("ml", "job")
+
+
+def fetcher(answers: dict[gangs.GroupKey, Any], calls: list[gangs.GroupKey]) -> Any:
+    async def fetch(key: gangs.GroupKey) -> Any:
+        calls.append(key)
+        got = answers.get(key)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return fetch
+
+
+async def test_a_read_is_reused_for_the_ttl_absence_included() -> None:
+    calls: list[gangs.GroupKey] = []
+    answers: dict[gangs.GroupKey, Any] = {KEY: COSCHED}
+    fetch = fetcher(answers, calls)
+    reader = podgroups.PodGroupReader()
+    assert await reader.read(KEY, fetch, now=100.0) is COSCHED
+    answers[KEY] = None
+    assert await reader.read(KEY, fetch, now=100.0 + podgroups.TTL - 0.1) is COSCHED
+    assert calls == [KEY]
+    assert await reader.read(KEY, fetch, now=100.0 + podgroups.TTL) is None
+    assert await reader.read(KEY, fetch, now=101.0 + podgroups.TTL) is None
+    assert calls == [KEY, KEY]
+
+
+async def test_a_failed_read_keeps_nothing_and_the_last_answer_stays_known() -> None:
+    calls: list[gangs.GroupKey] = []
+    answers: dict[gangs.GroupKey, Any] = {KEY: COSCHED}
+    fetch = fetcher(answers, calls)
+    reader = podgroups.PodGroupReader()
+    await reader.read(KEY, fetch, now=0.0)
+    answers[KEY] = Failed(403)
+    try:
+        await reader.read(KEY, fetch, now=60.0)
+    except Failed:
+        pass
+    else:
+        raise AssertionError("the fetch's exception is raised")
+    assert reader.last(KEY) is COSCHED and reader.min_counts() == {KEY: 3}
+    assert reader.last(gangs.GroupKey("ml", "other")) is None
+
+
+async def test_past_max_entries_the_stale_reads_are_forgotten() -> None:
+    keys = [gangs.GroupKey("ml", f"g{i}") for i in range(3)]
+    fetch = fetcher({k: COSCHED for k in keys}, [])
+    reader = podgroups.PodGroupReader(max_entries=2)
+    await reader.read(keys[0], fetch, now=0.0)
+    await reader.read(keys[1], fetch, now=10.0)
+    await reader.read(keys[2], fetch, now=10.0 + podgroups.TTL - 1)
+    assert set(reader.min_counts()) == {keys[1], keys[2]}
+    unbounded = podgroups.PodGroupReader()
+    for i, k in enumerate(keys):
+        await unbounded.read(k, fetch, now=100.0 * i)
+    assert set(unbounded.min_counts()) == set(keys)
+
+
+async def test_the_extender_sizes_a_group_by_its_podgroup_read_once() -> None:
+    from extender.ganging import GangCoordinator
+    from extender.tracking import ExtenderTracker
+
+    native = gangs.GroupKey("ml", "n", native=True)
+    topo = {
+        **NATIVE,
+        "spec": {**NATIVE["spec"], "schedulingConstraints": {"topology": [{"key": "rack"}]}},
+    }
+    calls: list[gangs.GroupKey] = []
+    answers: dict[gangs.GroupKey, Any] = {KEY: {"spec": {}}, native: topo}
+    coord = GangCoordinator(ExtenderTracker(lambda: CONFIG), fetch=fetcher(answers, calls))
+    coord.clock = lambda: 50.0
+    assert await coord.min_count(native, MEMBER) == 2
+    assert await coord.min_count(native, MEMBER) == 2
+    assert coord.topology_key(native, MEMBER) == "rack"
+    assert (
+        await coord.min_count(KEY, MEMBER)
+        == "gang ml/job: its PodGroup has no positive spec.minMember"
+    )
+    assert calls == [native, KEY]
+    assert coord.sizes() == {native: 2, KEY: None}
+    answers[gangs.GroupKey("ml", "x")] = Failed(403)
+    got = await coord.min_count(gangs.GroupKey("ml", "x"), MEMBER)
+    assert got == "gang ml/x: its PodGroup cannot be read: HTTP 403"
