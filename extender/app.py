@@ -503,13 +503,13 @@ def lead(
 
 def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     """Per-tenant shares, gated pods, cluster figures and chargeback (called periodically)."""
-    from fairshare import gating
+    from fairshare import cluster_shares
     from fairshare.placement import cluster_fragmentation
 
     state, config = deps.tracker.state, deps.config()
-    shares = gating.current_shares(state, config)
-    fair = gating.fair_shares_for(
-        state, config, gating.demand_rows(state, deps.tracker.pending_queue())
+    shares = cluster_shares.current_shares(state, config)
+    fair = cluster_shares.fair_shares_for(
+        state, config, cluster_shares.demand_rows(state, deps.tracker.pending_queue())
     )
     gated = deps.tracker.gated_by_tenant()
     # An inner tenant of a tree shows what its whole subtree holds. Chargeback accrues
@@ -521,7 +521,7 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
         own = state.usage_of(tenant)
         billed[tenant] = {k: float(v) for k, v in state.index.amounts(own).items()}
         if config.children(tenant):
-            subtree = gating.subtree_usage(state, config, tenant)
+            subtree = cluster_shares.subtree_usage(state, config, tenant)
             usage[tenant] = {k: float(v) for k, v in state.index.amounts(subtree).items()}
         else:
             usage[tenant] = billed[tenant]

@@ -50,9 +50,10 @@ from typing import Any
 
 from extender import verbs, wire
 from extender.tracking import ExtenderTracker
-from fairshare import gangs, gating
+from fairshare import gangs
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.podgroups import FetchPodGroup, PodGroupReader
+from fairshare.gate import GroupFits
 from fairshare.state import objects
 
 log = logging.getLogger("fairshare.extender.gangs")
@@ -199,7 +200,7 @@ class GangCoordinator:
         constraint, as ``min_count`` read it last, else the pod's annotation."""
         return gangs.topology_key(self._podgroups.last(key), pod)
 
-    def group_fits(self, config: FairShareConfig) -> gating.GroupFits | None:
+    def group_fits(self, config: FairShareConfig) -> GroupFits | None:
         """How other tenants' waiting groups count at the fair-share gate
         (``gangs.waiting.RULE``, the simulator's rule): each group whole, sized by its
         PodGroup as read last, else its pods' annotation (neither: it counts as nothing,

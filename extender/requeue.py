@@ -50,8 +50,9 @@ from typing import Any, Final
 
 import serving
 from extender.tracking import ExtenderTracker
-from fairshare import fairness, gating, reclaim
+from fairshare import reclaim
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, check_fair_gate, shape_key
 from fairshare.placement import PodRequest
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 
@@ -71,7 +72,7 @@ Ring = Callable[[dict[str, Any]], Awaitable[None]]
 def lifted(
     tracker: ExtenderTracker,
     config: FairShareConfig,
-    groups: gating.GroupFits | None = None,
+    groups: GroupFits | None = None,
 ) -> list[PodRequest]:
     """The pending pods the gate refused at their last filter and would let through now,
     not yet nudged since (oldest uid order is not meaningful: the order of ``gated``
@@ -81,15 +82,15 @@ def lifted(
     queue = tracker.pending_queue()
     fair = tracker.fair_shares(config)
     held = reclaim.gate_held(tracker.room_holds())
-    judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
+    judged: dict[tuple[Any, ...], GateDecision | None] = {}
     out = []
     for uid in sorted(tracker.gated - tracker.requeued):
         req = tracker.pending.get(uid)
         if req is None or uid in state.pods:
             continue
-        key = (req.tenant, gating.shape_key(req))
+        key = (req.tenant, shape_key(req))
         if key not in judged:
-            judged[key] = gating.check_fair_gate(
+            judged[key] = check_fair_gate(
                 state, config=config, req=req, pending=queue, fair=fair, groups=groups, held=held
             )
         gate = judged[key]
@@ -129,7 +130,7 @@ class Requeuer:
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         on_nudge: Callable[[int], None] | None = None,
-        groups: Callable[[FairShareConfig], gating.GroupFits | None] | None = None,
+        groups: Callable[[FairShareConfig], GroupFits | None] | None = None,
         ring: Ring | None = None,
     ) -> None:
         self.tracker, self.config, self.patch = tracker, config, patch

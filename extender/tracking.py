@@ -57,16 +57,17 @@ from typing import Any, Final
 
 from extender import handoff, verbs
 from fairshare import (
+    cluster_shares,
     dra,
     eligibility,
     fairness,
     gangs,
-    gating,
     reclaim,
     resources,
     tenancy,
 )
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits
 from fairshare.placement import (
     ClassKey,
     PodRequest,
@@ -311,7 +312,7 @@ class ExtenderTracker:
         default_factory=OrderedDict, init=False, repr=False
     )
     """The pods of the last scheduler calls by (uid, resourceVersion), parsed (``request``)."""
-    group_fits: Callable[[FairShareConfig], gating.GroupFits | None] | None = None
+    group_fits: Callable[[FairShareConfig], GroupFits | None] | None = None
     """How other tenants' waiting pod groups count at the gate (the gang coordinator's
     ``group_fits``; None: every pod is judged alone), for ``view``."""
     _pending_edits: int = field(default=0, init=False, repr=False)
@@ -328,7 +329,7 @@ class ExtenderTracker:
         """The config's declared ``capacity`` stands in for resources no node reports
         (``storage``: bound PVCs count in usage, so shares need its capacity)."""
         declared = config.capacity_amounts() or {}
-        self._state.declare_capacity(gating.kernel_amounts(self._state, declared))
+        self._state.declare_capacity(cluster_shares.kernel_amounts(self._state, declared))
 
     @property
     def state(self) -> ClusterState:
@@ -1075,7 +1076,7 @@ class ExtenderTracker:
         key = (state.version, tuple(self.pending), self._demand_version, id(config))
         if self._fair is not None and self._fair[0] == key:
             return self._fair[1]
-        rows = gating.demand_rows(state, self.pending.values())
+        rows = cluster_shares.demand_rows(state, self.pending.values())
         nodes, index = state._nodes_version, state.index
         held = self._fair_inputs
         if (
@@ -1087,7 +1088,7 @@ class ExtenderTracker:
         ):
             fair = held[4]
         else:
-            fair = gating.fair_shares_for(state, config, rows)
+            fair = cluster_shares.fair_shares_for(state, config, rows)
             self._fair_inputs = (nodes, index, config, rows, fair)
         self._fair = (key, fair)
         return fair
@@ -1282,7 +1283,7 @@ class ExtenderTracker:
             self._answers.pop(uid, None)
         self._set_verdict(uid, None)
 
-    def note_filter(self, req: PodRequest, gate: fairness.GateDecision | None) -> None:
+    def note_filter(self, req: PodRequest, gate: GateDecision | None) -> None:
         """Remember whether the fair-share gate refused ``req`` at this filter."""
         self.requeued.discard(req.uid)
         if gate is not None and not gate.allowed and req.uid in self.pending:

@@ -33,8 +33,9 @@ from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from extender import filtering, preemption, wire
-from fairshare import fairness, gangs, gating, reclaim, resources, tenancy
+from fairshare import cluster_shares, fairness, gangs, reclaim, resources, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, check_fair_gate
 from fairshare.placement import (
     PodRequest,
     ScoreContext,
@@ -139,7 +140,7 @@ class ExtenderView(NamedTuple):
     fair: Callable[[], Mapping[str, fairness.FairShare] | None] = _nothing
     mix: Callable[[], WorkloadMix | None] = _nothing
     context: Callable[[], ScoreContext | None] = _nothing
-    groups: Callable[[], gating.GroupFits | None] = _nothing
+    groups: Callable[[], GroupFits | None] = _nothing
     holds: Callable[[], Sequence[reclaim.RoomHold]] = _no_holds
     """The reclaim holds in force when asked (the tracker leaves lapsed ones out)."""
 
@@ -155,7 +156,7 @@ class ExtenderView(NamedTuple):
         fair: Mapping[str, fairness.FairShare] | None = None,
         mix: WorkloadMix | None = None,
         context: ScoreContext | None = None,
-        groups: gating.GroupFits | None = None,
+        groups: GroupFits | None = None,
         holds: Sequence[reclaim.RoomHold] = (),
     ) -> ExtenderView:
         """A view of fixed parts (a state file, a test): ``pending`` as a queue (the first
@@ -200,7 +201,7 @@ class FilterAnswer:
 
     result: wire.ExtenderFilterResult
     req: PodRequest | None = None
-    gate: fairness.GateDecision | None = None
+    gate: GateDecision | None = None
 
 
 def filter_answer(
@@ -377,7 +378,7 @@ def _levels(
     """Usage per guaranteed tenant (its subtree's in a tree) and each tenant's ancestors."""
     if not config.is_hierarchical():
         return {t: state.usage_of(t) for t in guaranteed}, None
-    usage = {t: gating.subtree_usage(state, config, t) for t in guaranteed}
+    usage = {t: cluster_shares.subtree_usage(state, config, t) for t in guaranteed}
     ancestors = {t.name: tuple(a.name for a in config.ancestors(t.name)) for t in config.tenants}
     return usage, ancestors
 
@@ -626,8 +627,8 @@ def _fair_rule(
     policy = config.preemption
     if fair is None:
         queue = [p for p in pending if p.uid != pre.uid] + [pre]
-        rows = gating.demand_rows(state, queue)
-        fair = gating.fair_shares_for(state, config, rows)
+        rows = cluster_shares.demand_rows(state, queue)
+        fair = cluster_shares.fair_shares_for(state, config, rows)
     weights = tenancy.tenant_weights(config)
     capacity = state.total_capacity()
     res_weights = config.resource_weights()
@@ -649,13 +650,17 @@ def _fair_rule(
     for tenant in sorted(names):
         out = []
         for level in chain(tenant):
-            used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+            used = (
+                cluster_shares.subtree_usage(state, config, level)
+                if tree
+                else state.usage_of(level)
+            )
             share = fair[level].share if level in fair else 0.0
             out.append(preemption.Level(level, tuple(used), share, share_of(level, used)))
         levels[tenant] = tuple(out)
     over = False
     for level in chain(pre.tenant):
-        used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+        used = cluster_shares.subtree_usage(state, config, level) if tree else state.usage_of(level)
         after = [u + (pre.row[k] if k < len(pre.row) else 0.0) for k, u in enumerate(used)]
         floor = fair[level].share if level in fair else 0.0
         if share_of(level, after) > floor * (1 + fairness.EPS) + fairness.EPS:
@@ -875,7 +880,7 @@ class BindDecision(NamedTuple):
     error: str = ""
     plan: BindPlan | None = None
     req: PodRequest | None = None
-    gate: fairness.GateDecision | None = None
+    gate: GateDecision | None = None
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON for an answer given at once."""
@@ -909,7 +914,7 @@ def bind_decision(
     if req is not None and judge_gate:
         # ``req`` is in the queue, so the view's fair allocation (over bound + pending)
         # is the one the gate needs.
-        gate = gating.check_fair_gate(
+        gate = check_fair_gate(
             view.state,
             config=config,
             req=req,

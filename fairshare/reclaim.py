@@ -15,7 +15,7 @@ extender) is a **beneficiary** when
 * ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
   failures that are not ``unresolvable``);
 * ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
-  filling over bound + pending demand, ``gating.fair_shares_for``): reclaim never gives
+  filling over bound + pending demand, ``cluster_shares.fair_shares_for``): reclaim never gives
   a tenant more than its fair share.
 
 Victims are bound pods of other tenants, taken only while their tenant (and, in a tree,
@@ -73,8 +73,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from fairshare import fairness, gating, tenancy
+from fairshare import cluster_shares, fairness, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import HeldOff, check_fair_gate, gate_floor, goes_first
 from fairshare.placement import PodRequest, choose_devices, filter_nodes
 from fairshare.state.cluster import BoundPod, ClusterState
 
@@ -394,7 +395,8 @@ def plan_reclaim(
         return ReclaimPlan()
     ages = created or {}
     guaranteed = {
-        t.name: gating.kernel_amounts(state, t.guaranteed_amounts()) for t in config.all_tenants()
+        t.name: cluster_shares.kernel_amounts(state, t.guaranteed_amounts())
+        for t in config.all_tenants()
     }
     by_node: dict[str, list[BoundPod]] = {}
     for bound in state.pods.values():
@@ -425,8 +427,8 @@ def plan_reclaim(
     )
     if not candidates and not toward_fair:
         return ReclaimPlan(deficits=deficits)
-    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, pending))
-    shares = gating.current_shares(state, config)
+    fair = cluster_shares.fair_shares_for(state, config, cluster_shares.demand_rows(state, pending))
+    shares = cluster_shares.current_shares(state, config)
     over = {u: s - (fair[u].share if u in fair else 0.0) for u, s in shares.items()}
     evictions: list[Eviction] = []
     waiting: list[Waiting] = []
@@ -503,19 +505,19 @@ def _behind_in_band(
 ) -> bool:
     """Whether a tenant that goes before ``tenant`` in the gate's band order (a smaller
     fraction of its own fair share, or an equal one and a smaller name:
-    ``fairness.goes_first``) has a pod waiting, fitting now or not. The gate counts only
+    ``gate.goes_first``) has a pod waiting, fitting now or not. The gate counts only
     pods that fit now; room that evictions free can make such a pod fit, and the gate
     would then hold ``tenant``'s pod for it. So reclaim does not evict for ``tenant``
     while one waits (it may evict for that tenant instead). The order is strict, so of
     tenants tied (all at zero, say) one is served."""
-    fractions = gating.fair_fractions(gating.current_shares(state, config), fair)
+    fractions = cluster_shares.fair_fractions(cluster_shares.current_shares(state, config), fair)
     mine = fractions.get(tenant, math.inf)
     waiting = {
         p.tenant
         for p in pending
         if p.waiting and p.tenant is not None and p.tenant != tenant and p.uid not in state.pods
     }
-    return any(fairness.goes_first(u, fractions.get(u, math.inf), tenant, mine) for u in waiting)
+    return any(goes_first(u, fractions.get(u, math.inf), tenant, mine) for u in waiting)
 
 
 def _toward_fair_share(
@@ -578,8 +580,8 @@ def _toward_fair_share(
         mine = fair[t].share if t in fair else 0.0
         if share_of(t, after) > mine * (1 + fairness.EPS) + fairness.EPS:
             continue
-        if share_of(t, after) > fairness.gate_floor(mine, config.yield_band):
-            gate = gating.check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+        if share_of(t, after) > gate_floor(mine, config.yield_band):
+            gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
             if gate is not None and not gate.allowed:
                 continue  # in the yield band, it waits for a tenant further behind
             if _behind_in_band(state, config, t, pending, fair):
@@ -1000,8 +1002,8 @@ def hold_until(annotations: Mapping[str, object] | None) -> float | None:
     return _unix_seconds(annotations, ANN_HELD_UNTIL)
 
 
-def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:
-    """The holds in force as the gate takes them (``gating.HeldOff``; None: no hold)."""
+def gate_held(holds: Sequence[RoomHold]) -> HeldOff | None:
+    """The holds in force as the gate takes them (``gate.HeldOff``; None: no hold)."""
     if not holds:
         return None
     return lambda state, req, rows: held_off(state, holds, req, rows)

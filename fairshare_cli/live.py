@@ -104,9 +104,9 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     snap, tracker, usage = _live_state(args)
     config, assessed = snap.config, None
     if snap.config.usage_history is not None and snap.usage_history is not None:
-        from fairshare import gating, history
+        from fairshare import cluster_shares, history
 
-        demand = gating.demand_rows(tracker.state, tracker.pending_queue())
+        demand = cluster_shares.demand_rows(tracker.state, tracker.pending_queue())
         config, assessed = history.judge_recorded(
             snap.config, snap.usage_history, now=time.time(), demand=demand
         )

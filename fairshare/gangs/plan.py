@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fairshare import fairness, gating
+from fairshare import cluster_shares, fairness, gate
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import ANN_TOPOLOGY_KEY, GroupKey, _meta, _positive, group_of
 from fairshare.placement import (
@@ -135,7 +135,7 @@ class Gang:
         """``ns/name (3 × nvidia.com/gpu 2)``: the group and its members' shape."""
         shapes: dict[str, int] = {}
         for p in self.waiting:
-            text = gating.describe_request(p)
+            text = gate.describe_request(p)
             shape = text[text.find("(") + 1 : -1] if "(" in text else text
             shapes[shape] = shapes.get(shape, 0) + 1
         parts = ", ".join(f"{k} × {s}" for s, k in shapes.items()) or "no waiting members"
@@ -452,9 +452,9 @@ def gang_gate(
     *,
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
-) -> fairness.GateDecision | None:
-    """The fair-share gate for the whole group: ``gating.check_fair_gate`` with one
+    groups: gate.GroupFits | None = None,
+) -> gate.GateDecision | None:
+    """The fair-share gate for the whole group: ``gate.check_fair_gate`` with one
     request of the waiting members' summed demand (the members themselves left out of
     ``pending``; ``groups``: how other tenants' waiting groups count, ``gangs.waiting``).
     A group is indivisible, so a tenant still below its fair share before the group
@@ -469,12 +469,12 @@ def gang_gate(
     )
     members = {p.uid for p in gang.waiting}
     queue = [p for p in pending if p.uid not in members]
-    decision = gating.check_fair_gate(
+    decision = gate.check_fair_gate(
         state, config=config, req=whole, pending=queue, fair=fair, groups=groups
     )
     if decision is None or decision.allowed:
         return decision
-    share_now = gating.current_shares(state, config).get(gang.tenant, 0.0)
+    share_now = cluster_shares.current_shares(state, config).get(gang.tenant, 0.0)
     fair_share = fair[gang.tenant].share if fair and gang.tenant in fair else 0.0
     if share_now + fairness.EPS < fair_share:
         return None

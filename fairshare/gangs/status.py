@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from fairshare import fairness, gating
+from fairshare import cluster_shares, fairness, gate
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import (
     ANN_MIN_MEMBERS,
@@ -183,7 +183,9 @@ def group_statuses(
     live = plans or {}
     queue = list(pending.values())
     if judge and fair is None:
-        fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+        fair = cluster_shares.fair_shares_for(
+            state, config, cluster_shares.demand_rows(state, queue)
+        )
     # other tenants' waiting groups count at the gate as the extender counts them
     groups = groups_for(config, state, pods, pending, fair=fair, sizes=sizes) if judge else None
     out = []
@@ -221,7 +223,7 @@ def _one(
     plan: LivePlanView | None,
     judge: bool,
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
+    groups: gate.GroupFits | None = None,
 ) -> GroupStatus:
     bound = [u for u in uids if u in state.pods]
     waiting = tuple(sorted(u for u in uids if u not in state.pods))
@@ -364,7 +366,7 @@ def never_whole(state: ClusterState, gang: Gang, rows: Sequence[int] | None) -> 
     member that fits no node even empty, or a group asking more of a resource than the
     nodes its members may use have in all."""
     for req in gang.waiting:
-        if not gating.pod_fits_drained(state, req):
+        if not gate.pod_fits_drained(state, req):
             return f"{req.namespace}/{req.name} fits no node even empty: it can never run"
     n_res = state.n_res
     chosen = range(len(state.nodes)) if rows is None else rows

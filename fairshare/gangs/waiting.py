@@ -1,7 +1,7 @@
 """Pod groups as waiting work at the fair-share gate: one rule for extender and simulator.
 
 The gate lets a tenant go past its fair share only while no tenant below it has work
-waiting that could run now (``gating.fitting_pending``, work conservation). Judged pod by
+waiting that could run now (``gate.fitting_pending``, work conservation). Judged pod by
 pod, one member of a group that cannot start whole holds every tenant above it back, and
 the room that frees waits for that group; if kube-scheduler's record of the group's
 refusal is read as its own verdict, the same group holds nobody. Here a group counts
@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from fairshare import eligibility, fairness, gating
+from fairshare import cluster_shares, eligibility, fairness, gate
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import GroupKey, annotated_min_count, group_of
 from fairshare.gangs.plan import Gang, Refusal, gang_from, plan_gang, topology_key
@@ -69,8 +69,8 @@ def group_fits(
     *,
     fair: Mapping[str, fairness.FairShare] | None,
     rule: Rule = RULE,
-) -> gating.GroupFits | None:
-    """The ``groups`` argument of ``gating.check_fair_gate`` for ``rule`` (None for
+) -> gate.GroupFits | None:
+    """The ``groups`` argument of ``gate.check_fair_gate`` for ``rule`` (None for
     ``pod``: every member judged alone)."""
     if rule == "pod":
         return None
@@ -101,7 +101,7 @@ def counts(
     if gang.members < gang.min_count or not gang.waiting or gang.running:
         return False
     if rule == "pod":
-        return any(gating.pod_fits_somewhere(state, p) for p in gang.waiting)
+        return any(gate.pod_fits_somewhere(state, p) for p in gang.waiting)
     if not fits_whole(state.drained(), gang):
         return False  # can never run whole on its nodes
     if rule == "whole":
@@ -139,7 +139,9 @@ def owed(
     t = gang.tenant
     if t is None or not fair or t not in fair:
         return False
-    share = gating.dominant_share(state, config, t, gating.usage_after(state, t, group_row(gang)))
+    share = cluster_shares.dominant_share(
+        state, config, t, cluster_shares.usage_after(state, t, group_row(gang))
+    )
     return share <= fair[t].share + fairness.EPS
 
 
@@ -198,7 +200,7 @@ def kept_room(state: ClusterState, config: FairShareConfig, tenant: str | None) 
     off: the room the gate keeps for a group of ``tenant`` while it waits."""
     if tenant is None:
         return state
-    shares = gating.current_shares(state, config)
+    shares = cluster_shares.current_shares(state, config)
     mine = shares.get(tenant, 0.0)
     above = frozenset(u for u, s in shares.items() if u != tenant and s > mine + fairness.EPS)
     held: dict[frozenset[str], ClusterState] = state.memo("gangs.waiting.kept")
@@ -220,7 +222,7 @@ def groups_for(
     fair: Mapping[str, fairness.FairShare] | None,
     sizes: Mapping[GroupKey, int | None] | None = None,
     rule: Rule = RULE,
-) -> gating.GroupFits | None:
+) -> gate.GroupFits | None:
     """``group_fits`` over known pods (uid -> pod): each group sized by ``sizes`` (its
     PodGroup's ``min_count``; None there: a PodGroup without one, which the extender
     refuses) else its pods' annotation, with its pods' topology key annotation. For the

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from fairshare import eligibility, fairness, gating, quantities, resources, tenancy
+from fairshare import cluster_shares, eligibility, fairness, quantities, resources, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, check_fair_gate
 from fairshare.placement import (
     FilterResult,
     PodRequest,
@@ -102,7 +103,7 @@ class Simulation:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(POLICIES)}")
         self.state = ClusterState(ResourceIndex(self.config.resource_names()))
         declared = self.config.capacity_amounts() or {}
-        self.state.declare_capacity(gating.kernel_amounts(self.state, declared))
+        self.state.declare_capacity(cluster_shares.kernel_amounts(self.state, declared))
         self.scorer = build_scorer(self.config.scoring.weights())
         self._mig = self.config.mig_fractions()
         self._limits = {
@@ -214,16 +215,16 @@ class Simulation:
     def fair_shares(self) -> dict[str, fairness.FairShare]:
         """Fair allocation over admitted demand (running + pending), cached until it changes."""
         if self._fair is None:
-            self._fair = gating.fair_shares_for(self.state, self.config, self.admitted)
+            self._fair = cluster_shares.fair_shares_for(self.state, self.config, self.admitted)
         return self._fair
 
     def current_shares(self) -> dict[str, float]:
-        return gating.current_shares(self.state, self.config)
+        return cluster_shares.current_shares(self.state, self.config)
 
-    def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
+    def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return gating.check_fair_gate(
+        return check_fair_gate(
             self.state,
             config=self.config,
             req=req,

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import fairness, gangs, gating
+from fairshare import gangs
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, check_fair_gate
 from fairshare.placement import PodRequest
 from fairshare.simulator.engine import Outcome, Simulation, requests_pod
 
@@ -106,8 +107,8 @@ class GangSimulation(Simulation):
     """The simulation with the gate's reading of the queue kept short.
 
     With the fair allocation given, the gate reads the pending queue only to learn which
-    tenants below the judged one have a pod waiting that fits now (``gating.
-    fitting_pending``), a question answered per tenant and shape: the first waiting pod
+    tenants below the judged one have a pod waiting that fits now
+    (``gate.fitting_pending``), a question answered per tenant and shape: the first waiting pod
     of each tenant and shape, in creation order (``gate_queue``), gives the same answer as
     the whole queue, which on a saturated replay holds thousands of pods."""
 
@@ -129,7 +130,7 @@ class GangSimulation(Simulation):
         held = self.members.get(req.uid) if self.group_rule != "pod" else None
         return (req.tenant, req.shape, req.waiting, len(held[1]) if held else 0)
 
-    def group_fits(self) -> gating.GroupFits | None:
+    def group_fits(self) -> GroupFits | None:
         """The gate's ``groups`` argument for the current state (``gangs.waiting``)."""
         if self.group_rule == "pod":
             return None
@@ -179,10 +180,10 @@ class GangSimulation(Simulation):
         firsts = [next(iter(held.values())) for held in self._firsts.values() if held]
         return [req for _, req in sorted(firsts, key=lambda x: x[0])]
 
-    def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
+    def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return gating.check_fair_gate(
+        return check_fair_gate(
             self.state,
             config=self.config,
             req=req,

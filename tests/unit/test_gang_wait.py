@@ -14,7 +14,7 @@ import pytest
 
 from extender import ganging
 from extender.tracking import ExtenderTracker
-from fairshare import fairness, gangs, gating
+from fairshare import gangs, gate
 from fairshare.simulator.gangsim import GangSimulation
 from tests.unit.test_gangs import CONFIG, member, node, tracker
 
@@ -57,7 +57,7 @@ def judge(t: ExtenderTracker, pod: dict[str, Any], rule: gangs.waiting.Rule = ga
     if rule == gangs.waiting.RULE:  # the extender's own wiring
         groups = coord.group_fits(CONFIG)
     req = t.pending[pod["metadata"]["uid"]]
-    return gating.check_fair_gate(
+    return gate.check_fair_gate(
         t.state,
         config=CONFIG,
         req=req,
@@ -168,7 +168,7 @@ def test_the_gate_judges_a_group_on_its_whole_demand():
     )
     assert decision is not None and not decision.allowed
     assert decision.share_after == pytest.approx(0.75)
-    alone = gating.check_fair_gate(
+    alone = gate.check_fair_gate(
         t.state, config=CONFIG, req=gang.waiting[0], pending=t.pending_queue()
     )
     assert alone is not None and alone.share_after == pytest.approx(0.625)
@@ -249,7 +249,7 @@ def simulated(pods: list[dict[str, Any]], rule: gangs.waiting.Rule) -> GangSimul
     return sim
 
 
-def _decision(d: fairness.GateDecision | None) -> tuple[Any, ...] | None:
+def _decision(d: gate.GateDecision | None) -> tuple[Any, ...] | None:
     if d is None:
         return None
     return (d.allowed, d.waiting_for, round(d.share_after, 9), round(d.fair_share, 9))
