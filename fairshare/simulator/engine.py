@@ -21,13 +21,22 @@ Semantics, the same as the webhook and the extender will apply:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from fairshare import cluster_shares, eligibility, fairness, quantities, resources, tenancy
+from fairshare import (
+    cluster_shares,
+    eligibility,
+    fairness,
+    limits,
+    quantities,
+    resources,
+    tenancy,
+)
 from fairshare.config.schema import FairShareConfig
 from fairshare.gate import GateDecision, check_fair_gate
 from fairshare.placement import (
@@ -184,28 +193,33 @@ class Simulation:
 
     def _over_limit(self, req: PodRequest) -> str:
         """Why ``req`` is refused at admission: its tenant's limit, or an ancestor's
-        (counting the ancestor's whole subtree); "" when it fits them all."""
+        (counting the ancestor's whole subtree, ``limits.check_limits``), over what the
+        tenants were admitted; "" when it fits them all."""
         assert req.tenant is not None
+        demand = req.demand
+        if demand.gpu.memory is not None and self.index.has(resources.GPU):
+            # a GPU-memory request counts as the share its row holds
+            gpus = self.index.amounts(req.row)[resources.GPU]
+            demand = dataclasses.replace(demand, amounts={**demand.amounts, resources.GPU: gpus})
         width = self.index.width
-        for level in (req.tenant, *(t.name for t in self.config.ancestors(req.tenant))):
-            limits = self._limits.get(level)
-            if not limits:
-                continue
+
+        def admitted(members: Sequence[str]) -> dict[str, Fraction]:
             row = [0.0] * width
-            for member in self.config.subtree(level):
+            for member in members:
                 for k, v in enumerate(self.admitted.get(member, ())):
                     row[k] += v
-            have = self.index.amounts(row)
-            for name, limit in sorted(limits.items()):
-                want = req.demand.get(name)
-                if name == resources.GPU and req.demand.gpu.memory is not None:
-                    want = self.index.amounts(req.row)[name]  # the share its row counts
-                if want and have.get(name, Fraction(0)) + want > limit:
-                    return (
-                        f"{self.config.level_name(level)} {level}: {name} "
-                        f"{have.get(name, Fraction(0)) + want} would exceed limit {limit}"
-                    )
-        return ""
+            return self.index.amounts(row)
+
+        decision = limits.check_limits(
+            self.config, req.tenant, demand, admitted, limits=self._limits.get
+        )
+        if not decision.insufficient:
+            return ""
+        item = decision.insufficient[0]
+        return (
+            f"{item.level} {item.tenant}: {item.resource} "
+            f"{item.used + item.requested} would exceed limit {item.limit}"
+        )
 
     # -- fairness ------------------------------------------------------------------
 
