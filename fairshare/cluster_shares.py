@@ -41,8 +41,11 @@ def dominant_share(
     used: Sequence[float],
     weights: Mapping[str, float] | None = None,
 ) -> float:
-    """``tenant``'s weighted dominant share if it held ``used`` (``weights``:
-    ``tenancy.tenant_weights(config)``, passed when the caller has them)."""
+    """``tenant``'s weighted dominant share if it held ``used`` (kernel units), against
+    the cluster's capacity and the config's resource weights: the one place a single
+    tenant's share is measured (with ``usage_after`` for its share after a pod; a
+    tenant missing from the weights weighs 1). ``weights``:
+    ``tenancy.tenant_weights(config)``, passed when the caller has them."""
     return fairness.dominant_shares(
         used={tenant: list(used)},
         capacity=state.total_capacity(),
