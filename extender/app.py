@@ -544,13 +544,13 @@ def lead(
 
 def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     """Per-tenant shares, gated pods, cluster figures and chargeback (called periodically)."""
-    from fairshare import gating
+    from fairshare import cluster_shares
     from fairshare.placement import cluster_fragmentation
 
     config = deps.config()
     snap = deps.snapshot(config)
     state = snap.state
-    shares = gating.current_shares(state, config)
+    shares = cluster_shares.current_shares(state, config)
     fair = snap.fair if snap.fair is not None else {}
     gated = deps.feedback.gated_by_tenant(snap.pending)
     # An inner tenant of a tree shows what its whole subtree holds. Chargeback accrues
@@ -562,7 +562,7 @@ def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
         own = state.usage_of(tenant)
         billed[tenant] = {k: float(v) for k, v in state.index.amounts(own).items()}
         if config.children(tenant):
-            subtree = gating.subtree_usage(state, config, tenant)
+            subtree = cluster_shares.subtree_usage(state, config, tenant)
             usage[tenant] = {k: float(v) for k, v in state.index.amounts(subtree).items()}
         else:
             usage[tenant] = billed[tenant]
@@ -588,7 +588,7 @@ def publish_gang_metrics(
     deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, tenants: list[str]
 ) -> None:
     """Per tenant (a tenant with children: its subtree's), the gangs waiting and the GPUs
-    held by incomplete gangs (``gangstatus``, without the gate and plan judgements)."""
+    held by incomplete gangs (``gangs.status``, without the gate and plan judgements)."""
     waiting: dict[str, int] = {}
     held: dict[str, float] = {}
     if deps.gangs is not None:

@@ -30,8 +30,9 @@ from extender.claims import ClaimLedger, ClaimRefs, claim_key
 from extender.feedback import Feedback
 from extender.snapshot import Snapshot
 from extender.volumes import KIND_PVC, VolumeLedger
-from fairshare import dra, eligibility, fairness, gangs, gangwait, gating, resources
+from fairshare import cluster_shares, dra, eligibility, fairness, gangs, resources
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GroupFits
 from fairshare.placement import (
     ClassKey,
     PodRequest,
@@ -182,7 +183,7 @@ class Cache:
     def _declare_capacity(self, config: FairShareConfig) -> None:
         """The config's ``capacity`` stands in for resources no node reports (``storage``)."""
         declared = config.capacity_amounts() or {}
-        amounts = gating.kernel_amounts(self._state, declared)
+        amounts = cluster_shares.kernel_amounts(self._state, declared)
         if dict(amounts) != self._state.declared_capacity:
             self.writable().declare_capacity(amounts)
 
@@ -592,14 +593,16 @@ class Cache:
         """The fair allocation over bound + pending demand, computed again only when the
         demand rows, the capacity, the columns or the config changed."""
         state = self.state
-        rows = gating.demand_rows(state, queue if queue is not None else self.pending.values())
+        rows = cluster_shares.demand_rows(
+            state, queue if queue is not None else self.pending.values()
+        )
         held = self._fair_inputs
         key = (state._nodes_version, state.index, config)
         same = held is not None and held[0] == key[0] and held[1] is key[1]
         if held is not None and same and held[2] is config and held[3] == rows:
             kept: Mapping[str, fairness.FairShare] = held[4]
             return kept
-        fair = MappingProxyType(gating.fair_shares_for(state, config, rows))
+        fair = MappingProxyType(cluster_shares.fair_shares_for(state, config, rows))
         self._fair_inputs = (*key, rows, fair)
         return fair
 
@@ -732,8 +735,8 @@ def _group_rule(
     state: ClusterState,
     podgroups: PodGroupFacts,
     fair: Mapping[str, fairness.FairShare],
-) -> gating.GroupFits | None:
-    """How waiting pod groups count at the gate (``gangwait.group_fits``), each sized by
+) -> GroupFits | None:
+    """How waiting pod groups count at the gate (``gangs.waiting.group_fits``), each sized by
     its PodGroup as read last, else its pods' annotation."""
     sizes, objs = podgroups
 
@@ -745,5 +748,5 @@ def _group_rule(
     def topology(key: gangs.GroupKey, uid: str) -> str | None:
         return gangs.topology_key(objs.get(key), gang_pods.get(uid) or {})
 
-    lookup = gangwait.lookup_over(members, pending, state.pods, size, topology)
-    return gangwait.group_fits(config, lookup, fair=fair)
+    lookup = gangs.waiting.lookup_over(members, pending, state.pods, size, topology)
+    return gangs.waiting.group_fits(config, lookup, fair=fair)

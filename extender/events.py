@@ -18,7 +18,7 @@ REASON_PREEMPTION: Final = "FairSharePreemption"
 """On a preemptor: the victims kube-scheduler proposed that the preemption policy refused."""
 REASON_GANG: Final = "FairShareGang"
 """On a pod group's members: the group waits for something its owner can change
-(``fairshare.gangstatus``)."""
+(``fairshare.gangs.status``)."""
 
 
 def event_body(

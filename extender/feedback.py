@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, eligibility, fairness, gangwait
+from fairshare import dra, eligibility, gangs
+from fairshare.gate import GateDecision
 from fairshare.placement import PodRequest
 from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
@@ -165,9 +166,9 @@ class Feedback:
         """``req`` (the cache's reading) with ``waiting`` and ``unschedulable`` as the
         pod's verdict says (``spec``: the pod's; ``served``: the schedulers the extender
         serves). A refusal of the pod's group by the extender itself keeps the member
-        waiting with its group (``gangwait``); its message stays for the views."""
+        waiting with its group (``gangs.waiting``); its message stays for the views."""
         message = self.verdicts.get(req.uid, "")
-        if message and not gangwait.is_group_refusal(message):
+        if message and not gangs.waiting.is_group_refusal(message):
             if req.unschedulable == message and not req.waiting:
                 return req
             return dataclasses.replace(req, waiting=False, unschedulable=message)
@@ -193,7 +194,7 @@ class Feedback:
     # -- the gate and preemption --------------------------------------------------------
 
     def note_filter(
-        self, req: PodRequest, gate: fairness.GateDecision | None, pending: Mapping[str, Any]
+        self, req: PodRequest, gate: GateDecision | None, pending: Mapping[str, Any]
     ) -> None:
         """Remember whether the fair-share gate refused ``req`` at this filter."""
         self.requeued.discard(req.uid)

@@ -9,10 +9,10 @@ Design choices:
   the candidate rows only; its ``NodeFailure.unresolvable`` decides between
   ``FailedNodes`` (preemption may help) and ``FailedAndUnresolvableNodes`` (GPU health,
   GPU model, a demand above the node's capacity).
-* The fair-share gate is ``fairshare.gating.check_fair_gate``, the code the simulator
+* The fair-share gate is ``fairshare.gate.check_fair_gate``, the code the simulator
   runs: current weighted dominant shares from the bound pods, the fair allocation by
   progressive filling over running + pending demand (the pod itself included), and
-  ``fairness.check_gate`` against tenants with a lower share and a pending pod that fits
+  ``gate.check_gate`` against tenants with a lower share and a pending pod that fits
   now. The gate runs only when some node fits (a pod that fits nowhere waits anyway);
   when it holds the pod back every fitting node fails with the gate's reason, in
   ``FailedNodes``, which kube-scheduler shows in the pod's FailedScheduling event.
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
 
-from fairshare import fairness, gating
+from fairshare import cluster_shares, fairness
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, HeldOff, check_fair_gate
 from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
 from fairshare.preemption.holds import RoomHold, gate_held, held_off
 from fairshare.state.cluster import ClusterState
@@ -48,21 +49,20 @@ class FilterOutcome:
     passing: tuple[str, ...]
     failed: Mapping[str, str] = field(default_factory=dict)
     unresolvable: Mapping[str, str] = field(default_factory=dict)
-    gate: fairness.GateDecision | None = None
+    gate: GateDecision | None = None
     gpu_milli: Mapping[str, float] = field(default_factory=dict)
 
 
 # The gate lives in the core so the simulator and the extender share one implementation.
-current_shares = gating.current_shares
-kernel_amounts = gating.kernel_amounts
-check_fair_gate = gating.check_fair_gate
+current_shares = cluster_shares.current_shares
+kernel_amounts = cluster_shares.kernel_amounts
 
 
 def fair_shares(
     state: ClusterState, config: FairShareConfig, queue: Sequence[PodRequest]
 ) -> dict[str, fairness.FairShare]:
     """Fair allocation over running + pending demand (as the simulator computes it)."""
-    return gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    return cluster_shares.fair_shares_for(state, config, cluster_shares.demand_rows(state, queue))
 
 
 def filter_pod(
@@ -73,11 +73,11 @@ def filter_pod(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None = None,
-    groups: gating.GroupFits | None = None,
+    groups: GroupFits | None = None,
     holds: Sequence[RoomHold] = (),
 ) -> FilterOutcome:
     """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
-    (``groups``: how waiting pod groups count there, ``fairshare.gangwait``) and the
+    (``groups``: how waiting pod groups count there, ``fairshare.gangs.waiting``) and the
     reclaim ``holds`` in force (``held_off``: room reclaim made for another
     tenant's pod fails in ``FailedNodes`` with the hold as reason)."""
     held = gate_held(holds)
@@ -117,8 +117,8 @@ def _filter_names(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
-    held: gating.HeldOff | None = None,
+    groups: GroupFits | None = None,
+    held: HeldOff | None = None,
 ) -> FilterOutcome:
     """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
@@ -152,8 +152,8 @@ def _filter_rows(
     names: Sequence[str],
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
-    held: gating.HeldOff | None = None,
+    groups: GroupFits | None = None,
+    held: HeldOff | None = None,
 ) -> FilterOutcome | None:
     """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
     None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""

@@ -32,7 +32,7 @@ and binds them concurrently. This keeps a group whole around it:
   missing, a group that can never fit the nodes it may use) is told through ``on_wait``
   (a ``FairShareGang`` Event on its pending members, ``events.gang_recorder``), once per
   reason every ``TELL_EVERY`` seconds. ``statuses`` gives every group's standing with the
-  live plans (``fairshare.gangstatus``) to the status page and the metrics.
+  live plans (``fairshare.gangs.status``) to the status page and the metrics.
 
 Pods without the ``scheduling.x-k8s.io/pod-group`` label, and members of a group that
 already has ``min_count`` members bound, go the ordinary way (``filter``/``bind`` answer
@@ -50,9 +50,10 @@ from typing import Any, Protocol
 
 from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import gangs, gangstatus
+from fairshare import gangs
 from fairshare.config.schema import FairShareConfig
-from fairshare.fairness import GateDecision
+from fairshare.gangs.podgroups import FetchPodGroup, PodGroupReader
+from fairshare.gate import GateDecision
 from fairshare.placement import PodRequest
 from fairshare.state import objects
 
@@ -65,8 +66,6 @@ PLAN_MAX = 60.0
 """Seconds an incomplete plan lives at most, however often it is touched."""
 BIND_WAIT = 4.0
 """Seconds a member's bind is held for the rest of its group (``httpTimeout`` is 5 s)."""
-PODGROUP_TTL = 5.0
-"""Seconds a read PodGroup (or its absence) is reused."""
 TELL_EVERY = 300.0
 """Seconds before the same reason is told again on a group's pods (an Event each time)."""
 
@@ -76,8 +75,6 @@ OnWait = Callable[[gangs.GroupKey, Sequence[Member], str], None]
 """Told that a group waits for something its owner can change: the members not bound
 yet and the text (``events.gang_recorder`` writes it as an Event on each)."""
 
-FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
-"""Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
 TakeSnapshot = Callable[[], Snapshot]
 """The cache's snapshot now (the app's ``_snapshot``)."""
 PodGroupFacts = tuple[
@@ -130,37 +127,31 @@ class GangCoordinator:
     clock: Callable[[], float] = time.monotonic
     plans: dict[gangs.GroupKey, LivePlan] = field(default_factory=dict)
     member_of: dict[str, gangs.GroupKey] = field(default_factory=dict)
-    _podgroups: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
-        default_factory=dict
-    )
+    _podgroups: PodGroupReader = field(default_factory=PodGroupReader)
     on_wait: OnWait | None = None
     _told: dict[gangs.GroupKey, tuple[str, float]] = field(default_factory=dict)
-    _facts: PodGroupFacts | None = field(default=None, repr=False)
+    _facts: tuple[int, PodGroupFacts] | None = field(default=None, repr=False)
     on_gate: Callable[[PodRequest, GateDecision | None], None] | None = None
     """Told the gate's decision for a member whose group was judged (the app's feedback)."""
 
     def podgroup_facts(self) -> PodGroupFacts:
         """What was read of PodGroups, the same value until another read (a snapshot's
         gate rule for waiting groups is made from it)."""
-        if self._facts is None:
-            objs = {key: obj for key, (_, obj) in self._podgroups.items()}
-            self._facts = (self.sizes(), objs)
-        return self._facts
+        version = self._podgroups.version
+        if self._facts is None or self._facts[0] != version:
+            self._facts = (version, (self.sizes(), self._podgroups.objects()))
+        return self._facts[1]
 
     # -- what is known, for the status page and metrics -------------------------------
 
     def sizes(self) -> dict[gangs.GroupKey, int | None]:
         """``spec.minMember`` of every PodGroup read lately (None: it has none)."""
-        return {
-            key: gangs.podgroup_min_count(obj)
-            for key, (_, obj) in self._podgroups.items()
-            if obj is not None
-        }
+        return self._podgroups.min_counts()
 
-    def plan_views(self) -> dict[gangs.GroupKey, gangstatus.LivePlanView]:
-        """The live plans as ``gangstatus`` reads them."""
+    def plan_views(self) -> dict[gangs.GroupKey, gangs.status.LivePlanView]:
+        """The live plans as ``gangs.status`` reads them."""
         return {
-            key: gangstatus.LivePlanView(
+            key: gangs.status.LivePlanView(
                 nodes={p.uid: p.node for p in live.plan.placements},
                 arrived=len(live.arrived),
                 needed=live.gang.needed,
@@ -172,9 +163,9 @@ class GangCoordinator:
 
     def statuses(
         self, config: FairShareConfig, snap: Snapshot, *, judge: bool = True
-    ) -> list[gangstatus.GroupStatus]:
-        """Every group the snapshot knows, with the live plans (``gangstatus``)."""
-        return gangstatus.group_statuses(
+    ) -> list[gangs.status.GroupStatus]:
+        """Every group the snapshot knows, with the live plans (``gangs.status``)."""
+        return gangs.status.group_statuses(
             config=config,
             state=snap.state,
             pods=snap.gang_pods,
@@ -210,17 +201,10 @@ class GangCoordinator:
     async def min_count(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> int | str:
         """The group's ``min_count``, or why it cannot be known."""
         if self.fetch is not None:
-            now = self.clock()
-            held = self._podgroups.get(key)
-            if held is not None and now - held[0] < PODGROUP_TTL:
-                obj = held[1]
-            else:
-                try:
-                    obj = await self.fetch(key)
-                except Exception as exc:
-                    return f"gang {key}: its PodGroup cannot be read: {exc}"
-                self._podgroups[key] = (now, obj)
-                self._facts = None
+            try:
+                obj = await self._podgroups.read(key, self.fetch, now=self.clock())
+            except Exception as exc:
+                return f"gang {key}: its PodGroup cannot be read: {exc}"
             if obj is not None:
                 n = gangs.podgroup_min_count(obj)
                 if n is None:
@@ -241,8 +225,7 @@ class GangCoordinator:
     def topology_key(self, key: gangs.GroupKey, pod: Mapping[str, Any]) -> str | None:
         """The group's topology key (``gangs.topology_key``): its native PodGroup's
         constraint, as ``min_count`` read it last, else the pod's annotation."""
-        held = self._podgroups.get(key)
-        return gangs.topology_key(held[1] if held is not None else None, pod)
+        return gangs.topology_key(self._podgroups.last(key), pod)
 
     # -- plans -------------------------------------------------------------------------
 
@@ -517,7 +500,7 @@ def plan_group(
         # with room now)
         first = gang.waiting[0].constraints if gang.waiting else None
         allowed = state.eligible_rows(first) if first is not None else None
-        never = gangstatus.never_whole(state, gang, allowed)
+        never = gangs.status.never_whole(state, gang, allowed)
         if never:
             tell = (
                 f"{planned.reason}; {never}",

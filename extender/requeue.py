@@ -51,8 +51,8 @@ from typing import Any, Final
 import serving
 from extender.feedback import Feedback
 from extender.snapshot import Snapshot
-from fairshare import fairness, gating
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, check_fair_gate, shape_key
 from fairshare.placement import PodRequest
 from fairshare.preemption import holds
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
@@ -77,15 +77,15 @@ def lifted(snap: Snapshot, feedback: Feedback, config: FairShareConfig) -> list[
     state = snap.state
     queue, fair, groups = snap.queue, snap.fair, snap.groups
     held = holds.gate_held(snap.holds)
-    judged: dict[tuple[Any, ...], fairness.GateDecision | None] = {}
+    judged: dict[tuple[Any, ...], GateDecision | None] = {}
     out = []
     for uid in sorted(feedback.gated - feedback.requeued):
         req = snap.pending.get(uid)
         if req is None or uid in state.pods:
             continue
-        key = (req.tenant, gating.shape_key(req))
+        key = (req.tenant, shape_key(req))
         if key not in judged:
-            judged[key] = gating.check_fair_gate(
+            judged[key] = check_fair_gate(
                 state, config=config, req=req, pending=queue, fair=fair, groups=groups, held=held
             )
         gate = judged[key]

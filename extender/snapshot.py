@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from fairshare import fairness, gating
+from fairshare import fairness
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GroupFits
 from fairshare.placement import PodRequest, ScoreContext, WorkloadMix
 from fairshare.preemption.holds import RoomHold
 from fairshare.state import objects
@@ -64,7 +65,7 @@ class Snapshot:
     mix: WorkloadMix | None = None
     context: ScoreContext | None = None
     """Score normalisers and mix (None: the verb builds one over the state)."""
-    groups: gating.GroupFits | None = None
+    groups: GroupFits | None = None
     """How other tenants' waiting pod groups count at the gate: a rule over this
     snapshot's pods and PodGroup sizes (None: every pod judged alone)."""
     holds: tuple[RoomHold, ...] = ()
@@ -85,7 +86,7 @@ class Snapshot:
         fair: Mapping[str, fairness.FairShare] | None = None,
         mix: WorkloadMix | None = None,
         context: ScoreContext | None = None,
-        groups: gating.GroupFits | None = None,
+        groups: GroupFits | None = None,
         holds: Sequence[RoomHold] = (),
     ) -> Snapshot:
         """A snapshot of fixed parts (a state file, a test): ``pending`` as a queue (the

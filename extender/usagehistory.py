@@ -45,7 +45,7 @@ from typing import Any, Final
 
 from extender.leader import call_raw, write_configmap
 from extender.snapshot import Snapshot
-from fairshare import gating, history
+from fairshare import cluster_shares, history
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
@@ -120,7 +120,7 @@ class UsageHistoryFeed:
         assert h is not None
         used = {t: list(u) for t, u in state.tenant_usage.items()}
         h.advance(now, used, state.total_capacity())
-        demand = gating.demand_rows(state, queue)
+        demand = cluster_shares.demand_rows(state, queue)
         self.assessed = history.assess(h, raw, demand, policy=policy)
         factors = history.rounded_factors(self.assessed, policy.min_weight_factor)
         made = self._made
@@ -290,6 +290,6 @@ class RecordedHistory:
     ) -> FairShareConfig:
         if config.usage_history is None or self.data is None:
             return config
-        demand = gating.demand_rows(state, queue)
+        demand = cluster_shares.demand_rows(state, queue)
         adjusted, _ = history.judge_recorded(config, self.data, now=now, demand=demand)
         return adjusted

@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 
 from extender import filtering, wire
 from extender.snapshot import Snapshot, request_for
-from fairshare import fairness, gating, resources
+from fairshare import resources
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, check_fair_gate
 from fairshare.placement import (
     PodRequest,
     ScoreContext,
@@ -75,7 +76,7 @@ class FilterAnswer:
 
     result: wire.ExtenderFilterResult
     req: PodRequest | None = None
-    gate: fairness.GateDecision | None = None
+    gate: GateDecision | None = None
 
 
 def filter_answer(
@@ -462,7 +463,7 @@ class BindDecision(NamedTuple):
     error: str = ""
     plan: BindPlan | None = None
     req: PodRequest | None = None
-    gate: fairness.GateDecision | None = None
+    gate: GateDecision | None = None
 
     def result(self) -> dict[str, Any]:
         """``ExtenderBindingResult`` as JSON for an answer given at once."""
@@ -496,7 +497,7 @@ def bind_decision(
     if req is not None and judge_gate:
         # ``req`` is in the queue, so the view's fair allocation (over bound + pending)
         # is the one the gate needs.
-        gate = gating.check_fair_gate(
+        gate = check_fair_gate(
             view.state,
             config=config,
             req=req,

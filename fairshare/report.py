@@ -2,11 +2,12 @@
 
 Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
 prometheus_client. Every number comes from the code the servers run on the same state:
-shares from ``gating.current_shares``, fair shares from ``gating.fair_shares_for`` over
-``gating.demand_rows``, the gate from ``gating.check_fair_gate``, node fit and per-node
-reasons from ``placement.filter_nodes``, fragmentation from
-``placement.cluster_fragmentation``, quota usage from the webhook's ``UsageTracker``
-(passed in as a ``usageview.TenantUsageView``). Nothing here recomputes them another way.
+shares from ``cluster_shares.current_shares``, fair shares from
+``cluster_shares.fair_shares_for`` over ``cluster_shares.demand_rows``, the gate from
+``gate.check_fair_gate``, node fit and per-node reasons from ``placement.filter_nodes``,
+fragmentation from ``placement.cluster_fragmentation``, quota usage from the webhook's
+``UsageTracker`` (passed in as a ``usageview.TenantUsageView``). Nothing here recomputes
+them another way.
 
 Design choices:
 
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from fairshare import fairness, gating, quantities, tenancy
+from fairshare import cluster_shares, fairness, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, check_fair_gate, pod_fits_drained, shape_key
 from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
 from fairshare.preemption.holds import GivenRoom, RoomHold, gate_held, held_off, utc
@@ -115,10 +117,10 @@ def build_status(
     unreadable: Mapping[str, str] | None = None,
     scheduling_gated: Collection[str] = (),
     gangs: Sequence[Mapping[str, Any]] = (),
-    group_fits: gating.GroupFits | None = None,
+    group_fits: GroupFits | None = None,
 ) -> dict[str, Any]:
     """The status report: tenants, cluster GPU figures, nodes' devices, held pods, and
-    the pod groups (``gangs``: ``gangstatus.GroupStatus.as_dict`` rows; the key is left
+    the pod groups (``gangs``: ``gangs.status.GroupStatus.as_dict`` rows; the key is left
     out when there are none).
 
     ``pending`` is the extender's pending queue, ``mix`` its workload mix; ``quota`` the
@@ -126,11 +128,12 @@ def build_status(
     extender's own page). ``scheduling_gated``: uids of pending pods that still have
     ``spec.schedulingGates`` (kube-scheduler does not try them yet; they still count as
     demand and as contenders, as the extender counts them). ``group_fits``: how waiting
-    pod groups count at the gate (``fairshare.gangwait``), as the extender's filter counts them.
+    pod groups count at the gate (``fairshare.gangs.waiting``), as the extender's filter
+    counts them.
     """
     queue = list(pending)
-    shares = gating.current_shares(state, config)
-    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    shares = cluster_shares.current_shares(state, config)
+    fair = cluster_shares.fair_shares_for(state, config, cluster_shares.demand_rows(state, queue))
     weights = tenancy.tenant_weights(config)
     groups = {str(g["group"]): g for g in gangs}
     names = sorted(set(weights) | set(shares) | set(fair))
@@ -144,18 +147,18 @@ def build_status(
     # Pods of one tenant with one shape and one set of node constraints get one answer
     # (fit and gate read only those and the queue): judged once per shape, so a queue of
     # thousands of replicas costs a handful of gate checks.
-    judged: dict[tuple[Any, ...], tuple[int, str, fairness.GateDecision | None]] = {}
+    judged: dict[tuple[Any, ...], tuple[int, str, GateDecision | None]] = {}
     for req in queue:
         if req.uid in state.pods:
             continue
         tenant = req.tenant or ""
         waiting[tenant] = waiting.get(tenant, 0) + 1
-        shape = (req.tenant, gating.shape_key(req))
+        shape = (req.tenant, shape_key(req))
         if shape not in judged:
             fits, why = _fit_reason(state, req)
             decision = None
             if fits:
-                decision = gating.check_fair_gate(
+                decision = check_fair_gate(
                     state, config=config, req=req, pending=queue, fair=fair, groups=group_fits
                 )
             judged[shape] = (fits, why, decision)
@@ -277,7 +280,7 @@ def _tenant_row(
     guaranteed = spec.guaranteed_amounts() if spec else {}
     limits = (spec.limit_amounts() if spec else None) or {}
     members = config.subtree(name)
-    bound = state.index.amounts(gating.subtree_usage(state, config, name))
+    bound = state.index.amounts(cluster_shares.subtree_usage(state, config, name))
     used_quota: dict[str, Fraction] = {}
     if quota is not None:
         # A tenant with children: what its whole subtree uses.
@@ -402,7 +405,7 @@ def explain_pod(
     admission: AdmissionVerdict,
     demand_error: str | None = None,
     gang: Mapping[str, Any] | None = None,
-    group_fits: gating.GroupFits | None = None,
+    group_fits: GroupFits | None = None,
     holds: Sequence[RoomHold] = (),
     given: Sequence[GivenRoom] = (),
 ) -> dict[str, Any]:
@@ -416,7 +419,7 @@ def explain_pod(
     whose room one keeps for another tenant's pod is shown as not fitting, with the
     hold's reason, as the extender's filter answers.
 
-    ``gang``: the pod's group (``gangstatus.GroupStatus.as_dict``) when it is a member of
+    ``gang``: the pod's group (``gangs.status.GroupStatus.as_dict``) when it is a member of
     one: a member waits with its group, so the verdict says why the group waits.
 
     ``req`` is the pod as the extender reads it (None when its resources cannot be
@@ -471,7 +474,7 @@ def explain_pod(
                 )
     nodes.sort(key=lambda n: n["node"])
     extender: dict[str, Any] = {"nodes": nodes, "fitsNodes": len(fr.fits) - len(off)}
-    gate = gating.check_fair_gate(
+    gate = check_fair_gate(
         state,
         config=config,
         req=req,
@@ -479,10 +482,10 @@ def explain_pod(
         groups=group_fits,
         held=gate_held(holds),
     )
-    shares = gating.current_shares(state, config)
+    shares = cluster_shares.current_shares(state, config)
     if all(p.uid != req.uid for p in queue):
         queue.append(req)
-    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+    fair = cluster_shares.fair_shares_for(state, config, cluster_shares.demand_rows(state, queue))
     if tenant is not None:
         extender["gate"] = {
             "applies": gate is not None,
@@ -504,7 +507,7 @@ def explain_pod(
         extender["kubeScheduler"] = req.unschedulable
     elif not fr.fits:
         verdict = "pending: no node fits now"
-        if not gating.pod_fits_drained(state, req):
+        if not pod_fits_drained(state, req):
             verdict = f"pending: can never fit: {_never_fits(state, req)}"
     elif len(off) == len(fr.fits):
         verdict = f"pending: the room it fits is held by reclaim: {next(iter(off.values()))}"

@@ -55,6 +55,7 @@ def _live_state(args: argparse.Namespace) -> Any:
             kubeconfig=args.kubeconfig,
             config_ref=(args.config_namespace, args.config_name),
             timeout=args.request_timeout,
+            extra=(list_podgroups,),
         )
     )
     return (snap, *feed_trackers(snap))
@@ -72,6 +73,19 @@ class ExtenderSide:
         """The extender's snapshot for ``config``: verdicts applied, pod groups sized by
         the listed PodGroups (else their annotation)."""
         return self.cache.snapshot(config, feedback=self.feedback, podgroups=(self.sizes, {}))
+
+
+async def list_podgroups(api_client: Any, snap: Any) -> None:
+    """The snapshot's PodGroups (``gangs.podgroups.list_podgroups``: listed when some pod
+    is a gang member), under ``gangs.podgroups.KIND``, and the warnings of that list."""
+    from fairshare.gangs import podgroups
+    from fairshare.state import informers
+
+    found, warnings = await podgroups.list_podgroups(
+        informers.custom_object_lister(api_client), snap.objects.get("Pod", [])
+    )
+    snap.objects[podgroups.KIND] = found
+    snap.warnings.extend(warnings)
 
 
 def feed_trackers(snap: Any) -> Any:
@@ -107,10 +121,10 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
     snap, tracker, usage = _live_state(args)
     config, assessed = snap.config, None
     if snap.config.usage_history is not None and snap.usage_history is not None:
-        from fairshare import gating, history
+        from fairshare import cluster_shares, history
 
         seen = tracker.snapshot(config)
-        demand = gating.demand_rows(seen.state, seen.queue)
+        demand = cluster_shares.demand_rows(seen.state, seen.queue)
         config, assessed = history.judge_recorded(
             snap.config, snap.usage_history, now=time.time(), demand=demand
         )
@@ -135,18 +149,9 @@ def _status_once(args: argparse.Namespace) -> dict[str, Any]:
 
 def podgroup_sizes(snap: Any) -> dict[Any, int | None]:
     """``min_count`` of the snapshot's PodGroups, by group (None: it has none)."""
-    from fairshare import gangs
-    from fairshare.state.snapshot import PODGROUP
+    from fairshare.gangs import podgroups
 
-    sizes: dict[gangs.GroupKey, int | None] = {}
-    for pg in snap.objects.get(PODGROUP, []):
-        meta = pg.get("metadata") or {}
-        native = str(pg.get("apiVersion", "")).startswith(gangs.NATIVE_GROUP + "/")
-        key = gangs.GroupKey(
-            str(meta.get("namespace") or "default"), str(meta.get("name") or ""), native
-        )
-        sizes[key] = gangs.podgroup_min_count(pg)
-    return sizes
+    return podgroups.min_counts(snap.objects.get(podgroups.KIND, []))
 
 
 def gang_book(snap: Any, usage: Any) -> Any:
@@ -172,13 +177,13 @@ def quota_view(snap: Any, usage: Any) -> Any:
 
 
 def gang_statuses(snap: Any, tracker: Any, config: Any) -> list[Any]:
-    """``gangstatus.group_statuses`` of the snapshot's pod groups (sized by their listed
+    """``gangs.status.group_statuses`` of the snapshot's pod groups (sized by their listed
     PodGroups, else their annotation), as the extender's next member filter would judge
     them (the CLI has no live plan: those are on the extender's status page)."""
-    from fairshare import gangstatus
+    from fairshare import gangs
 
     seen = tracker.snapshot(config)
-    return gangstatus.group_statuses(
+    return gangs.status.group_statuses(
         config=config,
         state=seen.state,
         pods=seen.gang_pods,

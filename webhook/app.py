@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -55,6 +55,7 @@ from fairshare import gangs
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError, WireFormatError
+from fairshare.gangs.podgroups import FetchPodGroup, PodGroupReader
 from fairshare.state.usage import CLAIM_SEEN, UsageTracker
 from webhook import review, wire
 from webhook.coordination import SharedReservations
@@ -82,11 +83,8 @@ NOT_SYNCED_MESSAGE = (
 
 CleanupCtx = Callable[[web.Application], AsyncIterator[None]]
 
-FetchPodGroup = Callable[[gangs.GroupKey], Awaitable[Mapping[str, Any] | None]]
-"""Read a coscheduling PodGroup (None: not found); raises when it cannot be read."""
-
-PODGROUP_TTL = 5.0
-"""Seconds a read PodGroup (or its absence) is reused."""
+PODGROUPS_KEPT = 4096
+"""Groups whose PodGroup reads are kept before the stale ones are forgotten."""
 
 
 @dataclass
@@ -114,8 +112,8 @@ class WebhookDeps:
     podgroups: FetchPodGroup | None = None
     """Reads a group's coscheduling PodGroup (its ``spec.minMember``); None: never read
     (the ``fairshare.io/gang-min-members`` annotation alone gives a group's size)."""
-    _podgroup_cache: dict[gangs.GroupKey, tuple[float, Mapping[str, Any] | None]] = field(
-        default_factory=dict
+    _podgroup_reads: PodGroupReader = field(
+        default_factory=lambda: PodGroupReader(max_entries=PODGROUPS_KEPT)
     )
 
 
@@ -186,9 +184,9 @@ async def _first_sync(deps: WebhookDeps) -> bool:
 
 async def gang_context(deps: WebhookDeps, req: wire.AdmissionRequest) -> review.GangContext | None:
     """The pod groups' accounts for a validate call, with the judged pod's PodGroup read
-    (cached ``PODGROUP_TTL`` seconds) when it is a gang member. A PodGroup that cannot be
-    read is not a refusal: the group is sized by its annotation, or judged pod by pod,
-    and the answer warns."""
+    (reused ``gangs.podgroups.TTL`` seconds) when it is a gang member. A PodGroup that
+    cannot be read is not a refusal: the group is sized by its annotation, or judged pod
+    by pod, and the answer warns."""
     if deps.gang_book is None:
         return None
     obj = req.object
@@ -196,21 +194,12 @@ async def gang_context(deps: WebhookDeps, req: wire.AdmissionRequest) -> review.
     key = gangs.group_of(obj) if is_pod and obj is not None else None
     if key is None or deps.podgroups is None:
         return review.GangContext(deps.gang_book)
-    now = deps.clock()
-    held = deps._podgroup_cache.get(key)
-    if held is not None and now - held[0] < PODGROUP_TTL:
-        podgroup = held[1]
-    else:
-        try:
-            podgroup = await deps.podgroups(key)
-        except Exception as exc:
-            log.warning("gang %s: PodGroup not read: %s", key, exc)
-            problem = f"gang {key}: its PodGroup could not be read ({exc})"
-            return review.GangContext(deps.gang_book, podgroup_problem=problem)
-        deps._podgroup_cache[key] = (now, podgroup)
-        if len(deps._podgroup_cache) > 4096:
-            for old in [k for k, (t, _) in deps._podgroup_cache.items() if now - t >= PODGROUP_TTL]:
-                del deps._podgroup_cache[old]
+    try:
+        podgroup = await deps._podgroup_reads.read(key, deps.podgroups, now=deps.clock())
+    except Exception as exc:
+        log.warning("gang %s: PodGroup not read: %s", key, exc)
+        problem = f"gang {key}: its PodGroup could not be read ({exc})"
+        return review.GangContext(deps.gang_book, podgroup_problem=problem)
     if podgroup is None:
         return review.GangContext(deps.gang_book)
     n = gangs.podgroup_min_count(podgroup)

@@ -12,7 +12,7 @@ What is judged:
   *mutate* then patches: the tenant label, canonical GPU-sharing annotations, and
   ``spec.schedulerName`` for GPU pods when ``config.schedulerName`` is set (only over
   the default scheduler, never over a user's explicit choice). *validate* checks the
-  tenant's limit across all its namespaces (``policies.quota``) and warns near a limit;
+  tenant's limit across all its namespaces (``fairshare.limits``) and warns near a limit;
   a pod counts by ``resources.pod_usage``, the rule the watch counts it by (a
   ``fairshare.io/gpu-memory`` request is ``memory / largest device memory`` of a GPU
   before the pod is bound, a whole GPU when no device size is known).
@@ -40,9 +40,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from fairshare import dra, gangs, quantities
+from fairshare import dra, gangs, limits, quantities
 from fairshare.config.schema import FairShareConfig
-from fairshare.resources import GPU, LABEL_TENANT, STORAGE, DemandError, PodDemand, pod_usage
+from fairshare.resources import (
+    GPU,
+    LABEL_TENANT,
+    STORAGE,
+    DemandError,
+    PodDemand,
+    pod_usage,
+    sum_amounts,
+)
 from fairshare.tenancy import TenantResolution, resolve_tenant
 from webhook import gangquota, patches, reservations, wire
 from webhook.policies import config_guard, gpu_handoff, gpu_sharing, quota
@@ -104,12 +112,12 @@ class GangShort:
     ``item.used`` counts the group as it stands now (its known members and their hold);
     ``judgement.after`` is the group's whole demand with this member."""
 
-    item: quota.Insufficient
+    item: limits.Insufficient
     judgement: gangquota.MemberJudgement
 
 
 Reason = (
-    quota.Insufficient
+    limits.Insufficient
     | GangShort
     | gpu_sharing.Rejection
     | config_guard.InvalidConfig
@@ -276,7 +284,7 @@ def judge(
 
 def render_reason(reason: Reason) -> str:
     """One reason as text."""
-    if isinstance(reason, quota.Insufficient):
+    if isinstance(reason, limits.Insufficient):
         return quota.render_denial([reason])
     if isinstance(reason, GangShort):
         return render_gang_short(reason)
@@ -477,7 +485,7 @@ def _judge_gang_member(
     )
     if not verdict.response.allowed:
         reasons = tuple(
-            GangShort(r, judgement) if isinstance(r, quota.Insufficient) else r
+            GangShort(r, judgement) if isinstance(r, limits.Insufficient) else r
             for r in verdict.reasons
         )
         return _deny(reasons, warnings=warnings)
@@ -526,43 +534,20 @@ def _judge_quota(
     warnings: tuple[str, ...],
     claimed: PodDemand | None = None,
 ) -> Verdict:
-    """``demand`` checked against the limits of ``tenant`` and its ancestors; an allow
-    claims ``claimed`` (default: ``demand``) for the reservation."""
-    spec = config.tenant(tenant)
-    decision = quota.check_quota(
-        tenant=tenant,
-        demand=demand,
-        usage=view.tenant_usage(tenant),
-        limits=None if spec is None else spec.limit_amounts(),
-        namespaces=(*view.tenant_namespaces(tenant), namespace),
-    )
-    short = list(decision.insufficient)
-    near = list(decision.near_limit)
-    # Every ancestor's limit caps its whole subtree: usage summed over it.
-    for ancestor in config.ancestors(tenant):
-        limits = ancestor.limit_amounts()
-        if limits is None:
-            continue
-        members = config.subtree(ancestor.name)
-        usage: dict[str, Fraction] = {}
-        counted: list[str] = [namespace]
-        for member in members:
-            for resource, amount in view.tenant_usage(member).items():
-                usage[resource] = usage.get(resource, Fraction(0)) + amount
-            counted.extend(view.tenant_namespaces(member))
-        up = quota.check_quota(
-            tenant=ancestor.name,
-            demand=demand,
-            usage=usage,
-            limits=limits,
-            namespaces=counted,
-            level=config.level_name(ancestor.name),
-        )
-        short.extend(up.insufficient)
-        near.extend(up.near_limit)
-    if short:
-        return _deny(tuple(short), warnings=warnings)
-    warnings += tuple(quota.render_warning(item) for item in near)
+    """``demand`` checked against the limits of ``tenant`` and its ancestors (each over
+    the usage of its whole subtree, ``limits.check_limits``); an allow claims ``claimed``
+    (default: ``demand``) for the reservation."""
+
+    def usage(members: Sequence[str]) -> Mapping[str, Fraction]:
+        return sum_amounts(view.tenant_usage(m) for m in members)
+
+    def counted(members: Sequence[str]) -> list[str]:
+        return [namespace, *(ns for m in members for ns in view.tenant_namespaces(m))]
+
+    decision = limits.check_limits(config, tenant, demand, usage, namespaces=counted)
+    if decision.insufficient:
+        return _deny(decision.insufficient, warnings=warnings)
+    warnings += tuple(quota.render_warning(item) for item in decision.near_limit)
     own = claimed if claimed is not None else demand
     claim = Claim(key, tenant, dict(own.amounts)) if own.amounts else None
     return Verdict(wire.allow(warnings=warnings), claim=claim)

@@ -196,8 +196,8 @@ def pod_claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Insufficient:
-    """The claim would take ``tenant`` over its limit on ``resource`` (same fields as the
-    webhook's ``policies.quota.Insufficient``, so one renderer formats both)."""
+    """The claim would take ``tenant`` over its limit on ``resource`` (same fields as
+    ``fairshare.limits.Insufficient``, so one renderer formats both)."""
 
     tenant: str
     resource: str

@@ -7,7 +7,7 @@ functions on a ``ClusterState``, so a simulated policy is the deployed policy.
 core because the simulator, which may not import the extender, must run the same code.)
 
 Pipeline for one pod: ``filter_nodes`` (resource fit, GPU-device fit, GPU health,
-GPU model) → the fairness gate (``fairness.check_gate``, applied by the caller, which
+GPU model) → the fairness gate (``gate.check_gate``, applied by the caller, which
 knows the pending pods) → ``Scorer`` (a weighted sum of per-node terms in [0, 1]) →
 ``choose_devices`` on the winning node.
 

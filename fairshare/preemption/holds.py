@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from fairshare import gating
+from fairshare import gate
 from fairshare.placement import PodRequest
 from fairshare.preemption import nodesim
 from fairshare.preemption.reclaim import ReclaimPlan
@@ -100,8 +100,8 @@ def holds_made(
     return tuple(RoomHold(p, rooms[p.uid], until) for p in pending if p.uid in rooms)
 
 
-def gate_held(holds: Sequence[RoomHold]) -> gating.HeldOff | None:
-    """The holds in force as the gate takes them (``gating.HeldOff``; None: no hold)."""
+def gate_held(holds: Sequence[RoomHold]) -> gate.HeldOff | None:
+    """The holds in force as the gate takes them (``gate.HeldOff``; None: no hold)."""
     if not holds:
         return None
     return lambda state, req, rows: held_off(state, holds, req, rows)

@@ -16,7 +16,7 @@ extender) is a **beneficiary** when
 * ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
   failures that are not ``unresolvable``);
 * ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
-  filling over bound + pending demand, ``gating.fair_shares_for``): reclaim never gives
+  filling over bound + pending demand, ``cluster_shares.fair_shares_for``): reclaim never gives
   a tenant more than its fair share.
 
 Victims are bound pods of other tenants, taken only while their tenant (and, in a tree,
@@ -61,8 +61,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from fairshare import fairness, gating, tenancy
+from fairshare import cluster_shares, fairness, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import check_fair_gate, gate_floor, goes_first
 from fairshare.placement import PodRequest, filter_nodes
 from fairshare.preemption import nodesim
 from fairshare.preemption.ledger import Cost, Ledger, Unit, group_units, node_cost, victims_on
@@ -165,18 +166,6 @@ class ReclaimPlan:
         return {uid: frozenset(tenants) for uid, tenants in out.items()}
 
 
-def _dominant(
-    state: ClusterState, config: FairShareConfig, tenant: str, row: Sequence[float]
-) -> float:
-    weights = tenancy.tenant_weights(config)
-    return fairness.dominant_shares(
-        used={tenant: list(row)},
-        capacity=state.total_capacity(),
-        res_weights=config.resource_weights(),
-        tenant_weights={tenant: weights.get(tenant, 1.0)},
-    )[tenant]
-
-
 def plan_reclaim(
     state: ClusterState,
     *,
@@ -215,7 +204,8 @@ def plan_reclaim(
         return ReclaimPlan()
     ages = created or {}
     guaranteed = {
-        t.name: gating.kernel_amounts(state, t.guaranteed_amounts()) for t in config.all_tenants()
+        t.name: cluster_shares.kernel_amounts(state, t.guaranteed_amounts())
+        for t in config.all_tenants()
     }
     by_node: dict[str, list[BoundPod]] = {}
     for bound in state.pods.values():
@@ -246,8 +236,8 @@ def plan_reclaim(
     )
     if not candidates and not toward_fair:
         return ReclaimPlan(deficits=deficits)
-    fair = gating.fair_shares_for(state, config, gating.demand_rows(state, pending))
-    shares = gating.current_shares(state, config)
+    fair = cluster_shares.fair_shares_for(state, config, cluster_shares.demand_rows(state, pending))
+    shares = cluster_shares.current_shares(state, config)
     over = {u: s - (fair[u].share if u in fair else 0.0) for u, s in shares.items()}
     evictions: list[Eviction] = []
     waiting: list[Waiting] = []
@@ -324,19 +314,19 @@ def _behind_in_band(
 ) -> bool:
     """Whether a tenant that goes before ``tenant`` in the gate's band order (a smaller
     fraction of its own fair share, or an equal one and a smaller name:
-    ``fairness.goes_first``) has a pod waiting, fitting now or not. The gate counts only
+    ``goes_first``) has a pod waiting, fitting now or not. The gate counts only
     pods that fit now; room that evictions free can make such a pod fit, and the gate
     would then hold ``tenant``'s pod for it. So reclaim does not evict for ``tenant``
     while one waits (it may evict for that tenant instead). The order is strict, so of
     tenants tied (all at zero, say) one is served."""
-    fractions = gating.fair_fractions(gating.current_shares(state, config), fair)
+    fractions = cluster_shares.fair_fractions(cluster_shares.current_shares(state, config), fair)
     mine = fractions.get(tenant, math.inf)
     waiting = {
         p.tenant
         for p in pending
         if p.waiting and p.tenant is not None and p.tenant != tenant and p.uid not in state.pods
     }
-    return any(fairness.goes_first(u, fractions.get(u, math.inf), tenant, mine) for u in waiting)
+    return any(goes_first(u, fractions.get(u, math.inf), tenant, mine) for u in waiting)
 
 
 def _toward_fair_share(
@@ -373,12 +363,7 @@ def _toward_fair_share(
     weights = tenancy.tenant_weights(config)
 
     def share_of(tenant: str, row: Sequence[float]) -> float:
-        return fairness.dominant_shares(
-            used={tenant: list(row)},
-            capacity=state.total_capacity(),
-            res_weights=config.resource_weights(),
-            tenant_weights={tenant: weights.get(tenant, 1.0)},
-        )[tenant]
+        return cluster_shares.dominant_share(state, config, tenant, row, weights)
 
     no_take_back = config.take_back_after_seconds() > 0  # the rule is on
     for req in pending:
@@ -399,8 +384,8 @@ def _toward_fair_share(
         mine = fair[t].share if t in fair else 0.0
         if share_of(t, after) > mine * (1 + fairness.EPS) + fairness.EPS:
             continue
-        if share_of(t, after) > fairness.gate_floor(mine, config.yield_band):
-            gate = gating.check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
+        if share_of(t, after) > gate_floor(mine, config.yield_band):
+            gate = check_fair_gate(state, config=config, req=req, pending=pending, fair=fair)
             if gate is not None and not gate.allowed:
                 continue  # in the yield band, it waits for a tenant further behind
             if _behind_in_band(state, config, t, pending, fair):
@@ -512,7 +497,7 @@ def _plan_one(
     for k, v in enumerate(req.row):
         after[k] += v
     mine = fair[t].share if t in fair else 0.0
-    share_after = _dominant(state, config, t, after)
+    share_after = cluster_shares.dominant_share(state, config, t, after)
     if share_after > mine * (1 + fairness.EPS) + fairness.EPS:
         detail = f"share after {share_after:.3f} would exceed fair share {mine:.3f}"
         return (WAIT_FAIR_SHARE, detail)

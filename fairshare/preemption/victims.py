@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fairshare import fairness, gating, tenancy
+from fairshare import cluster_shares, fairness, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
 from fairshare.state.cluster import ClusterState
@@ -105,7 +105,7 @@ def protect_guaranteed(
 def guarantees(state: ClusterState, config: FairShareConfig) -> dict[str, dict[int, float]]:
     """Each tenant's ``guaranteed`` amounts as kernel column -> amount (tenants with one)."""
     return {
-        t.name: gating.kernel_amounts(state, t.guaranteed_amounts())
+        t.name: cluster_shares.kernel_amounts(state, t.guaranteed_amounts())
         for t in config.tenants
         if t.guaranteed
     }
@@ -117,7 +117,7 @@ def guaranteed_usage(
     """Usage per guaranteed tenant (its subtree's in a tree) and each tenant's ancestors."""
     if not config.is_hierarchical():
         return {t: state.usage_of(t) for t in guaranteed}, None
-    usage = {t: gating.subtree_usage(state, config, t) for t in guaranteed}
+    usage = {t: cluster_shares.subtree_usage(state, config, t) for t in guaranteed}
     ancestors = {t.name: tuple(a.name for a in config.ancestors(t.name)) for t in config.tenants}
     return usage, ancestors
 
@@ -261,19 +261,12 @@ def fair_rule(
     policy = config.preemption
     if fair is None:
         queue = [p for p in pending if p.uid != pre.uid] + [pre]
-        rows = gating.demand_rows(state, queue)
-        fair = gating.fair_shares_for(state, config, rows)
+        rows = cluster_shares.demand_rows(state, queue)
+        fair = cluster_shares.fair_shares_for(state, config, rows)
     weights = tenancy.tenant_weights(config)
-    capacity = state.total_capacity()
-    res_weights = config.resource_weights()
 
     def share_of(level: str, used: Sequence[float]) -> float:
-        return fairness.dominant_shares(
-            used={level: list(used)},
-            capacity=capacity,
-            res_weights=res_weights,
-            tenant_weights={level: weights.get(level, 1.0)},
-        )[level]
+        return cluster_shares.dominant_share(state, config, level, used, weights)
 
     def chain(tenant: str) -> tuple[str, ...]:
         return (tenant, *(a.name for a in config.ancestors(tenant)))
@@ -284,13 +277,17 @@ def fair_rule(
     for tenant in sorted(names):
         out = []
         for level in chain(tenant):
-            used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+            used = (
+                cluster_shares.subtree_usage(state, config, level)
+                if tree
+                else state.usage_of(level)
+            )
             share = fair[level].share if level in fair else 0.0
             out.append(Level(level, tuple(used), share, share_of(level, used)))
         levels[tenant] = tuple(out)
     over = False
     for level in chain(pre.tenant):
-        used = gating.subtree_usage(state, config, level) if tree else state.usage_of(level)
+        used = cluster_shares.subtree_usage(state, config, level) if tree else state.usage_of(level)
         after = [u + (pre.row[k] if k < len(pre.row) else 0.0) for k, u in enumerate(used)]
         floor = fair[level].share if level in fair else 0.0
         if share_of(level, after) > floor * (1 + fairness.EPS) + fairness.EPS:

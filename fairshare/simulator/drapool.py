@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from fairshare import dra, eligibility, fairness, gating, quantities, resources
+from fairshare import cluster_shares, dra, eligibility, fairness, quantities, resources
 from fairshare.placement import PodRequest, candidates, choose_devices, fgd_raw, filter_nodes
 from fairshare.resources import GPU
 from fairshare.simulator.engine import Outcome, Simulation
@@ -492,11 +492,11 @@ class DraSimulation(Simulation):
 
     def fair_shares(self) -> dict[str, fairness.FairShare]:
         """The fair allocation over bound usage plus the pending queue, summed as the
-        extender sums them (``gating.demand_rows``): a claim pod's pending demand changes
+        extender sums them (``cluster_shares.demand_rows``): a claim pod's pending demand changes
         when its claim is allocated, and float for float the two must not drift apart."""
-        rows = gating.demand_rows(self.state, self.pending.values())
+        rows = cluster_shares.demand_rows(self.state, self.pending.values())
         if self._fair is None or rows != self._fair_rows:
-            self._fair = gating.fair_shares_for(self.state, self.config, rows)
+            self._fair = cluster_shares.fair_shares_for(self.state, self.config, rows)
             self._fair_rows = rows
         return self._fair
 

@@ -21,14 +21,24 @@ Semantics, the same as the webhook and the extender will apply:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from fairshare import eligibility, fairness, gating, quantities, resources, tenancy
+from fairshare import (
+    cluster_shares,
+    eligibility,
+    fairness,
+    limits,
+    quantities,
+    resources,
+    tenancy,
+)
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, check_fair_gate
 from fairshare.placement import (
     FilterResult,
     PodRequest,
@@ -102,7 +112,7 @@ class Simulation:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(POLICIES)}")
         self.state = ClusterState(ResourceIndex(self.config.resource_names()))
         declared = self.config.capacity_amounts() or {}
-        self.state.declare_capacity(gating.kernel_amounts(self.state, declared))
+        self.state.declare_capacity(cluster_shares.kernel_amounts(self.state, declared))
         self.scorer = build_scorer(self.config.scoring.weights())
         self._mig = self.config.mig_fractions()
         self._limits = {
@@ -183,28 +193,33 @@ class Simulation:
 
     def _over_limit(self, req: PodRequest) -> str:
         """Why ``req`` is refused at admission: its tenant's limit, or an ancestor's
-        (counting the ancestor's whole subtree); "" when it fits them all."""
+        (counting the ancestor's whole subtree, ``limits.check_limits``), over what the
+        tenants were admitted; "" when it fits them all."""
         assert req.tenant is not None
+        demand = req.demand
+        if demand.gpu.memory is not None and self.index.has(resources.GPU):
+            # a GPU-memory request counts as the share its row holds
+            gpus = self.index.amounts(req.row)[resources.GPU]
+            demand = dataclasses.replace(demand, amounts={**demand.amounts, resources.GPU: gpus})
         width = self.index.width
-        for level in (req.tenant, *(t.name for t in self.config.ancestors(req.tenant))):
-            limits = self._limits.get(level)
-            if not limits:
-                continue
+
+        def admitted(members: Sequence[str]) -> dict[str, Fraction]:
             row = [0.0] * width
-            for member in self.config.subtree(level):
+            for member in members:
                 for k, v in enumerate(self.admitted.get(member, ())):
                     row[k] += v
-            have = self.index.amounts(row)
-            for name, limit in sorted(limits.items()):
-                want = req.demand.get(name)
-                if name == resources.GPU and req.demand.gpu.memory is not None:
-                    want = self.index.amounts(req.row)[name]  # the share its row counts
-                if want and have.get(name, Fraction(0)) + want > limit:
-                    return (
-                        f"{self.config.level_name(level)} {level}: {name} "
-                        f"{have.get(name, Fraction(0)) + want} would exceed limit {limit}"
-                    )
-        return ""
+            return self.index.amounts(row)
+
+        decision = limits.check_limits(
+            self.config, req.tenant, demand, admitted, limits=self._limits.get
+        )
+        if not decision.insufficient:
+            return ""
+        item = decision.insufficient[0]
+        return (
+            f"{item.level} {item.tenant}: {item.resource} "
+            f"{item.used + item.requested} would exceed limit {item.limit}"
+        )
 
     # -- fairness ------------------------------------------------------------------
 
@@ -214,16 +229,16 @@ class Simulation:
     def fair_shares(self) -> dict[str, fairness.FairShare]:
         """Fair allocation over admitted demand (running + pending), cached until it changes."""
         if self._fair is None:
-            self._fair = gating.fair_shares_for(self.state, self.config, self.admitted)
+            self._fair = cluster_shares.fair_shares_for(self.state, self.config, self.admitted)
         return self._fair
 
     def current_shares(self) -> dict[str, float]:
-        return gating.current_shares(self.state, self.config)
+        return cluster_shares.current_shares(self.state, self.config)
 
-    def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
+    def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return gating.check_fair_gate(
+        return check_fair_gate(
             self.state,
             config=self.config,
             req=req,

@@ -6,7 +6,7 @@ runs ``duration`` seconds. The policies:
 
 * ``ours``: what the extender does with a pod group (``fairshare.gangs``): the whole
   group judged by the fair-share gate (``gangs.gang_gate``), other tenants' waiting
-  groups counted there whole by the extender's rule (``fairshare.gangwait``; another
+  groups counted there whole by the extender's rule (``fairshare.gangs.waiting``; another
   with ``Replay(group_rule=...)``), and planned all or nothing (``gangs.plan_gang``), the
   same functions the extender calls, then every member bound to its planned node. Jobs
   are tried in arrival order, as kube-scheduler's queue offers them.
@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import fairness, gangs, gangwait, gating
+from fairshare import gangs
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate import GateDecision, GroupFits, check_fair_gate
 from fairshare.placement import PodRequest
 from fairshare.simulator.engine import Outcome, Simulation, requests_pod
 
@@ -106,8 +107,8 @@ class GangSimulation(Simulation):
     """The simulation with the gate's reading of the queue kept short.
 
     With the fair allocation given, the gate reads the pending queue only to learn which
-    tenants below the judged one have a pod waiting that fits now (``gating.
-    fitting_pending``), a question answered per tenant and shape: the first waiting pod
+    tenants below the judged one have a pod waiting that fits now
+    (``gate.fitting_pending``), a question answered per tenant and shape: the first waiting pod
     of each tenant and shape, in creation order (``gate_queue``), gives the same answer as
     the whole queue, which on a saturated replay holds thousands of pods."""
 
@@ -115,8 +116,8 @@ class GangSimulation(Simulation):
         default_factory=dict, init=False
     )
     _seq: int = field(default=0, init=False)
-    group_rule: gangwait.Rule = "pod"
-    """How a waiting group counts at the gate (``gangwait``): the policy ``ours`` sets it."""
+    group_rule: gangs.waiting.Rule = "pod"
+    """How a waiting group counts at the gate (``gangs.waiting``): the policy ``ours`` sets it."""
     members: dict[str, tuple[gangs.GroupKey, tuple[str, ...]]] = field(
         default_factory=dict, init=False
     )
@@ -129,17 +130,17 @@ class GangSimulation(Simulation):
         held = self.members.get(req.uid) if self.group_rule != "pod" else None
         return (req.tenant, req.shape, req.waiting, len(held[1]) if held else 0)
 
-    def group_fits(self) -> gating.GroupFits | None:
-        """The gate's ``groups`` argument for the current state (``gangwait``)."""
+    def group_fits(self) -> GroupFits | None:
+        """The gate's ``groups`` argument for the current state (``gangs.waiting``)."""
         if self.group_rule == "pod":
             return None
-        lookup = gangwait.lookup_over(
+        lookup = gangs.waiting.lookup_over(
             self.members,
             self.pending,
             self.state.pods,
             lambda key, uid: self.min_counts.get(key, len(self.members[uid][1])),
         )
-        return gangwait.group_fits(
+        return gangs.waiting.group_fits(
             self.config, lookup, fair=self.fair_shares(), rule=self.group_rule
         )
 
@@ -179,10 +180,10 @@ class GangSimulation(Simulation):
         firsts = [next(iter(held.values())) for held in self._firsts.values() if held]
         return [req for _, req in sorted(firsts, key=lambda x: x[0])]
 
-    def _gate(self, req: PodRequest) -> fairness.GateDecision | None:
+    def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return gating.check_fair_gate(
+        return check_fair_gate(
             self.state,
             config=self.config,
             req=req,
@@ -227,13 +228,13 @@ class Replay:
         policy: GangPolicy,
         *,
         progress: Callable[[float, int, int], None] | None = None,
-        group_rule: gangwait.Rule = gangwait.RULE,
+        group_rule: gangs.waiting.Rule = gangs.waiting.RULE,
     ) -> None:
         if policy not in GANG_POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
-        if group_rule not in gangwait.RULES:
+        if group_rule not in gangs.waiting.RULES:
             raise ValueError(
-                f"unknown group rule {group_rule!r}; choose from {', '.join(gangwait.RULES)}"
+                f"unknown group rule {group_rule!r}; choose from {', '.join(gangs.waiting.RULES)}"
             )
         self.policy: GangPolicy = policy
         self.sim = GangSimulation(config, policy="ours")

@@ -51,7 +51,7 @@ where each tenant ends up when every tenant wants more than the cluster can give
    give the same placements.
 
 Figures at the end, per tenant with demand. The engine's shares
-(``gating.current_shares``, ``fairness.FairShare.share``) are *weighted*: dominant
+(``cluster_shares.current_shares``, ``fairness.FairShare.share``) are *weighted*: dominant
 share ÷ tenant weight, the quantity weighted DRF equalises. The tables report
 *unweighted* dominant shares instead, the fraction of the dominant resource a tenant
 holds, so a weight-4 tenant's fair figure is 4× a weight-1 tenant's when both are

@@ -37,7 +37,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from fairshare import fairness, gangwait
+from fairshare import fairness, gangs
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import API_VERSION, KIND, FairShareConfig
 from fairshare.simulator.gangsim import (
@@ -383,7 +383,7 @@ def replay_one(
     vcs: Sequence[str] | None = None,
     gpu_type: str = "v100",
     quiet: bool = False,
-    group_rule: gangwait.Rule = gangwait.RULE,
+    group_rule: gangs.waiting.Rule = gangs.waiting.RULE,
     yield_band: float | None = None,
 ) -> dict[str, Any]:
     """One policy's replay of the trace, summarised (a worker process runs one)."""
@@ -414,7 +414,7 @@ def run(
     gpu_type: str = "v100",
     quiet: bool = False,
     workers: int = 1,
-    group_rule: gangwait.Rule = gangwait.RULE,
+    group_rule: gangs.waiting.Rule = gangs.waiting.RULE,
     yield_band: float | None = None,
 ) -> tuple[dict[str, dict[str, Any]], str]:
     """Replay the trace under each policy (``workers`` processes at once); the figures
@@ -458,9 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(GANG_POLICIES)
     )  # fmt: skip
     ap.add_argument(
-        "--group-rule", default=gangwait.RULE, choices=gangwait.RULES,
-        help="how a waiting group counts at the gate under ours (fairshare.gangwait; "
-        f"default {gangwait.RULE})",
+        "--group-rule", default=gangs.waiting.RULE, choices=gangs.waiting.RULES,
+        help="how a waiting group counts at the gate under ours (fairshare.gangs.waiting; "
+        f"default {gangs.waiting.RULE})",
     )  # fmt: skip
     ap.add_argument(
         "--yield-band", type=float, metavar="B",

@@ -612,3 +612,18 @@ def podgroup_fetcher(api_client: Any) -> Callable[[Any], Awaitable[Mapping[str, 
         return obj if isinstance(obj, Mapping) else None
 
     return fetch
+
+
+def custom_object_lister(
+    api_client: Any,
+) -> Callable[[str, str, str], Awaitable[Mapping[str, Any]]]:
+    """List every custom object of (group, version, plural) in the cluster through the
+    API: the list's JSON (``{}`` when the answer is not an object). Raises the client's
+    ``ApiException`` (``status`` 404: no such API in the cluster)."""
+    api = client.CustomObjectsApi(api_client)
+
+    async def list_all(group: str, version: str, plural: str) -> Mapping[str, Any]:
+        listed = await api.list_cluster_custom_object(group, version, plural)
+        return listed if isinstance(listed, Mapping) else {}
+
+    return list_all

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -64,6 +64,11 @@ class Snapshot:
         """Hand each kind's list to ``sink.on_resync`` (namespaces and nodes first)."""
         for kind in kinds:
             sink.on_resync(kind, list(self.objects.get(kind, [])))
+
+
+ExtraList = Callable[[Any, Snapshot], Awaitable[None]]
+"""One more list for a snapshot, given the API client: it adds its objects (and any
+warnings) to the ``Snapshot``."""
 
 
 def default_kubeconfig() -> str:
@@ -170,7 +175,9 @@ async def _read_history(
     return data
 
 
-async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
+async def _take(
+    api_client: Any, config_ref: tuple[str, str], extra: Sequence[ExtraList]
+) -> Snapshot:
     from fairshare.state import informers
 
     config, warnings = await _read_config(api_client, *config_ref)
@@ -189,47 +196,9 @@ async def _take(api_client: Any, config_ref: tuple[str, str]) -> Snapshot:
         snap.objects[kind] = [
             {**item, "kind": kind} for item in listed.get("items") or [] if isinstance(item, dict)
         ]
-    snap.objects[PODGROUP] = await _podgroups(api_client, snap)
+    for more in extra:
+        await more(api_client, snap)
     return snap
-
-
-PODGROUP: Final = "PodGroup"
-"""The PodGroups of the snapshot's gangs: coscheduling (``scheduling.x-k8s.io/v1alpha1``)
-and native (``scheduling.k8s.io/v1alpha2``), told apart by their ``apiVersion``."""
-
-
-async def _podgroups(api_client: Any, snap: Snapshot) -> list[dict[str, Any]]:
-    """Every PodGroup, listed when some pod is a gang member (``fairshare.gangs``). A
-    cluster without the CRD has none; one whose PodGroups cannot be read (RBAC) adds a
-    warning: the groups are then sized by their annotation, as if they had no PodGroup."""
-    from kubernetes_asyncio import client
-
-    from fairshare import gangkeys as gangs
-
-    if not any(gangs.group_of(p) for p in snap.objects.get("Pod", [])):
-        return []
-    api = client.CustomObjectsApi(api_client)
-    found: list[dict[str, Any]] = []
-    for native in (False, True):
-        group, version, plural = gangs.GroupKey("", "", native).api
-        try:
-            listed = await api.list_cluster_custom_object(group, version, plural)
-        except Exception as exc:
-            status = _status_of(exc)
-            if status == 404:
-                continue
-            snap.warnings.append(
-                f"PodGroups {plural}.{group} cannot be listed ({status or exc}): "
-                f"their gangs are sized by their {gangs.ANN_MIN_MEMBERS} annotation"
-            )
-            continue
-        items = listed.get("items") if isinstance(listed, dict) else None
-        found += [
-            {**i, "kind": PODGROUP, "apiVersion": f"{group}/{version}"}
-            for i in items or []
-            if isinstance(i, dict)
-        ]
-    return found
 
 
 async def take_snapshot(
@@ -237,8 +206,12 @@ async def take_snapshot(
     kubeconfig: str | None,
     config_ref: tuple[str, str] = (DEFAULT_CONFIG_NAMESPACE, DEFAULT_CONFIG_NAME),
     timeout: float = DEFAULT_TIMEOUT,
+    extra: Sequence[ExtraList] = (),
 ) -> Snapshot:
-    """The config and every kind, listed once. Raises ``FairshareError`` with one line."""
+    """The config and every kind, listed once. Raises ``FairshareError`` with one line.
+
+    ``extra``: more lists taken after the kinds, in order, with the same API client and
+    within the same ``timeout`` (the CLI adds the PodGroups of the snapshot's gangs)."""
     from fairshare.state import informers
 
     path = kubeconfig or default_kubeconfig()
@@ -248,7 +221,7 @@ async def take_snapshot(
     host = str(api_client.configuration.host)
     try:
         async with api_client:
-            return await asyncio.wait_for(_take(api_client, config_ref), timeout)
+            return await asyncio.wait_for(_take(api_client, config_ref, extra), timeout)
     except FairshareError:
         raise
     except TimeoutError as exc:

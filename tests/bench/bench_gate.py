@@ -4,14 +4,14 @@ Run with ``python -m tests.bench.bench_gate --trace DIR`` (the openb CSVs). It b
 saturated state with the saturation protocol of ``fairshare/simulator/openb.py``
 (``--policy``, default ``fgd``: the quickest to build; its tenants end at equal, not
 weighted, shares, so every tenant above its fair share makes the gate probe the
-others' queues), then times ``gating.check_fair_gate`` for a sample of pending pods of
+others' queues), then times ``gate.check_fair_gate`` for a sample of pending pods of
 every tenant, with the fair allocation cached as the simulator caches it:
 
 * **cold**: no memo (a node changed, or room was given back): every shape is probed;
 * **after a bind**: the per-state memo is gone, the shapes known to fit nowhere stay
   (``ClusterState.memo(..., growing_only=True)``), as after each bind of a pass;
 
-each with the dominance skip (``gating.dominates``: a shape asking at least as much
+each with the dominance skip (``gate.dominates``: a shape asking at least as much
 as one that fits nowhere is not probed) and without it (the previous behaviour).
 ``--hold-for-blocked`` times the gate with ``holdForBlockedTenants`` on (a lower-share
 tenant with no pod that fits now is also probed against the drained nodes; "cold" then
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fairshare import gating
+from fairshare import gate
 from fairshare.placement import PodRequest
 from fairshare.simulator import openb
 from fairshare.simulator.engine import Simulation
@@ -45,41 +45,41 @@ def saturated(trace: Path, pods: str, seed: int, policy: str) -> Simulation:
 @contextmanager
 def probes_counted() -> Iterator[list[int]]:
     """Count ``pod_fits_somewhere`` calls (node probes) while inside."""
-    real = gating.pod_fits_somewhere
+    real = gate.cluster.pod_fits_somewhere
     n = [0]
 
     def counting(state: Any, p: PodRequest) -> bool:
         n[0] += 1
         return real(state, p)
 
-    gating.pod_fits_somewhere = counting  # type: ignore[assignment]
+    gate.cluster.pod_fits_somewhere = counting  # type: ignore[assignment]
     try:
         yield n
     finally:
-        gating.pod_fits_somewhere = real  # type: ignore[assignment]
+        gate.cluster.pod_fits_somewhere = real  # type: ignore[assignment]
 
 
 @contextmanager
 def without_dominance() -> Iterator[None]:
     """Only shapes probed before count as misfits (the skip turned off)."""
-    real = gating._Misfits.covers
+    real = gate.cluster._Misfits.covers
 
     def listed(self: Any, key: Any, order: Any, mig: bool) -> bool:
         return key in self.keys
 
-    gating._Misfits.covers = listed  # type: ignore[method-assign]
+    gate.cluster._Misfits.covers = listed  # type: ignore[method-assign]
     try:
         yield
     finally:
-        gating._Misfits.covers = real  # type: ignore[method-assign]
+        gate.cluster._Misfits.covers = real  # type: ignore[method-assign]
 
 
 def forget(sim: Simulation, *, keep_no_fit: bool) -> None:
     """Drop the gate's memos as a node change (all) or a bind (per-state only) does."""
     memos = sim.state._memos
-    memos.pop("gating.shape_fits", None)
+    memos.pop("gate.shape_fits", None)
     if not keep_no_fit:
-        memos.pop("gating.shape_fits_nowhere", None)
+        memos.pop("gate.shape_fits_nowhere", None)
         sim.state._drained = None
 
 
@@ -90,7 +90,7 @@ def decide(sim: Simulation, reqs: list[PodRequest], *, keep_no_fit: bool) -> Cal
     def run() -> None:
         for r in reqs:
             forget(sim, keep_no_fit=keep_no_fit)
-            gating.check_fair_gate(sim.state, config=sim.config, req=r, pending=pending, fair=fair)
+            gate.check_fair_gate(sim.state, config=sim.config, req=r, pending=pending, fair=fair)
 
     return run
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.tenant is not None and len(by_tenant.setdefault(r.tenant, [])) < args.sample:
             by_tenant[r.tenant].append(r)
     reqs = [r for t in sorted(by_tenant) for r in by_tenant[t]]
-    shapes = len({gating.shape_key(r) for r in sim.pending.values()})
+    shapes = len({gate.shape_key(r) for r in sim.pending.values()})
     print(
         f"bench-gate: {args.pods} seed {args.seed}, saturated by {args.policy} in "
         f"{time.perf_counter() - t0:.0f} s: {100 * sim.gpu_allocation_ratio():.2f} % GPU "

@@ -3,7 +3,7 @@
 Three tenants of weights 1:1:2 each submit more 2-pod × 2-GPU groups than the cluster
 holds (four nodes of 4 GPUs: 16 GPUs, four groups). The gate weighs each group's whole
 demand and holds a tenant past its fair share while another tenant's waiting group fits
-whole (``fairshare.gangwait``), so the cluster ends split 4 : 4 : 8 GPUs, in whole
+whole (``fairshare.gangs.waiting``), so the cluster ends split 4 : 4 : 8 GPUs, in whole
 groups, with no group partly bound. And a waiting group that can never run whole holds
 no other tenant back, though one of its members alone would fit.
 """

@@ -13,7 +13,7 @@ each wave, scheduling until a pass binds nothing, up to 3 running pods finishing
 pending pod sometimes deleted; then a last round.
 
 What it can and cannot catch: as in ``test_differential_extender``, both sides share
-the core (``fairness``, ``gating``, ``placement``, and here ``fairshare.dra``'s slice
+the core (``fairness``, ``gate``, ``placement``, and here ``fairshare.dra``'s slice
 and claim reading), so a wrong rule there passes unseen; what differs, and is checked,
 is the extender's intake of DeviceClasses, ResourceSlices and claims as the informers
 deliver them, its claim ledger and bind path, against the simulator's DRA pools. The

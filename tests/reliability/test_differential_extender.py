@@ -22,7 +22,7 @@ small cluster and sequence and printed with its reproduction blob; the cases fou
 are pinned below (``FOUND``).
 
 What it can and cannot catch. Both drivers decide with the same core: the fair shares
-and dominant shares (``fairshare.fairness``), the gate (``fairshare.gating``) and the
+and dominant shares (``fairshare.fairness``), the gate (``fairshare.gate``) and the
 node filter, scores and device choice (``fairshare.placement``) are one code shared by
 the extender and the simulator. So a wrong rule in that core (a fair share computed
 wrongly, a gate that holds the wrong tenant, a score that fragments GPUs) is made

@@ -233,14 +233,14 @@ def test_dra_only_gpus_give_finite_shares_and_fair_allocations():
     count in usage but the shares stay finite (they used to be +inf)."""
     import math
 
-    from fairshare import gating
+    from fairshare import cluster_shares
 
     tr = Side(lambda: CONFIG)
     tr.on_resync("Node", [node("n1", gpus=0)])
     tr.on_resync(dra.KIND_CLAIM, [claim("c1", exactly(count=2))])
     tr.on_event("Pod", "ADDED", _dra_pod("p0", ["c1"]))
     assert tr.state.usage_of("prod")[tr.state.gpu_col] == 2000
-    shares = gating.current_shares(tr.state, CONFIG)
+    shares = cluster_shares.current_shares(tr.state, CONFIG)
     assert shares["prod"] == 1 / 32  # its CPU: 1 of the node's 32 cores
     fair = tr.fair_shares(CONFIG)
     assert all(math.isfinite(f.share) for f in fair.values())

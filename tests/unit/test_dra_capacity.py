@@ -16,7 +16,7 @@ import pytest
 
 from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import dra, gating
+from fairshare import cluster_shares, dra
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state import objects
@@ -254,7 +254,7 @@ def test_a_mixed_fleet_gives_one_set_of_shares(dra_first: bool):
         "Pod", [pod("pa", ns="a", gpu=4, node_name="dp"), kep5004_pod("pb", "b", 4, "dra")]
     )
     assert tr.state.total_capacity()[tr.state.gpu_col] == 16000
-    shares = gating.current_shares(tr.state, CONFIG)
+    shares = cluster_shares.current_shares(tr.state, CONFIG)
     assert shares["a"] == shares["b"] == 4 / 16
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fairshare import eligibility, gating
+from fairshare import eligibility, gate
 from fairshare.config.loading import config_from_mapping
 from fairshare.eligibility import NodeConstraints, parse_node_constraints
 from fairshare.state import objects
@@ -305,11 +305,11 @@ def test_a_tenant_whose_pod_cannot_run_now_does_not_hold_others_back(why):
         _pending("b0", "b", 4, **B_BLOCKED[why]), config=CONFIG, tenant="b", index=st.index
     )
 
-    held = gating.check_fair_gate(st, config=CONFIG, req=a_next, pending=[b_ok, a_next])
+    held = gate.check_fair_gate(st, config=CONFIG, req=a_next, pending=[b_ok, a_next])
     assert held is not None and not held.allowed
     assert "tenant a above its fair share (0.62 > 0.50)" in held.reason
 
-    passed = gating.check_fair_gate(st, config=CONFIG, req=a_next, pending=[b_blocked, a_next])
+    passed = gate.check_fair_gate(st, config=CONFIG, req=a_next, pending=[b_blocked, a_next])
     assert passed is not None and passed.allowed, passed
 
 
@@ -332,9 +332,9 @@ def test_a_contender_whose_only_fitting_pod_is_deep_in_its_queue_counts_as_waiti
         objects.pod_request(_pending(f"b{g}", "b", g), config=CONFIG, tenant="b", index=st.index)
         for g in (*range(5, 13), 4)
     ]
-    assert len({gating.shape_key(p) for p in b_queue}) == 9
-    assert gating.has_fitting_pending(st, "b", b_queue)
-    held = gating.check_fair_gate(st, config=CONFIG, req=a_next, pending=[*b_queue, a_next])
+    assert len({gate.shape_key(p) for p in b_queue}) == 9
+    assert gate.has_fitting_pending(st, "b", b_queue)
+    held = gate.check_fair_gate(st, config=CONFIG, req=a_next, pending=[*b_queue, a_next])
     assert held is not None and not held.allowed, held
 
 
@@ -358,23 +358,23 @@ def test_a_shape_that_does_not_fit_is_probed_once_per_state(monkeypatch):
         for t in ("b", "c")
         for k in range(2)
     ]
-    probed: list[gating.ShapeKey] = []
-    real = gating.pod_fits_somewhere
+    probed: list[gate.ShapeKey] = []
+    real = gate.cluster.pod_fits_somewhere
 
     def counting(state, p):
-        probed.append(gating.shape_key(p))
+        probed.append(gate.shape_key(p))
         return real(state, p)
 
-    monkeypatch.setattr(gating, "pod_fits_somewhere", counting)
-    passed = gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    monkeypatch.setattr(gate.cluster, "pod_fits_somewhere", counting)
+    passed = gate.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert passed is not None and passed.allowed, passed  # neither b nor c can run now
-    assert probed == [gating.shape_key(queue[0])]
+    assert probed == [gate.shape_key(queue[0])]
     # The next decision remembers it, on the same state and after a bind (which only
     # takes room); room given back (an unbind) makes it probe the shape again.
-    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    gate.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), three, "c")
-    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    gate.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert len(probed) == 1
     st.unbind("uid-c9")
-    gating.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
+    gate.check_fair_gate(st, config=three, req=a_next, pending=[*queue, a_next])
     assert len(probed) == 2

@@ -8,7 +8,7 @@ from typing import Any
 
 from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import gating
+from fairshare import cluster_shares
 from fairshare.config.loading import config_from_mapping
 from tests.builders import make_pod
 from tests.extender_side import Side
@@ -31,8 +31,8 @@ def pending(ns: str, i: int, gpus: int = 1) -> dict[str, Any]:
 
 
 def fresh(t: Side) -> dict[str, Any]:
-    rows = gating.demand_rows(t.state, t.pending.values())
-    return gating.fair_shares_for(t.state, CONFIG, rows)
+    rows = cluster_shares.demand_rows(t.state, t.pending.values())
+    return cluster_shares.fair_shares_for(t.state, CONFIG, rows)
 
 
 def bind(t: Side, uid: str, node_name: str) -> None:

@@ -65,7 +65,7 @@ def test_the_reclaimer_watches_pvcs_too() -> None:
 
 
 def test_declared_storage_capacity_makes_pvc_storage_count_in_shares() -> None:
-    from fairshare import gating
+    from fairshare import cluster_shares
     from fairshare.config.loading import config_from_mapping
 
     declared = config_from_mapping(
@@ -81,6 +81,6 @@ def test_declared_storage_capacity_makes_pvc_storage_count_in_shares() -> None:
     tr.on_resync("Node", [node("n1")])
     tr.on_event("PersistentVolumeClaim", "ADDED", pvc("a", "prod", "5Ti"))
     # No storage capacity known: the column counts in no share (never +inf).
-    assert gating.current_shares(tr.state, CONFIG)["prod"] == 0
+    assert cluster_shares.current_shares(tr.state, CONFIG)["prod"] == 0
     holder.swap(declared)
-    assert gating.current_shares(tr.state, declared)["prod"] == 0.5
+    assert cluster_shares.current_shares(tr.state, declared)["prod"] == 0.5

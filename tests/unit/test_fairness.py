@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from fairshare import fairness
-from fairshare.fairness import Contender, CurrentShare, ShareAfter, TenantDemand
+from fairshare import fairness, gate
+from fairshare.fairness import CurrentShare, ShareAfter, TenantDemand
+from fairshare.gate import Contender
 
 CAP = (9.0, 18.0)  # the DRF paper's cluster: 9 CPU, 18 GB
 RW = (1.0, 1.0)
@@ -146,7 +147,7 @@ def test_fair_allocation_grows_past_a_zero_capacity_resource():
     ],
 )
 def test_gate(after, contenders, allowed, waiting_for):
-    d = fairness.check_gate(
+    d = gate.check_gate(
         tenant="m",
         current_share=CurrentShare(0.3),
         share_after=ShareAfter(after),

@@ -1,4 +1,4 @@
-"""Pod groups in view: where each gang stands and why it waits (``fairshare.gangstatus``),
+"""Pod groups in view: where each gang stands and why it waits (``fairshare.gangs.status``),
 in ``fairshare status``/``explain`` (table and JSON), on the extender's status page, in
 its metrics, and as Events on a group's pods when its owner can act."""
 
@@ -15,8 +15,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
 from extender import ganging
-from fairshare import gangs, gangstatus, report
-from fairshare.state.snapshot import PODGROUP, Snapshot
+from fairshare import gangs, report
+from fairshare.gangs.podgroups import KIND as PODGROUP
+from fairshare.state.snapshot import Snapshot
 from fairshare_cli import live
 from tests.extender_side import Side
 from tests.unit.test_gangs import CONFIG, member, node
@@ -52,7 +53,7 @@ def snap(pods: list[dict[str, Any]], podgroups: Sequence[dict[str, Any]] = ()) -
     )
 
 
-def statuses(s: Snapshot) -> dict[str, gangstatus.GroupStatus]:
+def statuses(s: Snapshot) -> dict[str, gangs.status.GroupStatus]:
     tracker, _usage = live.feed_trackers(s)
     return {str(g.key): g for g in live.gang_statuses(s, tracker, s.config)}
 
@@ -67,7 +68,7 @@ def test_each_reason_a_group_waits_for():
         *(member("b", "empty", i, 1) for i in range(2)),  # PodGroup without minMember
     ]
     got = statuses(snap(pods, [podgroup("b", "pg", 4), podgroup("b", "empty", None)]))
-    assert got["a/ja"].state == "waiting" and got["a/ja"].reason == gangstatus.FITS_NOW
+    assert got["a/ja"].state == "waiting" and got["a/ja"].reason == gangs.status.FITS_NOW
     assert not got["a/ja"].actionable
     assert got["a/short"].reason == (
         "gang a/short has 2 of its 3 members; it holds nothing until all exist"

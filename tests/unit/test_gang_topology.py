@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from extender import ganging, wire
-from fairshare import gangs, gangstatus
+from fairshare import gangs
 from fairshare.config import loading
 from fairshare.state import objects
 from tests.extender_side import Side
@@ -180,7 +180,7 @@ def test_no_node_with_the_label():
     refused = gangs.plan_gang(t.state, gang(t))
     assert isinstance(refused, gangs.Refusal)
     assert refused.reason.endswith("none of the 1 candidate node(s) has that label")
-    assert gangstatus.never_whole(t.state, gang(t), None) == (
+    assert gangs.status.never_whole(t.state, gang(t), None) == (
         f"no node its members may use has the label {RACK}: it can never run as it is"
     )
 
@@ -189,8 +189,8 @@ def test_a_group_larger_than_every_domain_can_never_run():
     t = tracker(TWO_RACKS, [member("a", "job", i, gpus=4) for i in range(3)])
     g = gang(t)
     assert isinstance(gangs.plan_gang(t.state, g), gangs.Refusal)
-    assert "than any one domain of" in gangstatus.never_whole(t.state, g, None)
-    assert gangstatus.never_whole(t.state, dataclasses.replace(g, topology_key=None), None) == ""
+    assert "than any one domain of" in gangs.status.never_whole(t.state, g, None)
+    assert gangs.status.never_whole(t.state, dataclasses.replace(g, topology_key=None), None) == ""
 
 
 def test_bound_members_keep_the_rest_in_their_domain():
@@ -243,7 +243,7 @@ def test_the_extender_plans_inside_one_domain_and_says_why_not():
 def test_the_status_judges_the_annotated_key_as_the_extender_does():
     nodes = [node("r1-a", 4, "r1"), node("r2-a", 4, "r2")]
     t = tracker(nodes, [member("a", "job", i) for i in range(3)])
-    (status,) = gangstatus.group_statuses(
+    (status,) = gangs.status.group_statuses(
         config=CONFIG,
         state=t.state,
         pods=t.pods,

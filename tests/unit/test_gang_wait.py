@@ -1,4 +1,4 @@
-"""Pod groups as waiting work at the fair-share gate (``fairshare.gangwait``): the rule,
+"""Pod groups as waiting work at the fair-share gate (``fairshare.gangs.waiting``): the rule,
 the gate weighing a group's whole demand, and the extender and the simulator agreeing.
 
 The cluster of every test: two nodes of 4 GPUs; tenants a and b of weight 1.
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from extender import ganging
-from fairshare import fairness, gangs, gangwait, gating
+from fairshare import gangs, gate
 from fairshare.simulator.gangsim import GangSimulation
 from tests.extender_side import Side
 from tests.unit.test_gangs import CONFIG, member, node, tracker
@@ -40,11 +40,11 @@ def a_holds_six() -> list[dict[str, Any]]:
     return [plain("a", "big", 4, "n1"), plain("a", "mid", 2, "n2")]
 
 
-def judge(t: Side, pod: dict[str, Any], rule: gangwait.Rule = gangwait.RULE):
+def judge(t: Side, pod: dict[str, Any], rule: gangs.waiting.Rule = gangs.waiting.RULE):
     """The gate for a's pending ``pod`` as the extender's filter judges it."""
-    groups = gangwait.group_fits(
+    groups = gangs.waiting.group_fits(
         CONFIG,
-        gangwait.lookup_over(
+        gangs.waiting.lookup_over(
             t.group_members(),
             t.pending,
             t.state.pods,
@@ -53,11 +53,11 @@ def judge(t: Side, pod: dict[str, Any], rule: gangwait.Rule = gangwait.RULE):
         fair=t.fair_shares(CONFIG),
         rule=rule,
     )
-    if rule == gangwait.RULE:  # the extender's own wiring: the snapshot's rule
+    if rule == gangs.waiting.RULE:  # the extender's own wiring: the snapshot's rule
         t.gangs = ganging.GangCoordinator(t.cache)
         groups = t.snapshot(CONFIG).groups
     req = t.pending[pod["metadata"]["uid"]]
-    return gating.check_fair_gate(
+    return gate.check_fair_gate(
         t.state,
         config=CONFIG,
         req=req,
@@ -134,8 +134,8 @@ def test_the_probe_leaves_the_state_and_its_versions_alone():
     gang = gangs.gang_of(
         gangs.GroupKey("b", "jb"), 2, pods=t.pods, pending=t.pending, bound=state.pods
     )
-    for rule in gangwait.RULES:
-        gangwait.counts(state, CONFIG, gang, fair=t.fair_shares(CONFIG), rule=rule)
+    for rule in gangs.waiting.RULES:
+        gangs.waiting.counts(state, CONFIG, gang, fair=t.fair_shares(CONFIG), rule=rule)
     assert (state.version, state.room_version, list(state.free), dict(state.pods)) == before
 
 
@@ -146,7 +146,7 @@ def test_group_row_is_min_count_times_the_member():
         gangs.GroupKey("b", "jb"), 2, pods=t.pods, pending=t.pending, bound=t.state.pods
     )
     g = t.state.gpu_col
-    assert gangwait.group_row(gang)[g] == 2 * 2000  # two of the three 2-GPU members
+    assert gangs.waiting.group_row(gang)[g] == 2 * 2000  # two of the three 2-GPU members
 
 
 # -- the gate weighs the group's whole demand ------------------------------------------
@@ -173,7 +173,7 @@ def test_the_gate_judges_a_group_on_its_whole_demand():
     )
     assert decision is not None and not decision.allowed
     assert decision.share_after == pytest.approx(0.75)
-    alone = gating.check_fair_gate(
+    alone = gate.check_fair_gate(
         t.state, config=CONFIG, req=gang.waiting[0], pending=t.pending_queue()
     )
     assert alone is not None and alone.share_after == pytest.approx(0.625)
@@ -209,7 +209,7 @@ def test_a_members_verdict_that_is_its_groups_refusal_keeps_it_waiting():
     t = tracker(NODES, pods)
     for m in members:
         req = t.pending[m["metadata"]["uid"]]
-        assert req.waiting and gangwait.is_group_refusal(req.unschedulable)
+        assert req.waiting and gangs.waiting.is_group_refusal(req.unschedulable)
     assert not t.pending["b-aff"].waiting
     decision = judge(t, pods[2])
     assert decision is not None and not decision.allowed and decision.waiting_for == "b"
@@ -218,7 +218,7 @@ def test_a_members_verdict_that_is_its_groups_refusal_keeps_it_waiting():
 # -- the extender and the simulator agree ----------------------------------------------
 
 
-def simulated(pods: list[dict[str, Any]], rule: gangwait.Rule) -> GangSimulation:
+def simulated(pods: list[dict[str, Any]], rule: gangs.waiting.Rule) -> GangSimulation:
     """The same cluster in the simulator: bound pods placed on their nodes, groups
     registered as ``gangsim.Replay`` registers its jobs."""
     sim = GangSimulation(CONFIG, policy="ours")
@@ -254,13 +254,13 @@ def simulated(pods: list[dict[str, Any]], rule: gangwait.Rule) -> GangSimulation
     return sim
 
 
-def _decision(d: fairness.GateDecision | None) -> tuple[Any, ...] | None:
+def _decision(d: gate.GateDecision | None) -> tuple[Any, ...] | None:
     if d is None:
         return None
     return (d.allowed, d.waiting_for, round(d.share_after, 9), round(d.fair_share, 9))
 
 
-@pytest.mark.parametrize("rule", gangwait.RULES)
+@pytest.mark.parametrize("rule", gangs.waiting.RULES)
 @pytest.mark.parametrize(
     "case",
     ["not-owed", "owed", "short", "never", "running"],
@@ -287,7 +287,7 @@ def test_extender_and_simulator_give_the_same_gate_answer(rule, case):
         ext = judge(t, base[2], rule)
     mine = sim._gate(sim.pods["a-next"])
     assert _decision(ext) == _decision(mine), (rule, case)
-    if rule == gangwait.RULE:
+    if rule == gangs.waiting.RULE:
         expect = {"not-owed": True, "owed": False, "short": True, "never": True}
         if case in expect:
             assert ext is not None and ext.allowed is expect[case]

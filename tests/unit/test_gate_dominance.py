@@ -1,6 +1,6 @@
 """The gate skips a request shape that asks at least as much as one that fits nowhere.
 
-``gating.dominates(big, small)``: every node that takes ``big`` takes ``small``, so if
+``gate.dominates(big, small)``: every node that takes ``big`` takes ``small``, so if
 ``small`` fits nowhere ``big`` fits nowhere either and ``has_fitting_pending`` does not
 probe it. A shape that does not dominate a known misfit is still probed.
 """
@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from fairshare import eligibility, gating
+from fairshare import eligibility, gate
 from fairshare.placement import PodRequest
 from fairshare.resources import CPU, GPU, MEMORY, GpuDemand, PodDemand
 from fairshare.state.cluster import ClusterState
@@ -83,23 +83,23 @@ DOMINANCE = [
 
 @pytest.mark.parametrize(("big", "small", "expected"), DOMINANCE)
 def test_dominates(big: PodRequest, small: PodRequest, expected: bool) -> None:
-    assert gating.dominates(big, small) is expected
+    assert gate.dominates(big, small) is expected
 
 
 def test_no_dominance_on_a_cluster_with_mig_nodes() -> None:
-    assert gating.dominates(req(ST, "b", gpus=2), req(ST, "s", gpus=1))
-    assert not gating.dominates(req(ST, "b", gpus=2), req(ST, "s", gpus=1), mig=True)
+    assert gate.dominates(req(ST, "b", gpus=2), req(ST, "s", gpus=1))
+    assert not gate.dominates(req(ST, "b", gpus=2), req(ST, "s", gpus=1), mig=True)
 
 
 def _probing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     probed: list[str] = []
-    real = gating.pod_fits_somewhere
+    real = gate.cluster.pod_fits_somewhere
 
     def counting(state: ClusterState, p: PodRequest) -> bool:
         probed.append(p.name)
         return real(state, p)
 
-    monkeypatch.setattr(gating, "pod_fits_somewhere", counting)
+    monkeypatch.setattr(gate.cluster, "pod_fits_somewhere", counting)
     return probed
 
 
@@ -119,12 +119,12 @@ def test_a_shape_dominating_a_misfit_is_not_probed(monkeypatch: pytest.MonkeyPat
         req(st, "four-t4", gpus=4, models="T4"),
         req(st, "two", gpus=2),
     ]
-    assert gating.has_fitting_pending(st, "b", queue)
+    assert gate.has_fitting_pending(st, "b", queue)
     assert probed == ["five", "four-33-cpus", "four-t4", "two"]
     # What was skipped is remembered as fitting nowhere: the next call probes only the
     # shape that fits (its answer is per state; no memo was passed).
     probed.clear()
-    assert not gating.has_fitting_pending(st, "b", queue[:-1])
+    assert not gate.has_fitting_pending(st, "b", queue[:-1])
     assert probed == []
 
 
@@ -142,6 +142,6 @@ def test_the_gate_skips_dominating_shapes_across_tenants(monkeypatch: pytest.Mon
     a_next = objects.pod_request(_pending("a4", "a", 1), config=CONFIG, tenant="a", index=st.index)
     probed = _probing(monkeypatch)
     queue = [req(st, "five", gpus=5), req(st, "eight", gpus=8), a_next]
-    decision = gating.check_fair_gate(st, config=CONFIG, req=a_next, pending=queue)
+    decision = gate.check_fair_gate(st, config=CONFIG, req=a_next, pending=queue)
     assert decision is not None and decision.allowed, decision
     assert probed == ["five"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fairshare import fairness, gating
+from fairshare import fairness, gate
 from fairshare.config.loading import config_from_mapping
 from fairshare.errors import ConfigError
 from fairshare.placement import PodRequest
@@ -58,13 +58,13 @@ def _world() -> tuple[ClusterState, PodRequest]:
 def test_a_blocked_lower_share_pod_holds_a_tenant_above_its_fair_share():
     st, a_next = _world()
     b0 = _pending(st, "b0", "b", 4)
-    assert not gating.has_fitting_pending(st, "b", [b0])  # blocked: fits nowhere now
-    assert gating.pod_fits_drained(st, b0)  # ... but n2 drained would take it
+    assert not gate.has_fitting_pending(st, "b", [b0])  # blocked: fits nowhere now
+    assert gate.pod_fits_drained(st, b0)  # ... but n2 drained would take it
 
-    passed = gating.check_fair_gate(st, config=OFF, req=a_next, pending=[b0, a_next])
+    passed = gate.check_fair_gate(st, config=OFF, req=a_next, pending=[b0, a_next])
     assert passed is not None and passed.allowed, passed  # option off: the old gate
 
-    held = gating.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
+    held = gate.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
     assert held is not None and not held.allowed
     assert (held.waiting_for, held.blocked) == ("b", "b/b0 (nvidia.com/gpu 4, cpu 1)")
     assert held.reason == (
@@ -76,7 +76,7 @@ def test_a_blocked_lower_share_pod_holds_a_tenant_above_its_fair_share():
 def test_a_lower_share_pod_that_fits_now_keeps_the_old_reason():
     st, a_next = _world()
     b0 = _pending(st, "b0", "b", 2)  # fits n2 now
-    held = gating.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
+    held = gate.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
     assert held is not None and not held.allowed
     assert held.blocked == ""
     assert held.reason == "tenant a above its fair share (0.88 > 0.75) while b waits"
@@ -95,7 +95,7 @@ def test_an_unrunnable_or_not_waiting_pod_holds_no_one(why):
     st, a_next = _world()
     gpus, spec = UNRUNNABLE[why]
     b0 = _pending(st, "b0", "b", gpus, **spec)
-    passed = gating.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
+    passed = gate.check_fair_gate(st, config=ON, req=a_next, pending=[b0, a_next])
     assert passed is not None and passed.allowed, passed
 
 
@@ -105,7 +105,7 @@ def test_a_tenant_within_its_fair_share_is_never_held():
     a_next = _pending(st, "a1", "a", 1)
     b0 = _pending(st, "b0", "b", 4)
     c0 = _pending(st, "c0", "c", 4)
-    assert gating.check_fair_gate(st, config=ON, req=a_next, pending=[b0, c0, a_next]) is None
+    assert gate.check_fair_gate(st, config=ON, req=a_next, pending=[b0, c0, a_next]) is None
 
 
 def test_the_lowest_share_blocked_tenant_is_named():
@@ -114,7 +114,7 @@ def test_the_lowest_share_blocked_tenant_is_named():
     st.unbind("uid-a5")
     objects.apply_pod(st, pod("b9", ns="b", gpu=1, node_name="n2"), ON, "b")
     b0, c0 = _pending(st, "b0", "b", 4), _pending(st, "c0", "c", 3)
-    held = gating.check_fair_gate(st, config=ON, req=a_next, pending=[b0, c0, a_next])
+    held = gate.check_fair_gate(st, config=ON, req=a_next, pending=[b0, c0, a_next])
     assert held is not None and not held.allowed
     assert held.waiting_for == "c" and held.blocked.startswith("c/c0 ")
 
@@ -126,24 +126,24 @@ def test_drained_probes_are_memoised_per_node_change_and_dominated_shapes_skippe
     st, a_next = _world()
     queue = [_pending(st, f"b{g}{k}", "b", g) for k in range(2) for g in (8, 9, 10)]
     drained_probes: list[int] = []
-    real = gating.pod_fits_somewhere
+    real = gate.cluster.pod_fits_somewhere
 
     def counting(state: ClusterState, p: PodRequest) -> bool:
         if state is st.drained():
             drained_probes.append(p.gpu_count)
         return real(state, p)
 
-    monkeypatch.setattr(gating, "pod_fits_somewhere", counting)
+    monkeypatch.setattr(gate.cluster, "pod_fits_somewhere", counting)
     for _ in range(2):
-        passed = gating.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
+        passed = gate.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
         assert passed is not None and passed.allowed
     assert drained_probes == [8]
     objects.apply_pod(st, pod("c9", ns="c", gpu=1, node_name="n2"), ON, "c")  # a bind
     st.unbind("uid-c9")  # room given back: still the same nodes
-    gating.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
+    gate.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
     assert drained_probes == [8]
     objects.apply_node(st, node("n3"), ON)  # a node change: probe again
-    passed = gating.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
+    passed = gate.check_fair_gate(st, config=ON, req=a_next, pending=[*queue, a_next])
     assert passed is not None and passed.allowed
     assert drained_probes == [8, 8]
 
@@ -158,9 +158,9 @@ def test_drained_twin_has_the_nodes_and_none_of_the_pods():
 
 
 def test_check_gate_counts_a_blocked_contender():
-    blocked = fairness.Contender("b", fairness.CurrentShare(0.0), False, "b/p (nvidia.com/gpu 4)")
-    idle = fairness.Contender("c", fairness.CurrentShare(0.0), False)
-    d = fairness.check_gate(
+    blocked = gate.Contender("b", fairness.CurrentShare(0.0), False, "b/p (nvidia.com/gpu 4)")
+    idle = gate.Contender("c", fairness.CurrentShare(0.0), False)
+    d = gate.check_gate(
         tenant="a",
         current_share=fairness.CurrentShare(0.8),
         share_after=fairness.ShareAfter(0.9),
@@ -168,7 +168,7 @@ def test_check_gate_counts_a_blocked_contender():
         contenders=[blocked, idle],
     )
     assert (d.allowed, d.waiting_for, d.blocked) == (False, "b", "b/p (nvidia.com/gpu 4)")
-    d = fairness.check_gate(
+    d = gate.check_gate(
         tenant="a",
         current_share=fairness.CurrentShare(0.8),
         share_after=fairness.ShareAfter(0.9),

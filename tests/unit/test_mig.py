@@ -13,7 +13,7 @@ import pytest
 
 from extender import filtering, verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import gating, mig
+from fairshare import cluster_shares, mig
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import filter_nodes, fits_after_release
 from fairshare.state import objects
@@ -202,7 +202,7 @@ def test_shares_count_a_mig_pod_as_its_fraction():
     # One node of 7 slices; a holds 1 slice: its GPU share is 1/7.
     st = state_with(mixed(**{"1g_10gb": 7}), config=CONFIG)
     objects.apply_pod(st, mig_pod("p0", node="m"), CONFIG, "a")
-    shares = gating.current_shares(st, CONFIG)
+    shares = cluster_shares.current_shares(st, CONFIG)
     assert shares["a"] == pytest.approx(1 / 7, rel=1e-9)
     bound = st.pods["uid-p0"]
     assert bound.mig == ("1g.10gb", 1) and bound.devices == ()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fairshare import fairness
+from fairshare import gate
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
@@ -278,7 +278,7 @@ def test_fair_share_refusal_is_explained(monkeypatch):
     w.want("b", "b0")
     fake = {"a": reclaim.fairness.FairShare("a", (), 1.0, 1.0)}
     fake["b"] = reclaim.fairness.FairShare("b", (), 0.0, 0.0)
-    monkeypatch.setattr(reclaim.gating, "fair_shares_for", lambda *a, **k: fake)
+    monkeypatch.setattr(reclaim.cluster_shares, "fair_shares_for", lambda *a, **k: fake)
     plan = w.plan()
     assert plan.evictions == ()
     (wait,) = plan.waiting
@@ -381,8 +381,8 @@ def test_tenants_tied_in_the_yield_band_do_not_wait_for_each_other(band):
     ],
 )
 def test_goes_first_is_a_strict_order(u, su, t, st, expect):
-    assert fairness.goes_first(u, su, t, st) is expect
-    assert fairness.goes_first(t, st, u, su) is not expect
+    assert gate.goes_first(u, su, t, st) is expect
+    assert gate.goes_first(t, st, u, su) is not expect
 
 
 def test_of_nodes_needing_as_many_victims_the_one_whose_worst_victim_is_best_wins():

@@ -232,7 +232,7 @@ def test_the_gate_does_not_yield_to_a_pod_the_hold_keeps_off():
     its fair share); a, further behind, has a pod a9 that fits only in that room. The
     filter keeps a9 off it, so the gate must not count a9 as able to run: else b9 waits
     for a9 and a9 for b9's hold, and the GPU stays idle until the hold lapses."""
-    from fairshare import gating
+    from fairshare.gate import check_fair_gate
 
     def world(n1: int) -> tuple[World, Any]:
         w = World(config({"name": "a"}, {"name": "b"}), ("n1", n1), ("n2", 2))
@@ -248,7 +248,7 @@ def test_the_gate_does_not_yield_to_a_pod_the_hold_keeps_off():
     hold = holds.RoomHold(b9, "n1", until=220.0)
 
     def gate(**kw: Any) -> Any:
-        return gating.check_fair_gate(w.state, config=w.cfg, req=b9, pending=w.pending, **kw)
+        return check_fair_gate(w.state, config=w.cfg, req=b9, pending=w.pending, **kw)
 
     plain = gate()
     assert plain is not None and not plain.allowed and plain.waiting_for == "a"

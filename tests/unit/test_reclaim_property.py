@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fairshare import gating
 from fairshare.config.loading import config_from_mapping
+from fairshare.gate import HeldOff, check_fair_gate
 from fairshare.placement import PodRequest, choose_devices, filter_nodes
 from fairshare.preemption import holds, reclaim
 from fairshare.resources import ResourceIndex
@@ -92,7 +92,7 @@ class Sim:
         while progress:
             progress = False
             for req in list(self.queue):
-                gate = gating.check_fair_gate(
+                gate = check_fair_gate(
                     self.state, config=self.cfg, req=req, pending=self.queue, held=self.held()
                 )
                 if gate is not None and not gate.allowed:
@@ -127,7 +127,7 @@ class Sim:
         keep = self.cfg.take_back_after_seconds()
         return {u: g for u, (g, at) in self.given.items() if keep > 0 and self.now - at < keep}
 
-    def held(self) -> gating.HeldOff | None:
+    def held(self) -> HeldOff | None:
         """The holds in force as the gate takes them (the extender's ``room_holds``)."""
         return holds.gate_held([h for h in self.holds.values() if self.now < h.until])
 
@@ -167,7 +167,7 @@ class Sim:
         for req in self.queue:
             if req.uid in beneficiaries:
                 # The room made for it is its own: the gate (with any hold) lets it in.
-                gate = gating.check_fair_gate(
+                gate = check_fair_gate(
                     self.state, config=self.cfg, req=req, pending=self.queue, held=self.held()
                 )
                 assert gate is None or gate.allowed, f"evicted for {req.name}, then held: {gate}"

@@ -6,11 +6,11 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 from fairshare.config.loading import config_from_mapping
+from fairshare.limits import Insufficient
 from fairshare.resources import CPU, GPU
 from tests.builders import make_pod
 from tests.unit.test_webhook_review import gpu_pod, make_request
 from webhook import review
-from webhook.policies.quota import Insufficient
 from webhook.view import StaticView
 
 HEAD = {"apiVersion": "fairshare.io/v1alpha1", "kind": "FairShareConfig"}

@@ -7,9 +7,9 @@ from fractions import Fraction as F
 
 import pytest
 
+from fairshare.limits import Insufficient, NearLimit, QuotaDecision, check_quota
 from fairshare.resources import CPU, GPU, MEMORY, PodDemand
 from webhook.policies import quota
-from webhook.policies.quota import Insufficient, NearLimit
 
 GI = 1024**3
 NS = ("nlp-train", "nlp-serve")
@@ -26,8 +26,8 @@ def short(used: F, requested: F, limit: F, resource: str = GPU) -> Insufficient:
 
 def check(
     demand: Mapping[str, F], usage: Mapping[str, F], limits: Mapping[str, F] | None
-) -> quota.QuotaDecision:
-    return quota.check_quota(
+) -> QuotaDecision:
+    return check_quota(
         tenant="nlp",
         demand=PodDemand(amounts=dict(demand)),
         usage=usage,
@@ -92,7 +92,7 @@ def test_check_quota(
 
 
 def test_namespaces_are_sorted_and_deduplicated() -> None:
-    decision = quota.check_quota(
+    decision = check_quota(
         tenant="t",
         demand=PodDemand(amounts={GPU: F(1)}),
         usage={},

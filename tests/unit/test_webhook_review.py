@@ -12,13 +12,13 @@ import pytest
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FieldError
+from fairshare.limits import Insufficient
 from fairshare.resources import CPU, GPU, MEMORY, STORAGE
 from tests.builders import make_pod
 from webhook import review, wire
 from webhook.patches import PatchOp
 from webhook.policies.config_guard import ConfigMapRef, InvalidConfig
 from webhook.policies.gpu_sharing import Rejection
-from webhook.policies.quota import Insufficient
 from webhook.review import Claim, Malformed, NoTenant, TenantMismatch
 from webhook.view import StaticView
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fairshare import fairness, gating
+from fairshare import fairness, gate
 from fairshare.config.loading import config_from_mapping
 from fairshare.errors import ConfigError
 from fairshare.placement import PodRequest
@@ -69,8 +69,8 @@ def test_within_the_band_a_tenant_waits_for_a_lower_share_pod_that_fits_now():
     b1 = _pending(st, "b1", "b", 2)  # fits n2 (3 free)
     queue = [b1, a_next]
     # The plain gate: a ends exactly at its fair share, so it goes.
-    assert gating.check_fair_gate(st, config=OFF, req=a_next, pending=queue) is None
-    held = gating.check_fair_gate(st, config=QUARTER, req=a_next, pending=queue)
+    assert gate.check_fair_gate(st, config=OFF, req=a_next, pending=queue) is None
+    held = gate.check_fair_gate(st, config=QUARTER, req=a_next, pending=queue)
     assert held is not None and not held.allowed
     assert held.waiting_for == "b"
     assert (
@@ -79,21 +79,21 @@ def test_within_the_band_a_tenant_waits_for_a_lower_share_pod_that_fits_now():
     # Below the band the gate does not apply at all.
     st.unbind("uid-a2")  # a holds 2, a2 waits again: a's demand is still 4
     a2 = _pending(st, "a2", "a", 1)
-    assert gating.check_fair_gate(st, config=QUARTER, req=a2, pending=[b1, a2, a_next]) is None
+    assert gate.check_fair_gate(st, config=QUARTER, req=a2, pending=[b1, a2, a_next]) is None
 
 
 def test_below_the_fair_share_a_blocked_pod_holds_no_one_even_with_the_hold():
     st, a_next = _world()
     b1 = _pending(st, "b1", "b", 4)  # n1 has 1 free, n2 3: fits no node now
-    assert not gating.has_fitting_pending(st, "b", [b1])
-    assert gating.pod_fits_drained(st, b1)
+    assert not gate.has_fitting_pending(st, "b", [b1])
+    assert gate.pod_fits_drained(st, b1)
     both = _config(0.25, hold=True)
-    passed = gating.check_fair_gate(st, config=both, req=a_next, pending=[b1, a_next])
+    passed = gate.check_fair_gate(st, config=both, req=a_next, pending=[b1, a_next])
     assert passed is not None and passed.allowed, passed
     # Above the fair share the hold still applies (a's 5th GPU: 5/8 > 1/2).
     objects.apply_pod(st, pod("a3", ns="a", gpu=1, node_name="n2"), OFF, "a")
     a_more = _pending(st, "a4", "a", 1)
-    held = gating.check_fair_gate(st, config=both, req=a_more, pending=[b1, a_more])
+    held = gate.check_fair_gate(st, config=both, req=a_more, pending=[b1, a_more])
     assert held is not None and not held.allowed
     assert held.reason.startswith("tenant a above its fair share (0.62 > 0.50) while b waits")
 
@@ -101,12 +101,12 @@ def test_below_the_fair_share_a_blocked_pod_holds_no_one_even_with_the_hold():
 def test_the_lowest_share_tenant_is_never_held():
     st, a_next = _world()
     b1 = _pending(st, "b1", "b", 1)
-    d = gating.check_fair_gate(st, config=_config(1.0), req=b1, pending=[a_next, b1])
+    d = gate.check_fair_gate(st, config=_config(1.0), req=b1, pending=[a_next, b1])
     assert d is None or d.allowed, d
 
 
 def test_check_gate_band_edges():
-    c = fairness.Contender("b", fairness.CurrentShare(0.1), True)
+    c = gate.Contender("b", fairness.CurrentShare(0.1), True)
     kw = {
         "tenant": "a",
         "current_share": fairness.CurrentShare(0.3),
@@ -114,15 +114,15 @@ def test_check_gate_band_edges():
         "contenders": [c],
     }
     at = fairness.ShareAfter(0.4)
-    assert fairness.check_gate(share_after=at, **kw).allowed  # type: ignore[arg-type]
-    assert fairness.check_gate(share_after=at, yield_band=0.2, **kw).allowed  # type: ignore[arg-type]
-    assert not fairness.check_gate(share_after=at, yield_band=0.21, **kw).allowed  # type: ignore[arg-type]
-    assert not fairness.check_gate(share_after=at, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
-    blocked = fairness.Contender("b", fairness.CurrentShare(0.1), False, "blocked")
+    assert gate.check_gate(share_after=at, **kw).allowed  # type: ignore[arg-type]
+    assert gate.check_gate(share_after=at, yield_band=0.2, **kw).allowed  # type: ignore[arg-type]
+    assert not gate.check_gate(share_after=at, yield_band=0.21, **kw).allowed  # type: ignore[arg-type]
+    assert not gate.check_gate(share_after=at, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
+    blocked = gate.Contender("b", fairness.CurrentShare(0.1), False, "blocked")
     kw["contenders"] = [blocked]
-    assert fairness.check_gate(share_after=at, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
+    assert gate.check_gate(share_after=at, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
     above = fairness.ShareAfter(0.6)
-    assert not fairness.check_gate(share_after=above, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
+    assert not gate.check_gate(share_after=above, yield_band=1.0, **kw).allowed  # type: ignore[arg-type]
 
 
 def _one_pass(band: float) -> tuple[dict[str, int], dict[str, int]]:

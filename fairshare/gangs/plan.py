@@ -38,47 +38,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fairshare import fairness, gating
+from fairshare import cluster_shares, fairness, gate
 from fairshare.config.schema import FairShareConfig
-from fairshare.gangkeys import (  # re-exported: gangs.<name> stays valid
-    ANN_MIN_MEMBERS as ANN_MIN_MEMBERS,
-)
-from fairshare.gangkeys import (
-    ANN_TOPOLOGY_KEY as ANN_TOPOLOGY_KEY,
-)
-from fairshare.gangkeys import (
-    NATIVE_GROUP as NATIVE_GROUP,
-)
-from fairshare.gangkeys import (
-    NATIVE_VERSION as NATIVE_VERSION,
-)
-from fairshare.gangkeys import (
-    POD_GROUP_LABEL as POD_GROUP_LABEL,
-)
-from fairshare.gangkeys import (
-    PODGROUP_GROUP as PODGROUP_GROUP,
-)
-from fairshare.gangkeys import (
-    PODGROUP_PLURAL as PODGROUP_PLURAL,
-)
-from fairshare.gangkeys import (
-    PODGROUP_VERSION as PODGROUP_VERSION,
-)
-from fairshare.gangkeys import (
-    GroupKey as GroupKey,
-)
-from fairshare.gangkeys import (
-    _meta as _meta,
-)
-from fairshare.gangkeys import (
-    _positive as _positive,
-)
-from fairshare.gangkeys import (
-    annotated_min_count as annotated_min_count,
-)
-from fairshare.gangkeys import (
-    group_of as group_of,
-)
+from fairshare.gangs.identity import ANN_TOPOLOGY_KEY, GroupKey, _meta, _positive, group_of
 from fairshare.placement import (
     PodRequest,
     choose_devices,
@@ -173,7 +135,7 @@ class Gang:
         """``ns/name (3 × nvidia.com/gpu 2)``: the group and its members' shape."""
         shapes: dict[str, int] = {}
         for p in self.waiting:
-            text = gating.describe_request(p)
+            text = gate.describe_request(p)
             shape = text[text.find("(") + 1 : -1] if "(" in text else text
             shapes[shape] = shapes.get(shape, 0) + 1
         parts = ", ".join(f"{k} × {s}" for s, k in shapes.items()) or "no waiting members"
@@ -490,11 +452,11 @@ def gang_gate(
     *,
     pending: Sequence[PodRequest],
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
-) -> fairness.GateDecision | None:
-    """The fair-share gate for the whole group: ``gating.check_fair_gate`` with one
+    groups: gate.GroupFits | None = None,
+) -> gate.GateDecision | None:
+    """The fair-share gate for the whole group: ``gate.check_fair_gate`` with one
     request of the waiting members' summed demand (the members themselves left out of
-    ``pending``; ``groups``: how other tenants' waiting groups count, ``gangwait``).
+    ``pending``; ``groups``: how other tenants' waiting groups count, ``gangs.waiting``).
     A group is indivisible, so a tenant still below its fair share before the group
     may start it even when the whole group takes it past that share (two
     tenants whose groups each exceed their share would otherwise hold each other back
@@ -507,12 +469,12 @@ def gang_gate(
     )
     members = {p.uid for p in gang.waiting}
     queue = [p for p in pending if p.uid not in members]
-    decision = gating.check_fair_gate(
+    decision = gate.check_fair_gate(
         state, config=config, req=whole, pending=queue, fair=fair, groups=groups
     )
     if decision is None or decision.allowed:
         return decision
-    share_now = gating.current_shares(state, config).get(gang.tenant, 0.0)
+    share_now = cluster_shares.current_shares(state, config).get(gang.tenant, 0.0)
     fair_share = fair[gang.tenant].share if fair and gang.tenant in fair else 0.0
     if share_now + fairness.EPS < fair_share:
         return None

@@ -1,12 +1,12 @@
 """Pod groups as waiting work at the fair-share gate: one rule for extender and simulator.
 
-Pure: no network, no clock. The gate lets a tenant go past its fair share only while no
-tenant below it has work waiting that could run now (``gating.fitting_pending``, work
-conservation). Judged pod by pod, one member of a group that cannot start whole holds
-every tenant above it back, and the room that frees waits for that group (issue 33);
-if kube-scheduler's record of the group's refusal is read as its own verdict, the same
-group holds nobody. Here a group counts once, as a whole, by one of these rules
-(``RULES``; ``RULE`` is the one the extender and the simulator use):
+The gate lets a tenant go past its fair share only while no tenant below it has work
+waiting that could run now (``gate.fitting_pending``, work conservation). Judged pod by
+pod, one member of a group that cannot start whole holds every tenant above it back, and
+the room that frees waits for that group; if kube-scheduler's record of the group's
+refusal is read as its own verdict, the same group holds nobody. Here a group counts
+once, as a whole, by one of these rules (``RULES``; ``RULE`` is the one the extender and
+the simulator use):
 
 * ``pod``: each member alone (fairshare before this module: one member that fits some
   node counts);
@@ -33,8 +33,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from fairshare import eligibility, fairness, gangs, gating
+from fairshare import cluster_shares, eligibility, fairness, gate
 from fairshare.config.schema import FairShareConfig
+from fairshare.gangs.identity import GroupKey, annotated_min_count, group_of
+from fairshare.gangs.plan import Gang, Refusal, gang_from, plan_gang, topology_key
 from fairshare.placement import PodRequest
 from fairshare.state.cluster import ClusterState
 
@@ -45,7 +47,7 @@ RULE: Final[Rule] = "owed"
 as judging pod by pod did (``whole`` and ``near`` leave far less room free but let the
 large tenants take the small tenants' share); docs/simulator/philly.md."""
 
-Lookup = Callable[[str], "gangs.Gang | None"]
+Lookup = Callable[[str], Gang | None]
 """The group of a waiting pod by uid (None: the pod is in no group)."""
 
 
@@ -67,12 +69,12 @@ def group_fits(
     *,
     fair: Mapping[str, fairness.FairShare] | None,
     rule: Rule = RULE,
-) -> gating.GroupFits | None:
-    """The ``groups`` argument of ``gating.check_fair_gate`` for ``rule`` (None for
+) -> gate.GroupFits | None:
+    """The ``groups`` argument of ``gate.check_fair_gate`` for ``rule`` (None for
     ``pod``: every member judged alone)."""
     if rule == "pod":
         return None
-    answers: dict[gangs.GroupKey, bool] = {}
+    answers: dict[GroupKey, bool] = {}
 
     def fits(state: ClusterState, p: PodRequest) -> bool | None:
         gang = lookup(p.uid)
@@ -89,7 +91,7 @@ def group_fits(
 def counts(
     state: ClusterState,
     config: FairShareConfig,
-    gang: gangs.Gang,
+    gang: Gang,
     *,
     fair: Mapping[str, fairness.FairShare] | None,
     rule: Rule = RULE,
@@ -99,7 +101,7 @@ def counts(
     if gang.members < gang.min_count or not gang.waiting or gang.running:
         return False
     if rule == "pod":
-        return any(gating.pod_fits_somewhere(state, p) for p in gang.waiting)
+        return any(gate.pod_fits_somewhere(state, p) for p in gang.waiting)
     if not fits_whole(state.drained(), gang):
         return False  # can never run whole on its nodes
     if rule == "whole":
@@ -114,7 +116,7 @@ def counts(
     return owed(state, config, gang, fair)
 
 
-def group_row(gang: gangs.Gang) -> tuple[float, ...]:
+def group_row(gang: Gang) -> tuple[float, ...]:
     """What the group must get to start: the ``needed`` members it needs (largest GPU
     demand first, as the plan places them), summed: ``min_count`` × the member's demand
     for a group of one shape."""
@@ -130,37 +132,39 @@ def group_row(gang: gangs.Gang) -> tuple[float, ...]:
 def owed(
     state: ClusterState,
     config: FairShareConfig,
-    gang: gangs.Gang,
+    gang: Gang,
     fair: Mapping[str, fairness.FairShare] | None,
 ) -> bool:
     """Would the group, started whole, keep its tenant within its fair share?"""
     t = gang.tenant
     if t is None or not fair or t not in fair:
         return False
-    share = gating.dominant_share(state, config, t, gating.usage_after(state, t, group_row(gang)))
+    share = cluster_shares.dominant_share(
+        state, config, t, cluster_shares.usage_after(state, t, group_row(gang))
+    )
     return share <= fair[t].share + fairness.EPS
 
 
-def _shapes(gang: gangs.Gang) -> tuple[frozenset[tuple[object, int]], int, str | None]:
+def _shapes(gang: Gang) -> tuple[frozenset[tuple[object, int]], int, str | None]:
     shapes = frozenset(Counter(p.shape for p in gang.waiting).items())
     return shapes, gang.needed, gang.topology_key
 
 
 def _probe(state: ClusterState) -> ClusterState:
     """A twin of ``state`` to plan on (kept while ``state`` does not change)."""
-    held: dict[str, ClusterState] = state.memo("gangwait.twin")
+    held: dict[str, ClusterState] = state.memo("gangs.waiting.twin")
     got = held.get("twin")
     if got is None:
         got = held["twin"] = state.twin()
     return got
 
 
-def fits_whole(state: ClusterState, gang: gangs.Gang) -> bool:
+def fits_whole(state: ClusterState, gang: Gang) -> bool:
     """Would ``gangs.plan_gang`` place the group now (on the nodes its first member may
     use)? Asked once per group shape and state; ``state`` is left as it was, versions
     included (the plan is tried on a twin)."""
     memo: dict[tuple[frozenset[tuple[object, int]], int, str | None], bool] = state.memo(
-        "gangwait.fits"
+        "gangs.waiting.fits"
     )
     key = _shapes(gang)
     got = memo.get(key)
@@ -170,12 +174,12 @@ def fits_whole(state: ClusterState, gang: gangs.Gang) -> bool:
             got = memo[key] = False  # the plan would refuse it (and cost a search)
         else:
             twin = _probe(state)
-            got = memo[key] = not isinstance(gangs.plan_gang(twin, gang, rows=rows), gangs.Refusal)
+            got = memo[key] = not isinstance(plan_gang(twin, gang, rows=rows), Refusal)
     return got
 
 
 def _too_few_gpus(
-    state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None, part: float = 1.0
+    state: ClusterState, gang: Gang, rows: Sequence[int] | None, part: float = 1.0
 ) -> bool:
     """Fewer free GPUs on the group's nodes than ``part`` of what its ``needed``
     smallest members ask."""
@@ -196,10 +200,10 @@ def kept_room(state: ClusterState, config: FairShareConfig, tenant: str | None) 
     off: the room the gate keeps for a group of ``tenant`` while it waits."""
     if tenant is None:
         return state
-    shares = gating.current_shares(state, config)
+    shares = cluster_shares.current_shares(state, config)
     mine = shares.get(tenant, 0.0)
     above = frozenset(u for u, s in shares.items() if u != tenant and s > mine + fairness.EPS)
-    held: dict[frozenset[str], ClusterState] = state.memo("gangwait.kept")
+    held: dict[frozenset[str], ClusterState] = state.memo("gangs.waiting.kept")
     got = held.get(above)
     if got is None:
         got = held[above] = state.twin()
@@ -216,39 +220,39 @@ def groups_for(
     pending: Mapping[str, PodRequest],
     *,
     fair: Mapping[str, fairness.FairShare] | None,
-    sizes: Mapping[gangs.GroupKey, int | None] | None = None,
+    sizes: Mapping[GroupKey, int | None] | None = None,
     rule: Rule = RULE,
-) -> gating.GroupFits | None:
+) -> gate.GroupFits | None:
     """``group_fits`` over known pods (uid -> pod): each group sized by ``sizes`` (its
     PodGroup's ``min_count``; None there: a PodGroup without one, which the extender
     refuses) else its pods' annotation, with its pods' topology key annotation. For the
     views (status, explain) that judge the gate as the extender's filter does."""
-    by: dict[gangs.GroupKey, list[str]] = {}
+    by: dict[GroupKey, list[str]] = {}
     for uid, pod in pods.items():
-        g = gangs.group_of(pod)
+        g = group_of(pod)
         if g is not None:
             by.setdefault(g, []).append(uid)
     members = {uid: (g, tuple(uids)) for g, uids in by.items() for uid in uids}
     known = sizes or {}
 
-    def size(key: gangs.GroupKey, uid: str) -> int | None:
+    def size(key: GroupKey, uid: str) -> int | None:
         if key in known:
             return known[key]
-        return gangs.annotated_min_count(pods.get(uid) or {})
+        return annotated_min_count(pods.get(uid) or {})
 
-    def topology(key: gangs.GroupKey, uid: str) -> str | None:
-        return gangs.topology_key(None, pods.get(uid) or {})
+    def topology(key: GroupKey, uid: str) -> str | None:
+        return topology_key(None, pods.get(uid) or {})
 
     lookup = lookup_over(members, pending, state.pods, size, topology)
     return group_fits(config, lookup, fair=fair, rule=rule)
 
 
 def lookup_over(
-    members: Mapping[str, tuple[gangs.GroupKey, Sequence[str]]],
+    members: Mapping[str, tuple[GroupKey, Sequence[str]]],
     pending: Mapping[str, PodRequest],
     bound: Mapping[str, object],
-    size: Callable[[gangs.GroupKey, str], int | None] | None = None,
-    topology: Callable[[gangs.GroupKey, str], str | None] | None = None,
+    size: Callable[[GroupKey, str], int | None] | None = None,
+    topology: Callable[[GroupKey, str], str | None] | None = None,
 ) -> Lookup:
     """A ``Lookup`` over known groups: pod uid -> (its group, the uids of all the group's
     known pods). ``size(group, a member's uid)``: the group's ``min_count`` (None: not
@@ -256,9 +260,9 @@ def lookup_over(
     refused, and counts as nothing); without it, the count of its pods. ``topology``: the
     group's topology key (``gangs.topology_key``), so it counts only where its plan would
     place it, inside one domain."""
-    made: dict[gangs.GroupKey, gangs.Gang] = {}
+    made: dict[GroupKey, Gang] = {}
 
-    def lookup(uid: str) -> gangs.Gang | None:
+    def lookup(uid: str) -> Gang | None:
         entry = members.get(uid)
         if entry is None:
             return None
@@ -269,7 +273,7 @@ def lookup_over(
             if n is None:
                 n = len(uids) + 1  # not known: planned as a group missing a member
             topo = topology(key, uid) if topology is not None else None
-            gang = made[key] = gangs.gang_from(
+            gang = made[key] = gang_from(
                 key, n, uids, pending=pending, bound=bound, topology_key=topo
             )
         return gang

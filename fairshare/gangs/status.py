@@ -1,10 +1,10 @@
 """Where each pod group (gang) stands and why it waits: ``fairshare status``/``explain``,
 the extender's status page, its metrics and its Events on a group's pods.
 
-Pure: no network, no clock. Every judgement is the one the extender makes at a member's
-filter (``extender.ganging``), on the same state: the group's ``min_count`` (the
-PodGroup's ``spec.minMember``, else the members' ``fairshare.io/gang-min-members``), the
-members that exist, the fair-share gate for the whole group (``gangs.gang_gate``) and the
+Every judgement is the one the extender makes at a member's filter
+(``extender.ganging``), on the same state: the group's ``min_count`` (the PodGroup's
+``spec.minMember``, else the members' ``fairshare.io/gang-min-members``), the members
+that exist, the fair-share gate for the whole group (``gangs.gang_gate``) and the
 all-or-nothing plan (``gangs.plan_gang``, on the nodes the first waiting member may use).
 The extender also passes its live plans (``LivePlanView``); ``fairshare status`` has none
 (plans live in the extender's memory) and says what the next member's filter would find.
@@ -34,8 +34,30 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from fairshare import fairness, gangs, gangwait, gating
+from fairshare import cluster_shares, fairness, gate
 from fairshare.config.schema import FairShareConfig
+from fairshare.gangs.identity import (
+    ANN_MIN_MEMBERS,
+    PODGROUP_GROUP,
+    PODGROUP_VERSION,
+    GroupKey,
+    annotated_min_count,
+    group_of,
+)
+from fairshare.gangs.plan import (
+    RESERVATION_PREFIX,
+    Gang,
+    GangPlan,
+    Refusal,
+    annotated_topology_key,
+    domains_of,
+    gang_gate,
+    gang_of,
+    plan_gang,
+    release,
+    reserve,
+)
+from fairshare.gangs.waiting import groups_for
 from fairshare.placement import PodRequest, filter_nodes
 from fairshare.resources import MILLI_GPU
 from fairshare.state.cluster import ClusterState
@@ -69,7 +91,7 @@ class LivePlanView:
 
 @dataclass(frozen=True)
 class GroupStatus:
-    key: gangs.GroupKey
+    key: GroupKey
     tenant: str | None
     min_count: int | None
     min_source: str
@@ -126,7 +148,7 @@ def _held_gpus(state: ClusterState, uids: Collection[str]) -> float:
     col = state.gpu_col
     milli = 0.0
     for uid in uids:
-        for key in (uid, gangs.RESERVATION_PREFIX + uid):
+        for key in (uid, RESERVATION_PREFIX + uid):
             bp = state.pods.get(key)
             if bp is not None and col < len(bp.row):
                 milli += bp.row[col]
@@ -139,8 +161,8 @@ def group_statuses(
     state: ClusterState,
     pods: Mapping[str, Mapping[str, Any]],
     pending: Mapping[str, PodRequest],
-    podgroups: Mapping[gangs.GroupKey, int | None] | None = None,
-    plans: Mapping[gangs.GroupKey, LivePlanView] | None = None,
+    podgroups: Mapping[GroupKey, int | None] | None = None,
+    plans: Mapping[GroupKey, LivePlanView] | None = None,
     judge: bool = True,
     fair: Mapping[str, fairness.FairShare] | None = None,
 ) -> list[GroupStatus]:
@@ -150,9 +172,9 @@ def group_statuses(
     without a positive ``minMember``); a group missing here is sized by its annotation.
     ``plans``: the extender's live plans. ``judge``: False skips the gate and the plan
     (the cheap figures for metrics: state, members, held GPUs)."""
-    members: dict[gangs.GroupKey, list[str]] = {}
+    members: dict[GroupKey, list[str]] = {}
     for uid, pod in pods.items():
-        key = gangs.group_of(pod)
+        key = group_of(pod)
         if key is not None:
             members.setdefault(key, []).append(uid)
     if not members:
@@ -161,11 +183,11 @@ def group_statuses(
     live = plans or {}
     queue = list(pending.values())
     if judge and fair is None:
-        fair = gating.fair_shares_for(state, config, gating.demand_rows(state, queue))
+        fair = cluster_shares.fair_shares_for(
+            state, config, cluster_shares.demand_rows(state, queue)
+        )
     # other tenants' waiting groups count at the gate as the extender counts them
-    groups = (
-        gangwait.groups_for(config, state, pods, pending, fair=fair, sizes=sizes) if judge else None
-    )
+    groups = groups_for(config, state, pods, pending, fair=fair, sizes=sizes) if judge else None
     out = []
     for key in sorted(members):
         uids = members[key]
@@ -189,7 +211,7 @@ def group_statuses(
 
 
 def _one(
-    key: gangs.GroupKey,
+    key: GroupKey,
     uids: Sequence[str],
     *,
     config: FairShareConfig,
@@ -197,11 +219,11 @@ def _one(
     pods: Mapping[str, Mapping[str, Any]],
     pending: Mapping[str, PodRequest],
     queue: Sequence[PodRequest],
-    sizes: Mapping[gangs.GroupKey, int | None],
+    sizes: Mapping[GroupKey, int | None],
     plan: LivePlanView | None,
     judge: bool,
     fair: Mapping[str, fairness.FairShare] | None,
-    groups: gating.GroupFits | None = None,
+    groups: gate.GroupFits | None = None,
 ) -> GroupStatus:
     bound = [u for u in uids if u in state.pods]
     waiting = tuple(sorted(u for u in uids if u not in state.pods))
@@ -211,7 +233,7 @@ def _one(
     if key in sizes:
         n, source = sizes[key], "PodGroup"
     else:
-        n = next((m for u in uids if (m := gangs.annotated_min_count(pods[u]))), None)
+        n = next((m for u in uids if (m := annotated_min_count(pods[u]))), None)
         source = "annotation" if n is not None else ""
     base = GroupStatus(
         key=key,
@@ -245,8 +267,8 @@ def _one(
             reason = f"gang {key}: its PodGroup has no positive spec.minMember"
         else:
             reason = (
-                f"gang {key}: no PodGroup {gangs.PODGROUP_GROUP}/{gangs.PODGROUP_VERSION} "
-                f"{key} and no {gangs.ANN_MIN_MEMBERS} annotation on its pods"
+                f"gang {key}: no PodGroup {PODGROUP_GROUP}/{PODGROUP_VERSION} "
+                f"{key} and no {ANN_MIN_MEMBERS} annotation on its pods"
             )
         return replace(
             base,
@@ -256,8 +278,8 @@ def _one(
             held_gpus=held,
         )
     # the annotated topology key (a native PodGroup's constraint is not read here)
-    topology = next((t for u in uids if (t := gangs.annotated_topology_key(pods[u]))), None)
-    gang = gangs.gang_of(
+    topology = next((t for u in uids if (t := annotated_topology_key(pods[u]))), None)
+    gang = gang_of(
         key,
         n,
         pods={u: pods[u] for u in uids},
@@ -278,7 +300,7 @@ def _one(
         )
     if not judge:
         return replace(base, held_gpus=held)
-    decision = gangs.gang_gate(state, config, gang, pending=queue, fair=fair, groups=groups)
+    decision = gang_gate(state, config, gang, pending=queue, fair=fair, groups=groups)
     if decision is not None and not decision.allowed:
         return replace(
             base,
@@ -289,8 +311,8 @@ def _one(
         )
     first = gang.waiting[0] if gang.waiting else None
     rows = state.eligible_rows(first.constraints) if first is not None else None
-    planned = gangs.plan_gang(state, gang, rows=rows)
-    if isinstance(planned, gangs.Refusal):
+    planned = plan_gang(state, gang, rows=rows)
+    if isinstance(planned, Refusal):
         never = never_whole(state, gang, rows)
         reason = planned.reason + (f"; {never}" if never else "")
         return replace(
@@ -309,7 +331,7 @@ MISFIT_MAX_MEMBERS: Final = 64
 
 
 def misfit(
-    state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None
+    state: ClusterState, gang: Gang, rows: Sequence[int] | None
 ) -> tuple[str, dict[str, str]] | None:
     """The first member, in the order ``plan_gang`` places them, that fits no node once the
     members before it are placed, with each node's reason; None when every member fits
@@ -318,33 +340,33 @@ def misfit(
     order = sorted(gang.waiting, key=lambda p: (-p.gpu_count, -sum(p.row), p.name, p.uid))
     if not order or len(order) > MISFIT_MAX_MEMBERS:
         return None
-    before: gangs.GangPlan | None = None
+    before: GangPlan | None = None
     for k in range(1, len(order) + 1):
         prefix = replace(gang, min_count=k, bound=(), waiting=tuple(order[:k]))
-        got = gangs.plan_gang(state, prefix, rows=rows)
-        if isinstance(got, gangs.Refusal):
+        got = plan_gang(state, prefix, rows=rows)
+        if isinstance(got, Refusal):
             break
         before = got
     else:
         return None
     req = order[k - 1]
     if before is not None:
-        gangs.reserve(state, before)
+        reserve(state, before)
     try:
         fr = filter_nodes(state, req, rows=rows, explain=True)
         why = {f.node: f.reason for f in fr.failed}
     finally:
         if before is not None:
-            gangs.release(state, before)
+            release(state, before)
     return f"{req.namespace}/{req.name}", why
 
 
-def never_whole(state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | None) -> str:
+def never_whole(state: ClusterState, gang: Gang, rows: Sequence[int] | None) -> str:
     """Why the group could never be placed whole as the nodes are ("" if it might): a
     member that fits no node even empty, or a group asking more of a resource than the
     nodes its members may use have in all."""
     for req in gang.waiting:
-        if not gating.pod_fits_drained(state, req):
+        if not gate.pod_fits_drained(state, req):
             return f"{req.namespace}/{req.name} fits no node even empty: it can never run"
     n_res = state.n_res
     chosen = range(len(state.nodes)) if rows is None else rows
@@ -367,14 +389,14 @@ def never_whole(state: ClusterState, gang: gangs.Gang, rows: Sequence[int] | Non
 
 def _never_in_domain(
     state: ClusterState,
-    gang: gangs.Gang,
+    gang: Gang,
     key: str,
     rows: Sequence[int],
     demand: Sequence[float],
 ) -> str:
     """Why no domain of node label ``key`` among ``rows`` could ever hold the group
     ("" if one might)."""
-    domains, _ = gangs.domains_of(state, key, rows)
+    domains, _ = domains_of(state, key, rows)
     if not domains:
         return f"no node its members may use has the label {key}: it can never run as it is"
     n_res = state.n_res

@@ -1,15 +1,12 @@
 """The fair-share gate over a ClusterState: one implementation for extender and simulator.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
 ``check_fair_gate`` computes, for a pod of tenant t:
 
 * every tenant's current weighted dominant share (from the pods bound in the state);
 * t's share after the pod;
 * the fair allocation by progressive filling over demand = bound + pending pods
   (``fairness.fair_allocation``), unless the caller passes one it has cached;
-* ``fairness.check_gate`` against the tenants with a lower (or equal, smaller-named)
+* ``rule.check_gate`` against the tenants with a lower (or equal, smaller-named)
   share that have a pending pod fitting some node now, or with
   ``holdForBlockedTenants`` one that would fit some node drained of its pods
   (``pod_fits_drained``).
@@ -21,119 +18,24 @@ A pod that keeps its tenant within its fair share is never gated (returns None);
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from fairshare import eligibility, fairness, quantities, tenancy
+from fairshare.cluster_shares import (
+    current_shares,
+    demand_rows,
+    dominant_share,
+    fair_fractions,
+    fair_shares_for,
+    kernel_amounts,
+    usage_after,
+)
 from fairshare.config.schema import FairShareConfig
+from fairshare.gate.rule import Contender, GateDecision, check_gate, gate_floor
 from fairshare.placement import PodRequest, RequestShape, filter_nodes
-from fairshare.resources import GPU, to_kernel_units
+from fairshare.resources import GPU
 from fairshare.state.cluster import ClusterState
-
-
-def subtree_usage(state: ClusterState, config: FairShareConfig, tenant: str) -> list[float]:
-    """What the bound pods of ``tenant`` and of every tenant below it hold (kernel units)."""
-    row = state.usage_of(tenant)
-    for member in config.subtree(tenant)[1:]:
-        for k, v in enumerate(state.usage_of(member)):
-            row[k] += v
-    return row
-
-
-def fair_fractions(
-    shares: Mapping[str, float], fair: Mapping[str, fairness.FairShare]
-) -> dict[str, float]:
-    """Each tenant's share as a fraction of its own fair share (inf without one): the
-    order of tenants in the yield band."""
-    return {
-        u: s / fair[u].share if u in fair and fair[u].share > 0 else math.inf
-        for u, s in shares.items()
-    }
-
-
-def usage_after(state: ClusterState, tenant: str, row: Sequence[float]) -> list[float]:
-    """What ``tenant`` holds once ``row`` is added (a new list)."""
-    after = state.usage_of(tenant)
-    for k, v in enumerate(row):
-        after[k] += v
-    return after
-
-
-def dominant_share(
-    state: ClusterState,
-    config: FairShareConfig,
-    tenant: str,
-    used: Sequence[float],
-    weights: Mapping[str, float] | None = None,
-) -> float:
-    """``tenant``'s weighted dominant share if it held ``used`` (``weights``:
-    ``tenancy.tenant_weights(config)``, passed when the caller has them)."""
-    return fairness.dominant_shares(
-        used={tenant: list(used)},
-        capacity=state.total_capacity(),
-        res_weights=config.resource_weights(),
-        tenant_weights=tenancy.tenant_weights(config) if weights is None else weights,
-    )[tenant]
-
-
-def current_shares(state: ClusterState, config: FairShareConfig) -> dict[str, float]:
-    """Weighted dominant share of every configured or active tenant (bound pods only).
-
-    In a tree of tenants, a tenant with children holds what its subtree holds."""
-    weights = tenancy.tenant_weights(config)
-    names = sorted(set(weights) | set(state.tenant_usage))
-    tree = config.is_hierarchical()
-    return fairness.dominant_shares(
-        used={n: subtree_usage(state, config, n) if tree else state.usage_of(n) for n in names},
-        capacity=state.total_capacity(),
-        res_weights=config.resource_weights(),
-        tenant_weights=weights,
-    )
-
-
-def kernel_amounts(state: ClusterState, amounts: Mapping[str, Fraction]) -> dict[int, float]:
-    """Per-column amounts (guaranteed, limit) in kernel units; unknown resources dropped."""
-    idx = state.index
-    return {
-        idx.column(name): to_kernel_units(name, amount)
-        for name, amount in amounts.items()
-        if idx.has(name)
-    }
-
-
-def fair_shares_for(
-    state: ClusterState,
-    config: FairShareConfig,
-    admitted: Mapping[str, Sequence[float]],
-) -> dict[str, fairness.FairShare]:
-    """Fair allocation for the given per-tenant demand rows (bound + pending)."""
-    demands = []
-    width = state.n_res
-    for t in config.tenants:
-        row = admitted.get(t.name, [0.0] * width)
-        g = kernel_amounts(state, t.guaranteed_amounts())
-        lim = kernel_amounts(state, t.limit_amounts() or {})
-        demands.append(fairness.TenantDemand(t.name, t.weight, tuple(row), g, lim, t.parent))
-    for name in sorted(set(admitted) - {t.name for t in config.tenants}):
-        demands.append(fairness.TenantDemand(name, 1.0, tuple(admitted[name]), {}, {}))
-    return fairness.fair_allocation(
-        demands, capacity=state.total_capacity(), res_weights=config.resource_weights()
-    )
-
-
-def demand_rows(state: ClusterState, queue: Iterable[PodRequest]) -> dict[str, list[float]]:
-    """Per-tenant demand: what bound pods hold plus the pending ``queue``."""
-    width = state.n_res
-    admitted: dict[str, list[float]] = {t: list(u) for t, u in state.tenant_usage.items()}
-    for p in queue:
-        if p.tenant is not None and p.uid not in state.pods:
-            row = admitted.setdefault(p.tenant, [0.0] * width)
-            for k, v in enumerate(p.row):
-                row[k] += v
-    return admitted
-
 
 ShapeKey = RequestShape
 """What decides whether a pending pod fits now: kernel row, GPU demand (count, share or
@@ -142,7 +44,7 @@ memory), allowed GPU models and node constraints. Two pods with one key fit alik
 
 GroupFits = Callable[[ClusterState, PodRequest], bool | None]
 """For a waiting pod: whether its pod group counts as waiting and fitting now (the rule
-of ``fairshare.gangwait``), or None for a pod judged alone (no group, or one that runs)."""
+of ``fairshare.gangs.waiting``), or None for a pod judged alone (no group, or one that runs)."""
 
 
 def shape_key(p: PodRequest) -> ShapeKey:
@@ -310,7 +212,7 @@ def fitting_pending(
     if not open_:
         return out
     known = {} if memo is None else memo
-    nowhere: dict[str, _Misfits] = state.memo("gating.shape_fits_nowhere", growing_only=True)
+    nowhere: dict[str, _Misfits] = state.memo("gate.shape_fits_nowhere", growing_only=True)
     misfits = nowhere.get("misfits") or nowhere.setdefault("misfits", _Misfits())
     mig = bool(state.mig_nodes)
     drained = _DrainedFit.of(state) if blocked is not None else None
@@ -379,7 +281,7 @@ def _within_fair_share(
         if u is None or mine is None:
             return False
         share = dominant_share(state, config, u, usage_after(state, u, p.row), weights)
-        return share <= fairness.gate_floor(mine.share)
+        return share <= gate_floor(mine.share)
 
     return admits
 
@@ -398,8 +300,8 @@ class _DrainedFit:
 
     def __init__(self, state: ClusterState) -> None:
         self.drained = state.drained()
-        self.known: dict[ShapeKey, bool] = self.drained.memo("gating.shape_fits_drained")
-        held: dict[str, _Misfits] = self.drained.memo("gating.shape_fits_no_drained_node")
+        self.known: dict[ShapeKey, bool] = self.drained.memo("gate.shape_fits_drained")
+        held: dict[str, _Misfits] = self.drained.memo("gate.shape_fits_no_drained_node")
         self.misfits = held.get("misfits") or held.setdefault("misfits", _Misfits())
         self.mig = bool(state.mig_nodes)
 
@@ -462,7 +364,7 @@ def check_fair_gate(
     fair: Mapping[str, fairness.FairShare] | None = None,
     groups: GroupFits | None = None,
     held: HeldOff | None = None,
-) -> fairness.GateDecision | None:
+) -> GateDecision | None:
     """The gate's decision for ``req``; None when it does not apply.
 
     ``pending`` is every pod waiting to be placed (``req`` is counted once whether or
@@ -485,9 +387,9 @@ def check_fair_gate(
     mine_fair = fair.get(t)
     fair_share = mine_fair.share if mine_fair else 0.0
     band = config.yield_band
-    if share_after <= fairness.gate_floor(fair_share, band):
+    if share_after <= gate_floor(fair_share, band):
         return None
-    above = share_after > fairness.gate_floor(fair_share)
+    above = share_after > gate_floor(fair_share)
     if not above and _within_guarantee(state, config, t, req.row, after):
         return None  # what is guaranteed is never held back, in the band either
     # Blocked pods hold others only above the fair share (``check_gate``).
@@ -500,7 +402,7 @@ def check_fair_gate(
         # its fair share, e.g. a victim of reclaim whose pods come back).
         shares = fair_fractions(shares, fair)
         mine = shares.get(t, 0.0)
-    memo: dict[ShapeKey, bool] = state.memo("gating.shape_fits")  # until the state changes
+    memo: dict[ShapeKey, bool] = state.memo("gate.shape_fits")  # until the state changes
     lower = [(u, s) for u, s in sorted(shares.items()) if u != t and s < mine + fairness.EPS]
     blocked: dict[str, PodRequest] = {}
     can_run = fitting_pending(
@@ -514,10 +416,10 @@ def check_fair_gate(
         held=held,
     )
     contenders = [
-        fairness.Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))
+        Contender(u, fairness.CurrentShare(s), can_run[u], "blocked" * (u in blocked))
         for u, s in lower
     ]
-    decision = fairness.check_gate(
+    decision = check_gate(
         tenant=t,
         current_share=fairness.CurrentShare(mine),
         share_after=fairness.ShareAfter(share_after),

@@ -1,11 +1,6 @@
 """Which pod group (gang) a pod belongs to, read from the pod alone: the native
-``spec.schedulingGroup.podGroupName`` or the coscheduling label, the PodGroup APIs, and
-fairshare's ``fairshare.io/gang-min-members`` annotation. ``fairshare.gangs`` (the group
-model and plan) re-exports every name; this module sits below the state package, so
-``state.snapshot`` can tell gang members apart without importing the planner.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
+``spec.schedulingGroup.podGroupName`` or the coscheduling label, the PodGroup APIs that
+size a group, and fairshare's ``fairshare.io/gang-min-members`` annotation.
 """
 
 from __future__ import annotations

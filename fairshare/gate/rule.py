@@ -1,8 +1,9 @@
-"""The fair-share gate: whether a pod of a tenant may be placed now (``check_gate``).
+"""The gate's rule on shares alone: whether a pod of a tenant may be placed now
+(``check_gate``), given the tenants competing with it.
 
 ``Contender`` is another tenant competing now, ``GateDecision`` the verdict and its
 reason; ``goes_first`` is the gate's order of tenants and ``gate_floor`` the share up to
-which a pod always passes. See ``fairshare.fairness`` for the rule.
+which a pod always passes. See ``fairshare.gate`` for the rule.
 """
 
 from __future__ import annotations
