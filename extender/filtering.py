@@ -5,12 +5,14 @@ Must not import aiohttp, kubernetes_asyncio or prometheus_client.
 
 Design choices:
 
-* The fit itself is ``fairshare.placement.filter_nodes`` (the simulator's code), run over
-  the candidate rows only; its ``NodeFailure.unresolvable`` decides between
+* The fit itself is ``fairshare.pipeline.fit`` (the simulator's stage), run over the
+  candidate rows only, or, when one kernel call decides every candidate (no MIG,
+  GPU-memory or GPU-model request), ``placement.fit_rows``, the same kernel in one pass
+  over the candidate names; its ``NodeFailure.unresolvable`` decides between
   ``FailedNodes`` (preemption may help) and ``FailedAndUnresolvableNodes`` (GPU health,
   GPU model, a demand above the node's capacity).
-* The fair-share gate is ``fairshare.gate.check_fair_gate``, the code the simulator
-  runs: current weighted dominant shares from the bound pods, the fair allocation by
+* The fair-share gate is ``fairshare.pipeline.gate``, the stage the simulator runs:
+  current weighted dominant shares from the bound pods, the fair allocation by
   progressive filling over running + pending demand (the pod itself included), and
   ``gate.check_gate`` against tenants with a lower share and a pending pod that fits
   now. The gate runs only when some node fits (a pod that fits nowhere waits anyway);
@@ -32,10 +34,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
 
-from fairshare import cluster_shares, fairness
+from fairshare import cluster_shares, fairness, pipeline
 from fairshare.config.schema import FairShareConfig
-from fairshare.gate import GateDecision, GroupFits, HeldOff, check_fair_gate
-from fairshare.placement import PodRequest, filter_nodes, fit_rows, row_failure
+from fairshare.gate import GateDecision, GroupFits, HeldOff
+from fairshare.placement import PodRequest, fit_rows, row_failure
 from fairshare.preemption.holds import RoomHold, gate_held, held_off
 from fairshare.state.cluster import ClusterState
 
@@ -120,10 +122,10 @@ def _filter_names(
     groups: GroupFits | None = None,
     held: HeldOff | None = None,
 ) -> FilterOutcome:
-    """``filter_pod`` by ``filter_nodes`` over the known rows (every kind of pod)."""
+    """``filter_pod`` by the pipeline's ``fit`` over the known rows (every kind of pod)."""
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
-    fr = filter_nodes(state, req, rows=rows, explain=True)
+    fr = pipeline.fit(state, req, rows, explain=True)
     nodes, milli = state.nodes, fr.gpu_milli
     fits = {nodes[i].name: milli.get(i, 0.0) for i in fr.fits}
     failed: dict[str, str] = {}
@@ -134,7 +136,7 @@ def _filter_names(
         (unresolvable if f.unresolvable else failed)[f.node] = f.reason
     gate = None
     if fits:
-        gate = check_fair_gate(
+        gate = pipeline.gate(
             state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
         )
         if gate is not None and not gate.allowed:
@@ -175,7 +177,7 @@ def _filter_rows(
             k = ok.find(0, k + 1)
     gate = None
     if passing:
-        gate = check_fair_gate(
+        gate = pipeline.gate(
             state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
         )
         if gate is not None and not gate.allowed:

@@ -21,24 +21,16 @@ from typing import Any, NamedTuple
 
 from extender import filtering, wire
 from extender.snapshot import Snapshot, request_for
-from fairshare import resources
+from fairshare import pipeline, resources
 from fairshare.config.schema import FairShareConfig
-from fairshare.gate import GateDecision, check_fair_gate
+from fairshare.gate import GateDecision
 from fairshare.placement import (
     PodRequest,
     ScoreContext,
     Scorer,
     WorkloadMix,
     build_scorer,
-    candidates,
-    choice_levels,
-    choose_devices,
-    choose_level,
-    fgd_raw,
-    filter_nodes,
     fit_rows,
-    mig_row,
-    mig_use,
     node_rank,
     score_context,
 )
@@ -143,14 +135,15 @@ def pick_best(
     mix: WorkloadMix | None = None,
     context: ScoreContext | None = None,
 ) -> str:
-    """The node of ``names`` (not empty) fairshare itself chooses for ``req``: the
-    highest of prioritize's [0, 1] scores rounded to ``choice_levels`` levels (exact
-    for some whole-GPU pods), ties to the lowest ``node_rank`` (one fixed random node
-    order), as the simulator's ``ours``.
+    """The node of ``names`` (not empty) fairshare itself chooses for ``req``, as the
+    simulator's ``ours`` chooses: ``pipeline.choose`` over prioritize's [0, 1] scores
+    (the highest rounded to ``choice_levels`` levels, exact for some whole-GPU pods), ties
+    to the lowest ``node_rank`` (one fixed random node order).
     """
-    _ints, raw = node_scores(state, config, req, names, mix=mix, context=context)
-    levels = choice_levels(req, context.mix if context is not None else mix)
-    k = choose_level(dict(enumerate(raw)), range(len(names)), lambda k: node_rank(names[k]), levels)
+    ctx = context or score_context(state, mix)
+    _ints, raw = node_scores(state, config, req, names, mix=mix, context=ctx)
+    order = range(len(names))
+    k = pipeline.choose(dict(enumerate(raw)), order, lambda k: node_rank(names[k]), req, ctx.mix)
     return names[k or 0]
 
 
@@ -212,7 +205,9 @@ def node_scores(
 ) -> tuple[Sequence[int], Sequence[float]]:
     """Prioritize's scores of ``names`` for ``req``, in order: the 0..10 ints it answers
     and the [0, 1] scores they were rounded from. Unknown nodes and nodes that do not fit
-    score 0 (both)."""
+    score 0 (both). The pipeline's ``fit`` and ``score`` (``_scores_by_filter``), or,
+    when one kernel call decides every candidate, the same fit and weighted sum in one
+    pass over the candidates (``fit_rows``, ``Scorer.extender``), equal bit for bit."""
     lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     ctx = context or score_context(state, mix)
     scorer = build_scorer(config.scoring.weights())
@@ -227,12 +222,12 @@ def node_scores(
 def _scores_by_filter(
     state: ClusterState, req: PodRequest, names: Sequence[str], scorer: Scorer, ctx: ScoreContext
 ) -> tuple[list[int], list[float]]:
-    """``node_scores`` by ``filter_nodes`` and the scorer's per-row sums (every pod)."""
+    """``node_scores`` by the pipeline's ``fit`` and ``score`` (every pod)."""
     lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     found = list(map(state.node_index.get, names))
     rows = [i for i in found if i is not None]
-    fits = filter_nodes(state, req, rows=rows, explain=False).fits
-    scored = scorer(state, req, fits, ctx)
+    fits = pipeline.fit(state, req, rows).fits
+    scored = pipeline.score(state, req, fits, scorer=scorer, ctx=ctx)
     by_row: dict[int | None, int] = {
         i: min(hi, max(lo, int(s))) for i, s in scored.extender_scores().items()
     }
@@ -387,14 +382,15 @@ def _fail(args: wire.ExtenderBindingArgs, error: str) -> BindPlan:
 
 
 def bind_plan(args: wire.ExtenderBindingArgs, view: Snapshot) -> BindPlan:
-    """Choose the devices for the pod on ``args.node`` and build the Binding body.
+    """The pipeline's plan for the pod on ``args.node`` (``pipeline.fit`` there, then
+    ``pipeline.plan_on``), with its annotations and the Binding body.
 
     The pod is looked up in ``view.pending`` (by UID, else namespace/name). Refused, with
     the reason in ``error``: an unknown pod or node, or a node that cannot take the pod
     now (a device would be oversubscribed). A fractional pod takes the fragmentation
     term's device when the view has a mix, else the fullest device that still holds it,
     and the shared GPU (``ANN_GPU_GROUP``) of the pods already on that device, or a new
-    one (``objects.share_group``).
+    one.
     """
     state, mix = view.state, view.mix
     req = _find(args, view.pending)
@@ -405,25 +401,17 @@ def bind_plan(args: wire.ExtenderBindingArgs, view: Snapshot) -> BindPlan:
         return _fail(args, f"node {args.node} is not known to fairshare")
     if req.uid in state.pods:
         return _fail(args, f"pod {req.namespace}/{req.name} is already bound")
-    fr = filter_nodes(state, req, rows=[i], explain=True)
+    fr = pipeline.fit(state, req, [i], explain=True)
     if not fr.fits:
         why = fr.failed[0].reason if fr.failed else "does not fit"
         return _fail(args, f"node {args.node} cannot take pod {req.namespace}/{req.name}: {why}")
-    milli = fr.gpu_milli.get(i, 0.0)
-    slices = mig_use(state, req, i)
-    if slices is not None:  # MIG slices, not devices: the device plugin picks the slice
-        devices: tuple[tuple[int, float], ...] = ()
-        row = mig_row(state, req, i, slices)
-    else:
-        hint = _fragmentation_hint(state, req, i, mix)
-        devices = choose_devices(state, req, i, milli=milli, hint=hint)
-        if req.demand.wants_gpu and len(devices) < req.gpu_count:
-            return _fail(args, f"node {args.node}: no {req.gpu_count} device(s) with room")
-        row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
+    plan = pipeline.plan_on(state, req, i, milli=fr.gpu_milli.get(i, 0.0), mix=mix)
+    if isinstance(plan, str):
+        return _fail(args, f"node {args.node}: {plan}")
+    devices = plan.devices
     annotations = {ANN_GPU_DEVICES: objects.format_gpu_devices(devices)} if devices else {}
-    group, new_group = objects.share_group(state, req, args.node, devices)
-    if group:
-        annotations[ANN_GPU_GROUP] = group
+    if plan.group:
+        annotations[ANN_GPU_GROUP] = plan.group
     body = binding_body(
         name=req.name, namespace=req.namespace, uid=req.uid, node=args.node, annotations=annotations
     )
@@ -433,23 +421,14 @@ def bind_plan(args: wire.ExtenderBindingArgs, view: Snapshot) -> BindPlan:
         req.namespace,
         args.node,
         req.tenant,
-        row,
+        plan.row,
         devices,
         annotations,
         body,
-        mig=slices,
-        group=group,
-        new_group=new_group,
+        mig=plan.mig,
+        group=plan.group,
+        new_group=plan.new_group,
     )
-
-
-def _fragmentation_hint(
-    state: ClusterState, req: PodRequest, i: int, mix: WorkloadMix | None
-) -> int:
-    if mix is None or not req.demand.gpu.is_fractional:
-        return -1
-    _, device = fgd_raw(state, req, candidates(state, [i]), score_context(state, mix))
-    return int(device[i]) if device is not None else -1
 
 
 class BindDecision(NamedTuple):
@@ -497,7 +476,7 @@ def bind_decision(
     if req is not None and judge_gate:
         # ``req`` is in the queue, so the view's fair allocation (over bound + pending)
         # is the one the gate needs.
-        gate = check_fair_gate(
+        gate = pipeline.gate(
             view.state,
             config=config,
             req=req,

@@ -38,15 +38,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fairshare import cluster_shares, fairness, gate
+from fairshare import cluster_shares, fairness, gate, pipeline
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import ANN_TOPOLOGY_KEY, GroupKey, _meta, _positive, group_of
 from fairshare.placement import (
     PodRequest,
-    choose_devices,
-    filter_nodes,
-    mig_row,
-    mig_use,
 )
 from fairshare.state.cluster import ClusterState
 
@@ -232,23 +228,19 @@ def _place(
 ) -> Placement | str:
     # The failure texts are built only when no node fits (they would cost more than the
     # fit itself on every member of a large group).
-    fr = filter_nodes(state, req, rows=rows, explain=False)
+    fr = pipeline.fit(state, req, rows)
     if not fr.fits:
-        fr = filter_nodes(state, req, rows=rows, explain=True)
+        fr = pipeline.fit(state, req, rows, explain=True)
         reasons = sorted({f.reason for f in fr.failed})
         return "; ".join(reasons[:3]) or "no candidate node"
     i = pick(req, fr.fits)
-    milli = fr.gpu_milli.get(i, 0.0)
-    slices = mig_use(state, req, i)
+    # The pipeline's device choice without the fragmentation hint: a group is packed by
+    # ``pick``, and its shared GPUs are settled when each member binds.
+    got = pipeline.device_choice(state, req, i, milli=fr.gpu_milli.get(i, 0.0), mix=None)
     node = state.nodes[i].name
-    if slices is not None:
-        return Placement(req.uid, req.name, node, req.tenant, mig_row(state, req, i, slices),
-                         mig=slices)  # fmt: skip
-    devices = choose_devices(state, req, i, milli=milli)
-    if req.demand.wants_gpu and len(devices) < req.gpu_count:
-        return f"no {req.gpu_count} device(s) with room on {node}"
-    row = req.row_on(state.gpu_col, milli) if req.demand.wants_gpu else req.row
-    return Placement(req.uid, req.name, node, req.tenant, row, devices)
+    if isinstance(got, str):
+        return f"{got} on {node}"
+    return Placement(req.uid, req.name, node, req.tenant, got.row, got.devices, got.mig)
 
 
 def plan_gang(

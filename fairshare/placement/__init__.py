@@ -1,4 +1,4 @@
-"""Where a pod may go and how good each node is: the filter and scoring pipeline.
+"""Where a pod may go and how good each node is: the fit, the scores and the devices.
 
 Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
 prometheus_client. Both the scheduler extender and the simulator call these
@@ -6,10 +6,10 @@ functions on a ``ClusterState``, so a simulated policy is the deployed policy.
 (STYLE.md puts filtering and scoring under ``extender/``; they live in the
 core because the simulator, which may not import the extender, must run the same code.)
 
-Pipeline for one pod: ``filter_nodes`` (resource fit, GPU-device fit, GPU health,
-GPU model) → the fairness gate (``gate.check_gate``, applied by the caller, which
-knows the pending pods) → ``Scorer`` (a weighted sum of per-node terms in [0, 1]) →
-``choose_devices`` on the winning node.
+The pieces of the pipeline for one pod (``fairshare.pipeline`` chains them, with the
+fair-share gate between fit and score): ``filter_nodes`` (resource fit, GPU-device fit,
+GPU health, GPU model) → ``Scorer`` (a weighted sum of per-node terms in [0, 1]) and the
+node choice → ``choose_devices`` on the chosen node.
 
 One module per job, every public name re-exported here:
 
@@ -49,6 +49,7 @@ from fairshare.placement.scoring import (
     choice_levels,
     choose_level,
     cluster_fragmentation,
+    fgd_device,
     fgd_raw,
     node_rank,
     score_bestfit,
@@ -91,6 +92,7 @@ __all__ = [
     "choose_level",
     "class_key",
     "cluster_fragmentation",
+    "fgd_device",
     "fgd_raw",
     "filter_nodes",
     "fit_rows",

@@ -43,6 +43,7 @@ __all__ = [
     "choice_levels",
     "choose_level",
     "cluster_fragmentation",
+    "fgd_device",
     "fgd_raw",
     "node_rank",
     "score_bestfit",
@@ -250,9 +251,7 @@ def fgd_raw(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext)
     r = state.n_res
     cpu_col = state.index.column(CPU)
     cpu_free = array("d", state.free[cpu_col::r])
-    g = req.demand.gpu
-    count = 0 if g.source == "mig" else g.count  # MIG slices take no device share
-    milli = to_kernel_units(GPU, g.per_device) if count else 0.0
+    count, milli = _fgd_devices(req)
     scoring.fgd_scores(
         state.dev_free, state.max_dev, cpu_free, state.node_model, mask.mask, n,
         req.row[cpu_col], milli, count,
@@ -260,6 +259,32 @@ def fgd_raw(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext)
         delta, device,
     )  # fmt: skip
     return delta, device
+
+
+def _fgd_devices(req: PodRequest) -> tuple[int, float]:
+    """The devices FGD places ``req`` on: how many, and the milli-GPU of each."""
+    g = req.demand.gpu
+    count = 0 if g.source == "mig" else g.count  # MIG slices take no device share
+    return count, to_kernel_units(GPU, g.per_device) if count else 0.0
+
+
+def fgd_device(state: ClusterState, req: PodRequest, i: int, mix: WorkloadMix | None) -> int:
+    """The device ``fgd_raw`` proposes for ``req`` on row ``i`` (-1: none), computed on
+    that row alone (the gradient of a node reads that node and the mix only)."""
+    if mix is None or mix.size == 0:
+        return -1
+    d, r = state.max_dev, state.n_res
+    cpu_col = state.index.column(CPU)
+    count, milli = _fgd_devices(req)
+    delta, device = array("d", [0.0]), array("i", [-1])
+    scoring.fgd_scores(
+        state.dev_free[i * d : (i + 1) * d], d, array("d", [state.free[i * r + cpu_col]]),
+        state.node_model[i : i + 1], array("b", [1]), 1,
+        req.row[cpu_col], milli, count,
+        mix.cpu, mix.gpu_milli, mix.gpu_count, mix.models, mix.popularity, mix.size,
+        delta, device,
+    )  # fmt: skip
+    return device[0]
 
 
 def score_fragmentation(

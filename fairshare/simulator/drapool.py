@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from fairshare import cluster_shares, dra, eligibility, fairness, quantities, resources
-from fairshare.placement import PodRequest, candidates, choose_devices, fgd_raw, filter_nodes
+from fairshare import cluster_shares, dra, eligibility, fairness, pipeline, quantities, resources
+from fairshare.placement import PodRequest
 from fairshare.resources import GPU
 from fairshare.simulator.engine import Outcome, Simulation
 from fairshare.state import objects
@@ -527,23 +527,22 @@ class DraSimulation(Simulation):
     # -- placing -------------------------------------------------------------------
 
     def try_place(self, uid: str) -> Outcome:
-        """``Simulation.try_place`` behind DynamicResources; at bind, the allocation and
-        the pod's claim devices accounted as the extender accounts them."""
+        """``Simulation.try_place`` behind DynamicResources: the pipeline's stages with
+        the allocation between the node choice and the bind, which then fits, gates and
+        plans the pod by the devices it got, as the extender's bind does."""
         req = self.pods[uid]
         eligible = self.state.eligible_rows(req.constraints)
         every = range(self.state.n_nodes) if eligible is None else eligible
         rows = [i for i in every if self.dra_admits(uid, self.state.nodes[i].name)]
-        fr = filter_nodes(self.state, req, rows=rows, explain=False) if rows else None
+        fr = pipeline.fit(self.state, req, rows) if rows else None
         if fr is None or not fr.fits:
-            self.last_reason[uid] = "no node fits"
+            self.last_reason[uid] = pipeline.NO_FIT
             return self.outcomes[uid]
         gate = self._gate(req)
         if gate is not None and not gate.allowed:
             self.last_reason[uid] = gate.reason
             return self.outcomes[uid]
-        scored = self._score(req, fr)
-        best = scored.best([n.name for n in self.state.nodes])
-        assert best is not None
+        best = self._choose(req, fr)
         node = self.state.nodes[best].name
         asks = self._asks(uid)
         results: list[Result] = []
@@ -559,28 +558,28 @@ class DraSimulation(Simulation):
             req = self._repend(uid, claim)
         if self.on_allocation is not None and results:
             self.on_allocation(uid, node, results)
-        bind_fr = filter_nodes(self.state, req, rows=[best], explain=False)
+        bind_fr = pipeline.fit(self.state, req, [best])
         why = "" if bind_fr.fits else "no room"
         if not why and claim is not None:
             gate = self._gate(req)  # the extender's bind judges the gate again
-            why = gate.reason if gate is not None and not gate.allowed else ""
-        if why:
+            why = gate.reason if gate is not None else ""  # "" when it lets the pod by
+        plan: pipeline.Plan | str = why
+        if not why:
+            milli = bind_fr.gpu_milli.get(best, 0.0)
+            plan = pipeline.plan_on(self.state, req, best, milli=milli, mix=self._device_mix())
+        if isinstance(plan, str):
             # The extender's bind refuses the node; kube-scheduler undoes the allocation.
             self.allocator.release(node, results)
             self.refused[uid] = (node, results)
             if claim is not None:
                 self.claims[uid] = _unallocated(claim)
                 self._repend(uid, self.claims[uid])
-            self.last_reason[uid] = f"bind refused on {node}: {why}"
+            self.last_reason[uid] = f"bind refused on {node}: {plan}"
             return self.outcomes[uid]
-        milli = bind_fr.gpu_milli.get(best, 0.0)
-        devs = choose_devices(
-            self.state, req, best, milli=milli, hint=self._hint(req, best, scored)
-        )
-        self.planned[uid] = devs
+        self.planned[uid] = plan.devices
         if results:
             self.held[uid] = results
-        return self._bind(uid, node, req, devs, claim)
+        return self._bind(uid, plan, req, claim)
 
     def _repend(self, uid: str, claim: Mapping[str, Any]) -> PodRequest:
         """Count pending pod ``uid`` again with ``claim`` as it is now (its tenant's
@@ -595,24 +594,12 @@ class DraSimulation(Simulation):
         self.pods[uid] = self.pending[uid] = new
         return new
 
-    def _claim_hint(self, req: PodRequest, best: int) -> int:
-        """The fragmentation term's device for a claim pod's part of a GPU, measured with
-        the demand of its allocated claim (as the extender's bind measures it)."""
-        if self.mix is None or not req.demand.gpu.is_fractional:
-            return -1
-        _, dev = fgd_raw(self.state, req, candidates(self.state, [best]), self._context())
-        return int(dev[best]) if dev is not None else -1
-
     def _bind(
-        self,
-        uid: str,
-        node: str,
-        req: PodRequest,
-        devs: tuple[tuple[int, float], ...],
-        claim: Mapping[str, Any] | None,
+        self, uid: str, plan: pipeline.Plan, req: PodRequest, claim: Mapping[str, Any] | None
     ) -> Outcome:
         """Account the bound pod as the extender's watch reads it back: its Binding's
         devices as the slot hint, its claim's devices in its row (``objects.apply_pod``)."""
+        node, devs = plan.node, plan.devices
         before = self.pods[uid]
         held_req, group = req, None
         if claim is not None and node in self.dra_nodes:
@@ -625,9 +612,8 @@ class DraSimulation(Simulation):
                 devs
             )
         pod["spec"]["nodeName"] = node
-        group_name = objects.share_group(self.state, req, node, devs)[0]
-        if group_name:
-            pod["metadata"]["annotations"][resources.ANN_GPU_GROUP] = group_name
+        if plan.group:
+            pod["metadata"]["annotations"][resources.ANN_GPU_GROUP] = plan.group
         bound = objects.apply_pod(
             self.state, pod, self.config, req.tenant, request=held_req, group=group
         )

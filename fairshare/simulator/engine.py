@@ -1,22 +1,22 @@
-"""The simulation loop: admission, the pending queue, filter → gate → score → bind.
+"""The simulation loop: admission, the pending queue, and each pod placed by the pipeline.
 
-Pure: no network and no wall clock (simulated time is a number the caller owns);
-randomness only through an explicit seed. Must not import aiohttp,
-kubernetes_asyncio or prometheus_client.
+No wall clock (simulated time is a number the caller owns); randomness only through an
+explicit seed.
 
 Semantics, the same as the webhook and the extender will apply:
 
 * **Admission** (hard): a pod whose tenant would exceed its ``limit`` on any resource,
   counting every admitted non-terminal pod (running or pending), is rejected.
-* **Scheduling**: pending pods are tried in creation order; each attempt runs the
-  filter over the nodes the pod's node constraints allow (``nodeSelector``, required
-  node affinity, tolerations of the nodes' taints: what kube-scheduler's own filters
-  leave the extender), the fair-share gate (policy ``ours`` only) and the scorer, then
-  binds to the best node and picks devices.
+* **Scheduling**: pending pods are tried in creation order; each attempt is
+  ``pipeline.place``, the extender's own stages in one go: fit over the nodes the pod's
+  node constraints allow (``nodeSelector``, required node affinity, tolerations of the
+  nodes' taints: what kube-scheduler's own filters leave the extender), the fair-share
+  gate (policy ``ours`` only), the node choice, the devices and the plan, then binds it.
 * ``policy``: ``ours`` (the configured weighted terms + the gate; the node chosen as
-  the extender's ``--pick-in-filter`` chooses it: ``placement.choose_level``), ``bestfit`` and
+  the extender's ``--pick-in-filter`` chooses it: ``pipeline.pick``), ``bestfit`` and
   ``fgd`` (our implementations of Weng et al.'s controls, scored as integers 0..100,
-  ties to the node ranked first by ``tie_rank``, or first in node order without it).
+  ties to the node ranked first by ``tie_rank``, or first in node order without it;
+  devices by best fit under ``bestfit``).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from fairshare import (
     eligibility,
     fairness,
     limits,
+    pipeline,
     quantities,
     resources,
     tenancy,
 )
 from fairshare.config.schema import FairShareConfig
-from fairshare.gate import GateDecision, check_fair_gate
+from fairshare.gate import GateDecision
 from fairshare.placement import (
     FilterResult,
     PodRequest,
@@ -48,17 +49,12 @@ from fairshare.placement import (
     WorkloadMix,
     build_scorer,
     candidates,
-    choice_levels,
-    choose_devices,
-    choose_level,
     fgd_raw,
-    filter_nodes,
     score_bestfit,
     score_context,
 )
 from fairshare.resources import ResourceIndex
 from fairshare.state.cluster import LABEL_GPU_PRODUCT, ClusterState
-from fairshare.state.objects import share_group
 
 Policy = Literal["ours", "bestfit", "fgd"]
 POLICIES: tuple[str, ...] = ("ours", "bestfit", "fgd")
@@ -238,7 +234,7 @@ class Simulation:
     def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return check_fair_gate(
+        return pipeline.gate(
             self.state,
             config=self.config,
             req=req,
@@ -254,34 +250,32 @@ class Simulation:
         return self._ctx
 
     def _score(self, req: PodRequest, fr: FilterResult) -> Scored:
+        """The policy's choice among the fitting rows of ``fr``, scored 1 (the devices
+        are the pipeline's device choice, whatever the policy)."""
         ctx = self._context()
         if self.policy == "ours":
             # The node the extender itself would choose (``--pick-in-filter``): scores
             # rounded to ``choice_levels`` (exact for some whole-GPU pods), ties to the
             # first node of one fixed random order (``tie_rank`` here, drawn from the
             # seed; a hash of the node name in the extender).
-            scored = self.scorer(self.state, req, fr.fits, ctx)
             rank = self.tie_rank
-            pick = choose_level(
-                scored.scores,
+            pick, scored = pipeline.pick(
+                self.state,
+                req,
                 fr.fits,
-                (lambda i: i) if rank is None else rank.__getitem__,
-                choice_levels(req, ctx.mix),
+                scorer=self.scorer,
+                ctx=ctx,
+                rank=(lambda i: i) if rank is None else rank.__getitem__,
             )
-            if pick is None:
-                return scored
-            return Scored({pick: 1.0}, scored.devices)
+            return scored if pick is None else Scored({pick: 1.0}, {})
         mask_fits = fr.fits
         mask = candidates(self.state, mask_fits)
-        devices: dict[int, int] = {}
         if self.policy == "bestfit":
             out, _ = score_bestfit(self.state, req, mask, ctx)
             ints = {i: int(100 * out[i]) for i in mask_fits}
         else:
-            delta, dev = fgd_raw(self.state, req, mask, ctx)
+            delta, _ = fgd_raw(self.state, req, mask, ctx)
             ints = {i: int(100.0 / (1.0 + math.exp(-delta[i] / 1000.0))) for i in mask_fits}
-            assert dev is not None
-            devices = {i: dev[i] for i in mask_fits}
         # Ties go to the node ranked first by ``tie_rank`` (node order without it): a
         # fixed order for the whole run, as in the reference simulator, whose patched
         # kube-scheduler takes the smallest node name among equal scores, names that
@@ -292,43 +286,40 @@ class Simulation:
         tied = [i for i in mask_fits if ints[i] == top]
         rank = self.tie_rank
         pick = tied[0] if rank is None else min(tied, key=rank.__getitem__)
-        return Scored({pick: 1.0}, devices)
+        return Scored({pick: 1.0}, {})
 
-    def _hint(self, req: PodRequest, best: int, scored: Scored) -> int:
-        """The device proposed for a shared-GPU pod on row ``best``: the fragmentation
-        term's; under ``ours`` with the term weighted 0, FGD's device all the same, as the
-        extender's bind takes it whenever it has a workload mix."""
-        hint = scored.devices.get(best, -1)
-        if hint >= 0 or self.policy != "ours" or self.mix is None:
-            return hint
-        if not req.demand.gpu.is_fractional:
-            return hint
-        _, dev = fgd_raw(self.state, req, candidates(self.state, [best]), self._context())
-        return int(dev[best]) if dev is not None else -1
-
-    def try_place(self, uid: str) -> Outcome:
-        """One scheduling attempt for a pending pod; binds it when it can."""
-        req = self.pods[uid]
-        rows = self.state.eligible_rows(req.constraints)  # None: every node
-        fr = filter_nodes(self.state, req, rows=rows, explain=False)
-        if not fr.fits:
-            self.last_reason[uid] = "no node fits"
-            return self.outcomes[uid]
-        gate = self._gate(req)
-        if gate is not None and not gate.allowed:
-            self.last_reason[uid] = gate.reason
-            return self.outcomes[uid]
+    def _choose(self, req: PodRequest, fr: FilterResult) -> int:
+        """The row the policy chooses among the fitting rows of ``fr``: the one it
+        scored, or the best of several (ties to the smaller node name)."""
         scored = self._score(req, fr)
+        if len(scored.scores) == 1:
+            return next(iter(scored.scores))
         best = scored.best([n.name for n in self.state.nodes])
         assert best is not None
-        milli = fr.gpu_milli.get(best, 0.0)
-        devs = choose_devices(
-            self.state, req, best, milli=milli, hint=self._hint(req, best, scored)
+        return best
+
+    def _device_mix(self) -> WorkloadMix | None:
+        """The mix whose fragmentation term proposes a shared pod's device: the run's
+        (as the extender's bind takes it); none under ``bestfit``, whose devices are
+        best fit."""
+        return None if self.policy == "bestfit" else self.mix
+
+    def try_place(self, uid: str) -> Outcome:
+        """One scheduling attempt for a pending pod (``pipeline.place``); binds it when
+        it can."""
+        req = self.pods[uid]
+        got = pipeline.place(
+            self.state,
+            req,
+            self.state.eligible_rows(req.constraints),  # None: every node
+            judge=self._gate,
+            chooser=self._choose,
+            mix=self._device_mix(),
         )
-        node = self.state.nodes[best].name
-        # A GPU-memory request holds its share of this node's device, not of the largest
-        # one it was counted against while pending (the extender's ``bind_plan`` too).
-        return self.bind_planned(uid, node, req.row_on(self.state.gpu_col, milli), devs)
+        if isinstance(got, pipeline.Waiting):
+            self.last_reason[uid] = got.reason
+            return self.outcomes[uid]
+        return self.bind(uid, got)
 
     def bind_planned(
         self,
@@ -340,24 +331,27 @@ class Simulation:
         mig: tuple[str, int] | None = None,
     ) -> Outcome:
         """Bind a pending pod to ``node`` holding ``row`` and devices ``devs`` (or MIG
-        slices ``mig``): the end of ``try_place``, and the bind of a planned gang member
-        (``fairshare.gangs.Placement``)."""
+        slices ``mig``): the bind of a planned gang member (``fairshare.gangs.Placement``)."""
+        choice = pipeline.DeviceChoice(row, tuple(devs), mig)
+        i = self.state.node_index[node]
+        return self.bind(uid, pipeline.plan(self.state, self.pods[uid], i, choice))
+
+    def bind(self, uid: str, plan: pipeline.Plan) -> Outcome:
+        """Bind a pending pod as ``plan`` says: the end of ``try_place`` and of
+        ``bind_planned``."""
         req = self.pods[uid]
-        group = ""
-        if mig is None:
-            group, _ = share_group(self.state, req, node, devs)
-        self._readmit(req.tenant, row, req.row)
+        self._readmit(req.tenant, plan.row, req.row)
         self.state.bind(
             uid=uid,
-            node=node,
-            row=row,
-            devices=devs,
+            node=plan.node,
+            row=plan.row,
+            devices=plan.devices,
             tenant=req.tenant,
             name=req.name,
-            group=group,
-            mig=mig,
+            group=plan.group,
+            mig=plan.mig,
         )
-        return self._running(uid, node)
+        return self._running(uid, plan.node)
 
     def _readmit(self, tenant: str | None, now: Sequence[float], before: Sequence[float]) -> None:
         """A pod bound with another row than it was admitted with: move the tenant's

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import gangs
+from fairshare import gangs, pipeline
 from fairshare.config.schema import FairShareConfig
-from fairshare.gate import GateDecision, GroupFits, check_fair_gate
+from fairshare.gate import GateDecision, GroupFits
 from fairshare.placement import PodRequest
 from fairshare.simulator.engine import Outcome, Simulation, requests_pod
 
@@ -157,16 +157,8 @@ class GangSimulation(Simulation):
         if held is not None:
             held.pop(uid, None)
 
-    def bind_planned(
-        self,
-        uid: str,
-        node: str,
-        row: tuple[float, ...],
-        devs: Sequence[tuple[int, float]],
-        *,
-        mig: tuple[str, int] | None = None,
-    ) -> Outcome:
-        out = super().bind_planned(uid, node, row, devs, mig=mig)
+    def bind(self, uid: str, plan: pipeline.Plan) -> Outcome:
+        out = super().bind(uid, plan)
         self._forget(uid)
         return out
 
@@ -183,7 +175,7 @@ class GangSimulation(Simulation):
     def _gate(self, req: PodRequest) -> GateDecision | None:
         if req.tenant is None or self.policy != "ours":
             return None
-        return check_fair_gate(
+        return pipeline.gate(
             self.state,
             config=self.config,
             req=req,

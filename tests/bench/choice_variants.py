@@ -45,6 +45,7 @@ VARIANTS = (SHIPPED, *WHOLE, *LEVELS, *FRACTION)
 
 def _install(variant: str) -> None:
     """Patch the simulator's node choice for ``variant`` (in this process only)."""
+    import fairshare.pipeline as C
     import fairshare.placement as P
     import fairshare.simulator.engine as E
 
@@ -59,7 +60,7 @@ def _install(variant: str) -> None:
                 return P.CHOICE_LEVELS
             return shipped_levels(req, mix)
 
-        E.choice_levels = levels  # type: ignore[assignment]
+        C.choice_levels = levels  # type: ignore[assignment]
         return
     shipped_score = E.Simulation._score
 

@@ -12,14 +12,17 @@ and for a share of a shareable GPU by memory; a zone ``nodeSelector`` sometimes.
 each wave, scheduling until a pass binds nothing, up to 3 running pods finishing and a
 pending pod sometimes deleted; then a last round.
 
-What it can and cannot catch: as in ``test_differential_extender``, both sides share
-the core (``fairness``, ``gate``, ``placement``, and here ``fairshare.dra``'s slice
-and claim reading), so a wrong rule there passes unseen; what differs, and is checked,
-is the extender's intake of DeviceClasses, ResourceSlices and claims as the informers
-deliver them, its claim ledger and bind path, against the simulator's DRA pools. The
-one property below (no DRA node refused that DynamicResources serves) is judged against
-the allocator this test models, not against the shared core, so it can catch a wrong
-counting rule.
+What it can and cannot catch: as in ``test_differential_extender``, both sides place a
+pod through one pipeline (``fairshare.pipeline``) over one core (``fairness``,
+``gate``, ``placement``, and here ``fairshare.dra``'s slice and claim reading), so the
+decisions cannot differ by construction and a wrong rule there passes unseen; what is
+compared is the glue: the extender's intake of DeviceClasses, ResourceSlices and claims
+as the informers deliver them, its claim ledger and its bind path (the pod read again
+with its allocated claim, then fit, gated and planned on the node), against the
+simulator's DRA pools, which call the same stages around their model of
+DynamicResources. The one property below (no DRA node refused that DynamicResources
+serves) is judged against the allocator this test models, not against the shared core,
+so it can catch a wrong counting rule.
 
 The two drivers:
 

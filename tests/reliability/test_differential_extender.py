@@ -21,20 +21,27 @@ the counts are printed in the fuzz summary). A failure is shrunk by hypothesis t
 small cluster and sequence and printed with its reproduction blob; the cases found so far
 are pinned below (``FOUND``).
 
-What it can and cannot catch. Both drivers decide with the same core: the fair shares
-and dominant shares (``fairshare.fairness``), the gate (``fairshare.gate``) and the
-node filter, scores and device choice (``fairshare.placement``) are one code shared by
-the extender and the simulator. So a wrong rule in that core (a fair share computed
-wrongly, a gate that holds the wrong tenant, a score that fragments GPUs) is made
-identically on both sides and passes here: the property tests of the core
-(``test_properties_fairness``, ``test_properties_hierarchy``, ``test_properties_ledgers``)
-and the e2e tests judge those rules against what they should be. What this test catches
-is everything between the core and the wire, where the two drivers differ: the
-extender's parsing of pods, nodes and namespaces as the informers deliver them, its
-tracker's bookkeeping (pending queue and order, usage, the ledger re-read from the
-Binding's annotations, finished and deleted pods), its caches of fair shares and the
-workload mix, the JSON of kube-scheduler's extender protocol (filter, prioritize, bind,
-``FailedNodes`` reasons, the 0..10 score scale) and the simulator's own loop.
+What it can and cannot catch. Both drivers place a pod through one pipeline
+(``fairshare.pipeline``): fit, the fair-share gate, score and node choice, device choice
+and plan are the same functions on both sides, over the same core (the fair and dominant
+shares of ``fairshare.fairness``, ``fairshare.placement``'s filter, scorer and devices).
+So the decisions cannot differ by construction, and comparing them checks the glue only.
+A wrong rule inside the pipeline or the core (a fair share computed wrongly, a gate that
+holds the wrong tenant, a score that fragments GPUs, a device or shared GPU chosen
+wrongly) is made identically on both sides and passes here: the property tests of the
+core (``test_properties_fairness``, ``test_properties_hierarchy``,
+``test_properties_ledgers``), the unit tests of the stages (``tests/unit/test_pipeline.py``)
+and the e2e tests judge those rules against what they should be. What this test still
+catches is everything around the pipeline, where the two drivers differ: what each feeds
+it (the extender's parsing of pods, nodes and namespaces as the informers deliver them,
+its cache's bookkeeping: pending queue and order, usage, the ledger re-read from the
+Binding's annotations, finished and deleted pods; its caches of fair shares and the
+workload mix), how each splits the chain (the extender across kube-scheduler's filter,
+prioritize and bind, the bind fitting and gating again on the node it is given; the
+simulator in one call), the extender's one-pass kernel path for filter and prioritize
+(``fit_rows``, ``Scorer.extender``) against the stages the simulator runs, the JSON of
+kube-scheduler's extender protocol (filter, prioritize, bind, ``FailedNodes`` reasons,
+the 0..10 score scale) and the simulator's own loop.
 
 The same cluster and sequence go through two drivers:
 

@@ -30,19 +30,20 @@ def test_report_pairs_each_variant_with_the_shipped_run_of_the_same_seed(tmp_pat
 
 
 def test_a_variant_changes_only_the_pods_it_names() -> None:
+    import fairshare.pipeline as pipeline
     import fairshare.simulator.engine as engine
 
-    shipped_score, shipped_levels = engine.Simulation._score, engine.choice_levels
+    shipped_score, shipped_levels = engine.Simulation._score, pipeline.choice_levels
     try:
         cv._install("big_levels")
-        assert engine.choice_levels is not shipped_levels
+        assert pipeline.choice_levels is not shipped_levels
         assert engine.Simulation._score is shipped_score
-        engine.choice_levels = shipped_levels
+        pipeline.choice_levels = shipped_levels
         cv._install("frac_exact")
         assert engine.Simulation._score is not shipped_score
     finally:
         engine.Simulation._score = shipped_score  # type: ignore[method-assign]
-        engine.choice_levels = shipped_levels
+        pipeline.choice_levels = shipped_levels
 
 
 def test_unknown_variant_and_missing_pod_list_fail_with_the_choices(

@@ -14,7 +14,7 @@ import pytest
 
 from extender import filtering, verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import quantities
+from fairshare import pipeline, quantities
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
@@ -166,7 +166,7 @@ def test_gate_decisions_match_the_simulator_s(config, nodes, workload):
     sim = simulate(config, nodes, workload)
     pending = [sim.pods[u] for u in sim.pending]
     for req in pending:
-        mine = filtering.check_fair_gate(sim.state, config=config, req=req, pending=pending)
+        mine = pipeline.gate(sim.state, config=config, req=req, pending=pending)
         theirs = sim._gate(req)
         if theirs is None:
             assert mine is None
