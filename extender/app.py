@@ -170,7 +170,8 @@ class ExtenderDeps:
     def snapshot(self, config: FairShareConfig | None = None) -> Snapshot:
         """The cache's snapshot for ``config`` (default: the one in force), with
         kube-scheduler's verdicts applied and the pod groups judged as ``gangs`` reads them."""
-        facts = self.gangs.podgroup_facts() if self.gangs is not None else None
+        grouped = self.gangs is not None and self.cache.has_groups
+        facts = self.gangs.podgroup_facts() if self.gangs is not None and grouped else None
         return self.cache.snapshot(config or self.config(), feedback=self.feedback, podgroups=facts)
 
     @property
@@ -287,11 +288,14 @@ async def _await_victims(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
         await asyncio.sleep(0.02)
 
 
-def _take_in(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
+def _take_in(deps: ExtenderDeps, pod: Mapping[str, Any]) -> str:
     """A pod of a scheduler call, maybe before the watch brought it: into the cache and
-    the feedback."""
-    deps.cache.remember(dict(pod))
-    deps.feedback.remember(dict(pod))
+    the feedback. Returns its uid."""
+    uid = objects.pod_uid(pod)
+    if uid not in deps.cache.pods:
+        deps.cache.remember(dict(pod))
+    deps.feedback.remember(dict(pod), uid)
+    return uid
 
 
 def _read(deps: ExtenderDeps, pod: Mapping[str, Any], config: FairShareConfig) -> verbs.Reading:
@@ -306,10 +310,10 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     await _await_victims(deps, args.pod)
     config = deps.config()
-    _take_in(deps, args.pod)
+    uid = _take_in(deps, args.pod)
     # A pod group's member is answered for its whole group (``ganging``); others as ever.
     gang = None
-    if deps.gangs is not None:
+    if deps.gangs is not None and (deps.gangs.plans or deps.cache.group_of(uid) is not None):
         gang = await deps.gangs.filter(args, config, lambda: deps.snapshot(config))
     if gang is not None:
         result = gang.result
@@ -322,7 +326,6 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
         result = answer.result
     # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
     # last Unschedulable verdict is out of date (``Feedback.note_asked``).
-    uid = objects.pod_uid(args.pod)
     if uid:
         answers = {*(result.failed_nodes or {}).values()}
         answers.update((result.failed_and_unresolvable_nodes or {}).values())

@@ -618,6 +618,15 @@ class Cache:
         self._group_members = (self._groups_version, out)
         return out
 
+    @property
+    def has_groups(self) -> bool:
+        """Does some known pod belong to a pod group?"""
+        return bool(self._group_of)
+
+    def group_of(self, uid: str) -> gangs.GroupKey | None:
+        """The pod group known pod ``uid`` belongs to (None: none, or not known)."""
+        return self._group_of.get(uid)
+
     def _note_group(self, uid: str, slim: Mapping[str, Any] | None) -> None:
         g = gangs.group_of(slim) if slim is not None else None
         if self._group_of.get(uid) == g:

@@ -157,9 +157,9 @@ class Feedback:
             self.verdicts[uid] = message
         self.version += 1
 
-    def remember(self, pod: dict[str, Any]) -> None:
+    def remember(self, pod: dict[str, Any], uid: str | None = None) -> None:
         """Take in a pod seen in a scheduler call before its watch event."""
-        if objects.pod_uid(pod) not in self._messages:
+        if (uid if uid is not None else objects.pod_uid(pod)) not in self._messages:
             self._pod(pod)
 
     def apply(self, req: PodRequest, spec: Mapping[str, Any], served: frozenset[str]) -> PodRequest:

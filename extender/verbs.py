@@ -19,7 +19,7 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from extender import filtering, wire
+from extender import wire
 from extender.snapshot import Snapshot, request_for
 from fairshare import pipeline, resources
 from fairshare.config.schema import FairShareConfig
@@ -99,7 +99,7 @@ def filter_answer(
         reason = f"pod resources cannot be read: {exc}"
         return FilterAnswer(filter_result_of(args, (), {}, dict.fromkeys(names, reason)))
     state = view.state
-    out = filtering.filter_pod(
+    out = pipeline.filter_pod(
         state,
         config=config,
         req=req,
@@ -107,7 +107,7 @@ def filter_answer(
         pending=view.queue,
         fair=view.fair,
         groups=view.groups,
-        holds=view.holds,
+        held=holds.gate_held(view.holds) if view.holds else None,
     )
     passing: Sequence[str] = out.passing
     picked = pick and len(passing) > 1
@@ -211,7 +211,7 @@ def node_scores(
     lo, hi = wire.MIN_EXTENDER_PRIORITY, wire.MAX_EXTENDER_PRIORITY
     ctx = context or score_context(state, mix)
     scorer = build_scorer(config.scoring.weights())
-    fitted = fit_rows(state, req, filtering.candidate_rows(state, names))
+    fitted = fit_rows(state, req, pipeline.candidate_rows(state, names))
     if fitted is not None:
         fast = scorer.extender(state, req, fitted, ctx, lo=lo, hi=hi)
         if fast is not None:

@@ -9,8 +9,11 @@ on the chosen node. A ``Plan`` is what the simulator binds and the extender's bi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress
 
 from fairshare import fairness
 from fairshare.config.schema import FairShareConfig
@@ -27,8 +30,10 @@ from fairshare.placement import (
     choose_level,
     fgd_device,
     filter_nodes,
+    fit_rows,
     mig_row,
     mig_use,
+    row_failure,
 )
 from fairshare.state.cluster import ClusterState
 from fairshare.state.objects import share_group
@@ -257,3 +262,179 @@ def place(
     if isinstance(got, str):
         return Waiting(f"node {state.nodes[best].name}: {got}")
     return got
+
+
+# -- the filter over kube-scheduler's candidates ------------------------------------------
+#
+# The extender's filter is the first two stages (fit, gate) over the nodes kube-scheduler
+# passed, plus the room reclaim holds for other pods. Its fit is ``fit`` over the candidate
+# rows, or, when one kernel call decides every candidate (no MIG, GPU-memory or GPU-model
+# request), ``placement.fit_rows`` in one pass; ``NodeFailure.unresolvable`` decides
+# between ``FailedNodes`` and ``FailedAndUnresolvableNodes``. A node the state does not
+# know (informer lag) fails with ``UNKNOWN_NODE``.
+
+
+UNKNOWN_NODE = "node not known to fairshare yet (its informer has not caught up)"
+
+
+@dataclass(frozen=True)
+class FilterOutcome:
+    """The filter verdict for one pod over the candidate names (in input order)."""
+
+    passing: tuple[str, ...]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    unresolvable: Mapping[str, str] = field(default_factory=dict)
+    gate: GateDecision | None = None
+    gpu_milli: Mapping[str, float] = field(default_factory=dict)
+
+
+def filter_pod(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None = None,
+    groups: GroupFits | None = None,
+    held: HeldOff | None = None,
+) -> FilterOutcome:
+    """Fit ``req`` against the candidate ``names``, then apply the fair-share gate
+    (``groups``: how waiting pod groups count there, ``fairshare.gangs.waiting``) and the
+    room reclaim holds (``held``: the holds in force as the gate takes them,
+    ``preemption.holds.gate_held``; room held for another tenant's pod fails in
+    ``FailedNodes`` with the hold as reason)."""
+    out = _filter_rows(
+        state, config=config, req=req, names=names, pending=pending, fair=fair, groups=groups,
+        held=held,
+    )  # fmt: skip
+    if out is None:
+        out = _filter_names(
+            state, config=config, req=req, names=names, pending=pending, fair=fair,
+            groups=groups, held=held,
+        )  # fmt: skip
+    if held is not None and out.passing:
+        return _keep_off_held_room(state, req, out, held)
+    return out
+
+
+def _keep_off_held_room(
+    state: ClusterState, req: PodRequest, out: FilterOutcome, held: HeldOff
+) -> FilterOutcome:
+    """``out`` less the passing nodes the holds keep ``req`` off (failed with the reason)."""
+    rows = [state.node_index[n] for n in dict.fromkeys(out.passing) if n in state.node_index]
+    off = held(state, req, rows)
+    if not off:
+        return out
+    kept_off = {state.nodes[i].name: reason for i, reason in off.items()}
+    passing = tuple(n for n in out.passing if n not in kept_off)
+    milli = {n: out.gpu_milli[n] for n in passing}
+    return FilterOutcome(passing, {**out.failed, **kept_off}, out.unresolvable, out.gate, milli)
+
+
+def _filter_names(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+    groups: GroupFits | None = None,
+    held: HeldOff | None = None,
+) -> FilterOutcome:
+    """``filter_pod`` by the pipeline's ``fit`` over the known rows (every kind of pod)."""
+    found = list(map(state.node_index.get, names))
+    rows = [i for i in found if i is not None]
+    fr = fit(state, req, rows, explain=True)
+    nodes, milli = state.nodes, fr.gpu_milli
+    fits = {nodes[i].name: milli.get(i, 0.0) for i in fr.fits}
+    failed: dict[str, str] = {}
+    if len(rows) < len(found):
+        failed = {n: UNKNOWN_NODE for n, i in zip(names, found, strict=True) if i is None}
+    unresolvable: dict[str, str] = {}
+    for f in fr.failed:
+        (unresolvable if f.unresolvable else failed)[f.node] = f.reason
+    decision = None
+    if fits:
+        decision = gate(
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
+        )
+        if decision is not None and not decision.allowed:
+            failed.update(dict.fromkeys(fits, decision.reason))
+            fits = {}
+    passing = tuple(filter(fits.__contains__, names))
+    return FilterOutcome(passing, failed, unresolvable, decision, fits)
+
+
+def _filter_rows(
+    state: ClusterState,
+    *,
+    config: FairShareConfig,
+    req: PodRequest,
+    names: Sequence[str],
+    pending: Sequence[PodRequest],
+    fair: Mapping[str, fairness.FairShare] | None,
+    groups: GroupFits | None = None,
+    held: HeldOff | None = None,
+) -> FilterOutcome | None:
+    """``filter_pod`` in one kernel pass over the candidates (``placement.fit_rows``);
+    None when that cannot decide (MIG, GPU-memory or GPU-model requests)."""
+    fitted = fit_rows(state, req, candidate_rows(state, names))
+    if fitted is None:
+        return None
+    passing = tuple(compress(names, fitted.ok))
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    if fitted.n_fit < len(names):
+        ok = fitted.ok.tobytes()
+        k = ok.find(0)
+        while k >= 0:
+            if fitted.codes[k] == NOT_A_NODE:
+                failed[names[k]] = UNKNOWN_NODE
+            else:
+                f = row_failure(state, req, fitted, k)
+                (unresolvable if f.unresolvable else failed)[f.node] = f.reason
+            k = ok.find(0, k + 1)
+    decision = None
+    if passing:
+        decision = gate(
+            state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
+        )
+        if decision is not None and not decision.allowed:
+            failed.update(dict.fromkeys(passing, decision.reason))
+            return FilterOutcome((), failed, unresolvable, decision, {})
+    milli = _Uniform(passing, fitted.gpu_milli)
+    return FilterOutcome(passing, failed, unresolvable, decision, milli)
+
+
+def candidate_rows(state: ClusterState, names: Sequence[str]) -> array[int]:
+    """The state's row of each name (int32), ``-1`` for a node it does not know."""
+    return state.rows_of(names)
+
+
+NOT_A_NODE = -2
+"""``fit_rows``' code of a candidate the state does not know."""
+
+
+class _Uniform(Mapping[str, float]):
+    """``FilterOutcome.gpu_milli`` when every passing node takes the same per-device
+    share: the mapping without building it per node."""
+
+    def __init__(self, names: Sequence[str], milli: float) -> None:
+        self._names, self._milli = names, milli
+
+    @cached_property
+    def _keys(self) -> frozenset[str]:
+        return frozenset(self._names)
+
+    def __getitem__(self, name: str) -> float:
+        if name not in self._keys:
+            raise KeyError(name)
+        return self._milli
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(self._names))
+
+    def __len__(self) -> int:
+        return len(self._keys)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from _native import fit
-from extender import filtering, verbs, wire
-from fairshare import placement
+from extender import verbs, wire
+from fairshare import pipeline, placement
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import (
     NodeFailure,
@@ -231,9 +231,9 @@ def test_filter_pod_one_pass_answers_as_filter_nodes(seed: int, sick: float, rep
     for req in FAST_REQS:
         names = _names(rng, st, 30, repeat=repeat)
         common: dict[str, Any] = {"config": GATE_CONFIG, "req": req, "names": names}
-        got = filtering.filter_pod(st, pending=[req], fair=None, **common)
-        want = filtering._filter_names(st, pending=[req], fair=None, **common)
-        one_pass = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
+        got = pipeline.filter_pod(st, pending=[req], fair=None, **common)
+        want = pipeline._filter_names(st, pending=[req], fair=None, **common)
+        one_pass = placement.fit_rows(st, req, pipeline.candidate_rows(st, names))
         assert (one_pass is None) == bool(req.gpu_models)  # the model pod takes the loop
         assert got.passing == want.passing
         assert got.failed == want.failed and got.unresolvable == want.unresolvable
@@ -257,7 +257,7 @@ def test_node_scores_one_pass_equals_the_scorer(
     ctx = score_context(st, MIX)
     for req in [*FAST_REQS, MEMORY]:
         names = _names(rng, st, 40, repeat=repeat)
-        fitted = placement.fit_rows(st, req, filtering.candidate_rows(st, names))
+        fitted = placement.fit_rows(st, req, pipeline.candidate_rows(st, names))
         one_pass = fitted and scorer.extender(st, req, fitted, ctx)
         general = req in (REQS[3], MEMORY)  # GPU models, GPU memory: filter_nodes
         assert (one_pass is None) == (general or bool(fitted and fitted.duplicates))
@@ -321,8 +321,8 @@ def test_filter_pod_one_pass_fails_every_fitting_node_when_gated() -> None:
     theirs = [dataclasses.replace(half, tenant="other", uid=f"o{k}") for k in range(30)]
     names = _names(random.Random(6), st, 29, repeat=False)
     common: dict[str, Any] = {"config": GATE_CONFIG, "req": mine, "names": names}
-    got = filtering.filter_pod(st, pending=[mine, *theirs], fair=None, **common)
-    want = filtering._filter_names(st, pending=[mine, *theirs], fair=None, **common)
+    got = pipeline.filter_pod(st, pending=[mine, *theirs], fair=None, **common)
+    want = pipeline._filter_names(st, pending=[mine, *theirs], fair=None, **common)
     assert got.gate is not None and not got.gate.allowed
     assert got.passing == want.passing == ()
     assert got.failed == want.failed and got.unresolvable == want.unresolvable
@@ -354,17 +354,17 @@ def test_answer_bodies_are_json_dumps(seed: int) -> None:
 def test_candidate_rows_follow_the_node_set() -> None:
     st = _state(random.Random(8), 12, 0.0)
     names = ["n003", "gone", "n011", "n000"]
-    assert filtering.candidate_rows(st, names).tolist() == [3, -1, 11, 0]
+    assert pipeline.candidate_rows(st, names).tolist() == [3, -1, 11, 0]
     other = _state(random.Random(9), 4, 0.0)
-    assert filtering.candidate_rows(other, names).tolist() == [3, -1, -1, 0]
+    assert pipeline.candidate_rows(other, names).tolist() == [3, -1, -1, 0]
     st.remove_node("n003")  # the last row moves into its place
     st.add_node("gone", {"cpu": Fraction(8)})
     want = [st.node_index.get(n, -1) for n in names]
-    assert filtering.candidate_rows(st, names).tolist() == want
+    assert pipeline.candidate_rows(st, names).tolist() == want
     assert want[0] == -1 and want[1] >= 0
     copied = pickle.loads(pickle.dumps(st))  # the state stays picklable with its table
-    assert filtering.candidate_rows(copied, names).tolist() == want
-    assert filtering.candidate_rows(copy.deepcopy(st), names).tolist() == want
+    assert pipeline.candidate_rows(copied, names).tolist() == want
+    assert pipeline.candidate_rows(copy.deepcopy(st), names).tolist() == want
     wide = ClusterState(INDEX)
     wide.add_node("n\u2603", {"cpu": Fraction(8)})  # not held by a NameTable: the dict
-    assert filtering.candidate_rows(wide, ["n\u2603", "n"]).tolist() == [0, -1]
+    assert pipeline.candidate_rows(wide, ["n\u2603", "n"]).tolist() == [0, -1]

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from extender import filtering, verbs, wire
+from extender import verbs, wire
 from extender.snapshot import Snapshot
+from fairshare import pipeline
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import objects
@@ -92,7 +93,7 @@ def test_gate_outcome_is_structured():
         objects.apply_pod(st, pod(f"r{k}", ns="research", gpu=1, node_name="a"), CONFIG, "research")
     req = request(pod("new", ns="research", gpu=1, phase="Pending"), st)
     waiting = request(pod("p0", ns="prod", gpu=1, phase="Pending"), st)
-    out = filtering.filter_pod(st, config=CONFIG, req=req, names=["a"], pending=[waiting])
+    out = pipeline.filter_pod(st, config=CONFIG, req=req, names=["a"], pending=[waiting])
     assert out.passing == ()
     assert out.gate is not None and not out.gate.allowed
     assert (out.gate.tenant, out.gate.waiting_for) == ("research", "prod")
@@ -138,7 +139,7 @@ def test_failure_reasons_name_the_resource_and_split_by_resolvability():
     # 2 GPUs can never fit a 1-GPU or GPU-less node; the full node may free up.
     assert set(out["FailedAndUnresolvableNodes"]) == {"small", "cpu"}
     assert out["FailedNodes"]["full"] == "Insufficient nvidia.com/gpu (free 0, requested 2)"
-    assert out["FailedNodes"]["ghost"] == filtering.UNKNOWN_NODE
+    assert out["FailedNodes"]["ghost"] == pipeline.UNKNOWN_NODE
 
 
 def test_nodes_form_echoes_passing_node_objects():

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from extender import filtering, verbs, wire
+from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import pipeline, quantities
+from fairshare import cluster_shares, pipeline, quantities
 from fairshare.config.loading import config_from_mapping
 from fairshare.config.schema import FairShareConfig
 from fairshare.placement import PodRequest
@@ -181,10 +181,12 @@ def test_guarantees_enter_the_fair_allocation():
     # c guarantees 1 GPU: its fair allocation starts there (kernel units: 1000 milli-GPU).
     config, _, _ = THREE_TENANTS_FRACTIONAL
     st = state_with(node("g", gpus=2), config=config)
-    assert filtering.kernel_amounts(st, {"nvidia.com/gpu": Fraction(1)}) == {st.gpu_col: 1000.0}
+    assert cluster_shares.kernel_amounts(st, {"nvidia.com/gpu": Fraction(1)}) == {
+        st.gpu_col: 1000.0
+    }
     objects.apply_pod(st, pod("x", ns="a", gpu=1, node_name="g"), config, "a")
     req = verbs.request_for(
         pod("c0", ns="c", gpu=1, phase="Pending"), state=st, config=config, namespace_labels={}
     )
-    fair = filtering.fair_shares(st, config, [req])
+    fair = cluster_shares.fair_shares_for(st, config, cluster_shares.demand_rows(st, [req]))
     assert fair["c"].allocation[st.gpu_col] == pytest.approx(1000.0)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from extender import filtering, verbs, wire
+from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import cluster_shares, mig
+from fairshare import cluster_shares, mig, pipeline
 from fairshare.config.loading import config_from_mapping
 from fairshare.placement import filter_nodes, fits_after_release
 from fairshare.state import objects
@@ -168,7 +168,7 @@ def test_extender_filter_refuses_the_eighth_with_the_profile_named():
     st = state_with(mixed(**{"1g_10gb": 7}), config=CONFIG)
     for k in range(7):
         objects.apply_pod(st, mig_pod(f"p{k}", node="m"), CONFIG, "a")
-    out = filtering.filter_pod(
+    out = pipeline.filter_pod(
         st, config=CONFIG, req=req(st, mig_pod("p7")), names=["m"], pending=[]
     )
     assert out.passing == ()
