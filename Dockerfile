@@ -20,7 +20,7 @@ COPY --from=build /wheels /wheels
 # The servers' modules import from the installed wheel (tests/packaging runs this same
 # wheel without Docker), and the kernels are the compiled ones.
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && cd / && python -c "import fairshare_cli.main, webhook.app, extender.app, extender.reclaimer" \
+    && cd / && python -c "import fairshare_cli.main, webhook.app, extender.serve, extender.reclaimer" \
     && python -c "import _native; assert _native.IMPLEMENTATION == 'c', _native.IMPLEMENTATION"
 USER 10001
 ENTRYPOINT ["fairshare"]

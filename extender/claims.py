@@ -227,12 +227,10 @@ class ClaimLedger:
                 if held is None:
                     whole += math.ceil(self.resource_claims.get(key, 0))
                     continue
-                for device, gives in held:
-                    dev = self.slice_gpus.devices.get(device)
-                    if dev is None or gives >= 1:
-                        whole += math.ceil(gives)
-                    else:
-                        parts[dev.gpu] = parts.get(dev.gpu, Fraction(0)) + gives
+                count, split = dra.whole_and_parts(held, self.slice_gpus)
+                whole += count
+                for gpu, part in split.items():
+                    parts[gpu] = parts.get(gpu, Fraction(0)) + part
         else:
             slices = self.slice_gpus
             if not slices.node_gpus or slices.unattributed:

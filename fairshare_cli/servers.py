@@ -109,7 +109,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 
 
 def cmd_extender(args: argparse.Namespace) -> int:
-    from extender.app import Election, serve
+    from extender.serve import Election, serve
 
     if args.lease is None:
         if args.leader_label_pod is not None:

@@ -53,6 +53,7 @@ from fairshare.dra.claims import (
     is_extended_resource_claim,
     pod_claim_names,
     template_gpus,
+    whole_and_parts,
 )
 from fairshare.dra.slices import (
     ALL_DEVICES_DEFAULT,
@@ -129,4 +130,5 @@ __all__ = [
     "slice_capacity",
     "taint_rule_selector",
     "template_gpus",
+    "whole_and_parts",
 ]

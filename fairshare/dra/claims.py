@@ -8,6 +8,7 @@ prometheus_client. See ``fairshare.dra`` for the counting rules as a whole.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -128,6 +129,24 @@ def allocated_devices(
         gpus = Fraction(1) if dev is None else dev.share(_quantities(r.get("consumedCapacity")))
         out.append((key, gpus))
     return out
+
+
+def whole_and_parts(
+    held: Iterable[tuple[DeviceKey, Fraction]], devices: SliceCapacity
+) -> tuple[int, dict[str, Fraction]]:
+    """How a pod holds the devices ``held`` (``allocated_devices``): whole devices
+    (a device fairshare does not know, or one that gives a whole GPU or more, counts
+    whole, rounded up) and parts of physical GPUs by GPU (MIG partitions, shares of a
+    shareable GPU)."""
+    whole = 0
+    parts: dict[str, Fraction] = {}
+    for key, gives in held:
+        dev = devices.devices.get(key)
+        if dev is None or gives >= 1:
+            whole += math.ceil(gives)
+        else:
+            parts[dev.gpu] = parts.get(dev.gpu, Fraction(0)) + gives
+    return whole, parts
 
 
 def claim_gpus(

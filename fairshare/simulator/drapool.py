@@ -476,16 +476,9 @@ class DraSimulation(Simulation):
             device_classes=frozenset(self.config.dra.gpu_device_classes),
             devices=self.capacity_dra,
         )
-        whole = 0
-        parts: dict[str, Fraction] = {}
+        whole, parts = dra.whole_and_parts(held, self.capacity_dra)
         if not held:
             whole = math.ceil(self._claim_gpus(claim))
-        for key, gives in held:
-            dev = self.capacity_dra.devices.get(key)
-            if dev is None or gives >= 1:
-                whole += math.ceil(gives)
-            else:
-                parts[dev.gpu] = parts.get(dev.gpu, Fraction(0)) + gives
         return objects.with_claim_gpus(
             req, self.state.gpu_col, whole=whole, parts=parts, bound=True
         )

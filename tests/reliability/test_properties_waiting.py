@@ -1,7 +1,7 @@
 """Property: one tenant's pods that kube-scheduler can never place hold nobody's GPUs idle.
 
 A small model of kube-scheduler drives the extender's real filter adapter
-(``extender.app._filter``, through the tracker a watch feeds): pods of random
+(``extender.app._filter``, through the cache a watch feeds): pods of random
 tenants and sizes, some with a constraint only kube-scheduler checks (a required pod
 affinity no pod satisfies: its plugins refuse every node, with v1.36's message), some
 pinned to one node by a node selector (checked by both). Each *round* is one retry

@@ -363,7 +363,7 @@ def test_cli_client_ca_needs_tls(command, capsys, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("command", "module"), [("webhook", "webhook.app"), ("extender", "extender.app")]
+    ("command", "module"), [("webhook", "webhook.app"), ("extender", "extender.serve")]
 )
 def test_cli_passes_client_ca_to_the_server(command, module, monkeypatch, pki):
     import importlib

@@ -148,13 +148,13 @@ def test_not_ready_after_must_be_positive(server, tmp_path, capsys):
     [([], False), (["--pick-in-filter"], True), (["--lease", "ns/l", "--pick-in-filter"], True)],
 )
 def test_extender_passes_pick_in_filter_to_serve(argv, expected, tmp_path, monkeypatch):
-    from extender import app as ext_app
+    from extender import serve as ext_serve
 
     seen: dict[str, object] = {}
 
     async def fake_serve(**kwargs: object) -> None:
         seen.update(kwargs)
 
-    monkeypatch.setattr(ext_app, "serve", fake_serve)
+    monkeypatch.setattr(ext_serve, "serve", fake_serve)
     assert cli.main(["extender", "--config", str(tmp_path / "c.yaml"), *argv]) == 0
     assert seen["pick_in_filter"] is expected

@@ -14,6 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
+from extender import serve as ext_serve
 from fairshare.config import loading
 from fairshare.config.reloading import ConfigHolder
 from fairshare.config.schema import FairShareConfig
@@ -124,7 +125,7 @@ async def test_verbs_answer_after_a_swap_with_fewer_columns(swapped_client: Any)
     assert [p.uid for p in c.bound] == ["u0"] and len(c.bound[0].row) == 3
     r = await c.post("/preempt", json={"Pod": half_pod(1), "NodeNameToMetaVictims": {}})
     assert r.status == 200
-    ext_app.publish_metrics(c.deps, seconds=1)  # the periodic figures read the arrays too
+    ext_serve.publish_metrics(c.deps, seconds=1)  # the periodic figures read the arrays too
 
 
 def test_the_webhooks_guard_accepts_a_change_of_columns() -> None:

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
+from extender import serve as ext_serve
 from fairshare.config import loading
 
 CONFIG = loading.config_from_mapping(
@@ -126,7 +127,7 @@ async def test_health_and_metrics(client):
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
     await client.post("/filter", json={"Pod": half_pod(1), "NodeNames": ["n1"]})
-    ext_app.publish_metrics(client.deps, seconds=60)
+    ext_serve.publish_metrics(client.deps, seconds=60)
     text = await (await client.get("/metrics")).text()
     assert 'fairshare_extender_requests_total{outcome="ok",verb="filter"}' in text
     assert "fairshare_tenant_dominant_share" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender import app as ext_app
+from extender import serve as ext_serve
 from fairshare.config.loading import config_from_mapping
 from tests.unit.test_state_objects import node, pod
 
@@ -35,7 +36,7 @@ def test_an_inner_tenant_reports_its_subtree_usage_and_is_not_billed_twice() -> 
     bound = [pod("x1", ns="a1", gpu=1, node_name="n"), pod("x2", ns="a1", gpu=1, node_name="n")]
     bound += [pod("y1", ns="a2", gpu=1, node_name="n"), pod("z1", ns="b1", gpu=1, node_name="n")]
     deps.sink.on_resync("Pod", bound)
-    ext_app.publish_metrics(deps, seconds=10)
+    ext_serve.publish_metrics(deps, seconds=10)
     usage = "fairshare_tenant_usage"
     assert _sample(deps, usage, "ml") == 3.0
     assert (_sample(deps, usage, "a1"), _sample(deps, usage, "a2")) == (2.0, 1.0)

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
 from extender import ganging
+from extender import serve as ext_serve
 from fairshare import gangs, report
 from fairshare.gangs.podgroups import KIND as PODGROUP
 from fairshare.state.snapshot import Snapshot
@@ -234,7 +235,7 @@ async def test_status_json_shows_a_live_plan(client):
     assert set(g["planned"]) == {"ja-0", "ja-1", "ja-2"}
     assert g["heldGpus"] == 6  # the plan's reservations
     # the same figures in the metrics
-    ext_app.publish_gang_metrics(client.deps, CONFIG, client.deps.snapshot(), ["a", "b"])
+    ext_serve.publish_gang_metrics(client.deps, CONFIG, client.deps.snapshot(), ["a", "b"])
     body = (await (await client.get("/metrics")).read()).decode()
     assert 'fairshare_tenant_gangs_waiting{tenant="a"} 1.0' in body
     assert 'fairshare_tenant_gang_held_gpus{tenant="a"} 6.0' in body

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
+from extender import serve as ext_serve
 from tests.extender_side import Side
 from tests.unit.test_extender_filter import CONFIG
 from tests.unit.test_state_objects import node, pod
@@ -29,14 +30,14 @@ async def test_gauge_counts_only_pods_the_gate_refused() -> None:
         pod("p0", ns="prod", gpu=1, phase="Pending"),
     ]
     tr.on_resync("Pod", held + waiting)
-    ext_app.publish_metrics(deps, seconds=1)
+    ext_serve.publish_metrics(deps, seconds=1)
     assert gauge(deps, "research") == 0 and gauge(deps, "prod") == 0  # none filtered yet
 
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
         for p in waiting:
             r = await c.post("/filter", json={"Pod": p, "NodeNames": ["a"]})
             assert r.status == 200
-    ext_app.publish_metrics(deps, seconds=1)
+    ext_serve.publish_metrics(deps, seconds=1)
     # research/new would take research above its fair share while prod waits: gated.
     assert gauge(deps, "research") == 1 and gauge(deps, "prod") == 0
 
@@ -44,7 +45,7 @@ async def test_gauge_counts_only_pods_the_gate_refused() -> None:
     async with TestClient(TestServer(ext_app.make_app(deps))) as c:
         body = await (await c.post("/filter", json={"Pod": waiting[0], "NodeNames": ["a"]})).json()
     assert body["NodeNames"] == ["a"]  # ... so the next filter lets research/new through
-    ext_app.publish_metrics(deps, seconds=1)
+    ext_serve.publish_metrics(deps, seconds=1)
     assert gauge(deps, "research") == 0
 
 

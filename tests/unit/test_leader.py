@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
 from extender import leader
+from extender import serve as ext_serve
 from fairshare_cli import main as cli
 
 from .test_extender_app import CONFIG, half_pod, node
@@ -265,12 +266,12 @@ def test_cli_extender_passes_the_election(monkeypatch, tmp_path):
     async def fake_serve(**kwargs: Any) -> None:
         seen.update(kwargs)
 
-    monkeypatch.setattr(ext_app, "serve", fake_serve)
+    monkeypatch.setattr(ext_serve, "serve", fake_serve)
     argv = ["extender", "--config", "c.yaml", "--lease", "fs/ext", "--lease-duration", "4",
             "--renew-deadline", "3", "--retry-period", "0.5", "--identity", "me",
             "--leader-label-pod", "fs/pod-1"]  # fmt: skip
     assert cli.main(argv) == 0
-    assert seen["election"] == ext_app.Election("fs", "ext", "me", 4, 3.0, 0.5, "fs/pod-1")
+    assert seen["election"] == ext_serve.Election("fs", "ext", "me", 4, 3.0, 0.5, "fs/pod-1")
     seen.clear()
     assert cli.main(["extender", "--config", "c.yaml"]) == 0
     assert "election" not in seen  # no --lease: one replica, no election
