@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from kubernetes_asyncio import client
+
 from extender.leader import call_raw
 from fairshare.placement import PodRequest
 
@@ -65,7 +67,6 @@ def gang_recorder(
 ) -> Callable[[Any, Sequence[tuple[str, str, str]], str], None]:
     """A ``GangCoordinator.on_wait``: a ``FairShareGang`` Warning Event on each member
     (namespace, name, uid) not bound yet, written in the background."""
-    from kubernetes_asyncio import client
 
     core: Any = client.CoreV1Api(api_client)
     tasks: set[asyncio.Task[None]] = set()
@@ -85,7 +86,6 @@ def gang_recorder(
 def preemption_recorder(api_client: Any) -> Callable[[PodRequest, str], None]:
     """An ``ExtenderDeps.on_preempt`` that records a ``FairSharePreemption`` Event on the
     preemptor (in the background: the preempt verb does not wait for the API)."""
-    from kubernetes_asyncio import client
 
     core: Any = client.CoreV1Api(api_client)
     tasks: set[asyncio.Task[None]] = set()

@@ -110,14 +110,6 @@ class LivePlan:
     dropped: str = ""
 
 
-def api_fetcher(api_client: Any) -> FetchPodGroup:
-    """Read a group's PodGroup through the API (``informers.podgroup_fetcher``)."""
-    from fairshare.state import informers
-
-    fetch: FetchPodGroup = informers.podgroup_fetcher(api_client)
-    return fetch
-
-
 @dataclass
 class GangCoordinator:
     """The live plans of the extender (one decision-maker: the leader)."""

@@ -19,6 +19,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
+from kubernetes_asyncio import client
+
 import serving
 from extender.leader import write_configmap
 from fairshare.config.loading import LAST_GOOD_SUFFIX, dump_config
@@ -61,7 +63,6 @@ class LastGoodRecorder:
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
     ) -> None:
-        from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.name = ref

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kubernetes_asyncio import client
+
 from fairshare.errors import FairshareError
 
 log = logging.getLogger("fairshare.leader")
@@ -336,7 +338,6 @@ class KubeLeaseApi:
     """``LeaseApi`` over a kubernetes_asyncio ``ApiClient`` (raw JSON in and out)."""
 
     def __init__(self, api_client: Any) -> None:
-        from kubernetes_asyncio import client
 
         # Raw JSON (``_preload_content=False``): the generated models are not used.
         self.coordination: Any = client.CoordinationV1Api(api_client)
@@ -373,7 +374,6 @@ class KubePodLabel:
     """Sets or removes one label on one pod (merge patch): a replica's own pod."""
 
     def __init__(self, api_client: Any, namespace: str, name: str, key: str) -> None:
-        from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.name, self.key = namespace, name, key

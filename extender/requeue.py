@@ -48,10 +48,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from kubernetes_asyncio import client
+
 import serving
 from extender.feedback import Feedback
+from extender.leader import call_raw
 from extender.snapshot import Snapshot
 from fairshare.config.schema import FairShareConfig
+from fairshare.errors import FairshareError
 from fairshare.gate import GateDecision, check_fair_gate, shape_key
 from fairshare.placement import PodRequest
 from fairshare.preemption import holds
@@ -221,8 +225,6 @@ MERGE_PATCH: Final = {"_content_type": "application/merge-patch+json", "_preload
 
 async def _merge_patch(call: Awaitable[Any]) -> None:
     """Await a raw merge-patch call; a non-2xx answer raises ``FairshareError``."""
-    from extender.leader import call_raw
-    from fairshare.errors import FairshareError
 
     status, data = await call_raw(call)
     if not 200 <= status < 300:
@@ -231,7 +233,6 @@ async def _merge_patch(call: Awaitable[Any]) -> None:
 
 def api_patch(api_client: Any) -> Patch:
     """A ``Patch`` over kubernetes_asyncio (merge patch of a pod's metadata)."""
-    from kubernetes_asyncio import client
 
     core: Any = client.CoreV1Api(api_client)
 
@@ -243,7 +244,6 @@ def api_patch(api_client: Any) -> Patch:
 
 def api_ring(api_client: Any) -> Ring:
     """A ``Ring`` over kubernetes_asyncio (merge patch of the DeviceClass's metadata)."""
-    from kubernetes_asyncio import client
 
     v1: Any = client.ResourceV1Api(api_client)
 

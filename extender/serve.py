@@ -16,7 +16,18 @@ from typing import Any, Unpack
 
 from aiohttp import web
 
+import _native
 import serving
+from extender import (
+    binding,
+    events,
+    hami_hooks,
+    lastgood,
+    leader,
+    requeue,
+    reserving,
+    usagehistory,
+)
 from extender.app import (
     LEADER_LABEL,
     Binder,
@@ -27,10 +38,15 @@ from extender.app import (
     build_deps,
     make_app,
 )
+from extender.leader import timing_error
 from extender.snapshot import Snapshot
+from fairshare import __version__, cluster_shares, runtime
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
-from fairshare.state import objects, sources
+from fairshare.errors import FairshareError
+from fairshare.placement import cluster_fragmentation
+from fairshare.runtime import parse_ref
+from fairshare.state import informers, objects, sources
 
 log = logging.getLogger("fairshare.extender")
 
@@ -50,8 +66,6 @@ class Election:
     leads, so a Service selecting that label sends kube-scheduler to the leader only."""
 
     def __post_init__(self) -> None:
-        from extender.leader import timing_error
-        from fairshare.errors import FairshareError
 
         problem = timing_error(self.lease_duration, self.renew_deadline, self.retry_period)
         if problem is not None:
@@ -68,7 +82,6 @@ def lead(
     rolling updates and the PodDisruptionBudget see two ready replicas; the Service
     routes by the leader label. On shutdown it stops deciding, drops the label, lets the
     binds in flight land and releases the Lease."""
-    from extender import leader
 
     elector = leader.LeaseElector(
         leader.KubeLeaseApi(api_client),
@@ -117,8 +130,6 @@ def lead(
 
 def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     """Per-tenant shares, gated pods, cluster figures and chargeback (called periodically)."""
-    from fairshare import cluster_shares
-    from fairshare.placement import cluster_fragmentation
 
     config = deps.config()
     snap = deps.snapshot(config)
@@ -197,9 +208,6 @@ async def serve(
     ``election``: decide only while holding its Lease. ``pick_in_filter``: filter keeps
     only the node prioritize would score highest.
     """
-    import _native
-    from fairshare import __version__, runtime
-    from fairshare.errors import FairshareError
 
     opts = serving.ServerOptions.given(options, flags)
     opts.check_client_ca(client_ca)
@@ -230,16 +238,12 @@ async def serve(
     binder: Binder = bind_locally
     api_binder = None
     if state_file is None:
-        from extender import binding
-        from fairshare.state import informers
-
         api_client = await informers.make_api_client(opts.kubeconfig)
         timeout = binding.bind_timeout(
             election.lease_duration if election else None,
             election.renew_deadline if election else None,
         )
         binder = api_binder = binding.api_binder(api_client, timeout=timeout)
-    from extender import usagehistory
 
     # ``usageHistory``: the decisions read the weights the leader's history adjusted
     # (the config in force itself while the block is absent).
@@ -248,9 +252,7 @@ async def serve(
     deps.usage_history = feed.status
     deps.pick_in_filter = pick_in_filter
     if api_client is not None and deps.gangs is not None:
-        from extender import ganging
-
-        deps.gangs.fetch = ganging.api_fetcher(api_client)
+        deps.gangs.fetch = informers.podgroup_fetcher(api_client)
     box["m"] = deps.metrics
     deps.metrics.set_extender_leader(election is None)
     if election is not None and api_client is not None:
@@ -269,8 +271,6 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
-        from extender import hami_hooks, reserving
-
         controller = reserving.HandoffController(
             api_client=api_client,
             cache=deps.cache,
@@ -284,7 +284,6 @@ async def serve(
         )
         deps.hooks = ChainedHooks([controller, hami])
         deps.background.append(controller.background())
-        from extender import requeue
 
         requeuer = requeue.Requeuer(
             snapshot=deps.snapshot,
@@ -296,15 +295,11 @@ async def serve(
             ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
-        from extender import events
 
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:
             deps.gangs.on_wait = events.gang_recorder(api_client)
         if opts.configmap is not None:
-            from extender import lastgood
-            from fairshare.runtime import parse_ref
-
             recorder = lastgood.LastGoodRecorder(
                 api_client=api_client,
                 ref=parse_ref(opts.configmap),

@@ -43,6 +43,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
+from kubernetes_asyncio import client
+
+import serving
 from extender.leader import call_raw, write_configmap
 from extender.snapshot import Snapshot
 from fairshare import cluster_shares, history
@@ -175,7 +178,6 @@ class UsageHistoryKeeper:
         clock: Callable[[], float] = time.time,
         metrics: metrics_mod.Metrics | None = None,
     ) -> None:
-        from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.feed, self.snapshot = namespace, feed, snapshot
@@ -185,7 +187,6 @@ class UsageHistoryKeeper:
         self._written_at = -float("inf")
 
     def background(self) -> Callable[[Any], AsyncIterator[None]]:
-        import serving
 
         return serving.background_task(self.run, "usage-history")
 
