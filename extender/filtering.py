@@ -1,29 +1,12 @@
-"""The extender's filter decision: resource/device/health fit from the core, plus the gate.
+"""The extender's filter decision: the fit from the core, then the gate and reclaim holds.
 
-Pure: no network, no clock, no globals; it reads a ``ClusterState`` and never changes it.
-Must not import aiohttp, kubernetes_asyncio or prometheus_client.
-
-Design choices:
-
-* The fit itself is ``fairshare.pipeline.fit`` (the simulator's stage), run over the
-  candidate rows only, or, when one kernel call decides every candidate (no MIG,
-  GPU-memory or GPU-model request), ``placement.fit_rows``, the same kernel in one pass
-  over the candidate names; its ``NodeFailure.unresolvable`` decides between
-  ``FailedNodes`` (preemption may help) and ``FailedAndUnresolvableNodes`` (GPU health,
-  GPU model, a demand above the node's capacity).
-* The fair-share gate is ``fairshare.pipeline.gate``, the stage the simulator runs:
-  current weighted dominant shares from the bound pods, the fair allocation by
-  progressive filling over running + pending demand (the pod itself included), and
-  ``gate.check_gate`` against tenants with a lower share and a pending pod that fits
-  now. The gate runs only when some node fits (a pod that fits nowhere waits anyway);
-  when it holds the pod back every fitting node fails with the gate's reason, in
-  ``FailedNodes``, which kube-scheduler shows in the pod's FailedScheduling event.
-* Room reclaim made for a pending pod (``holds.RoomHold``, from the pod's
-  annotations) is kept for it: another tenant's pod that would take it fails there in
-  ``FailedNodes`` with the hold as reason, until the pod binds or goes or the hold
-  lapses.
-* A candidate the state does not know (informer lag) fails in ``FailedNodes`` with a
-  reason saying so: retrying later can succeed.
+The fit is ``fairshare.pipeline.fit`` over the candidate rows, or one kernel pass
+(``placement.fit_rows``) when that decides every candidate; ``NodeFailure.unresolvable``
+splits ``FailedNodes`` (preemption may help) from ``FailedAndUnresolvableNodes``. The gate
+(``pipeline.gate``) runs only when some node fits; when it holds the pod back, every
+fitting node fails in ``FailedNodes`` with the gate's reason, which kube-scheduler shows
+in the pod's FailedScheduling event. A candidate the state does not know yet fails in
+``FailedNodes`` too: a retry can succeed.
 """
 
 from __future__ import annotations

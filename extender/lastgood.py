@@ -1,13 +1,10 @@
-"""The extender's leader records the config in force: ConfigMap ``<name>-last-good``.
+"""The extender's leader records the config in force in the ConfigMap ``<name>-last-good``.
 
-An adapter. The servers keep the last good config when the ConfigMap gets an invalid one
-(the validating webhook refuses such an edit, but it can be bypassed or not registered);
-``fairshare status`` and ``explain`` then have nothing to show but the error. So, once the
-first list is in and while this replica leads, the config in force is written (plain
-YAML, ``config.loading.dump_config``) to the ConfigMap ``<name>-last-good`` beside the
-config ConfigMap, key ``config.yaml``, with the annotation ``fairshare.io/recorded-at``;
-again after each reload that changed it. The CLI reads it when the config is invalid and
-says so. RBAC: the extender may create ConfigMaps and update only this one (by name).
+The servers keep the last good config when the ConfigMap gets an invalid one, and
+``fairshare status`` / ``explain`` then read this copy (and say so). It is written once
+the first list is in and while this replica leads, and again after each reload that
+changed it: plain YAML under ``config.yaml``, annotated ``fairshare.io/recorded-at``.
+RBAC: the extender may update only this ConfigMap (by name).
 """
 
 from __future__ import annotations
