@@ -5,9 +5,8 @@ calls the pure verb (``verbs``) and encodes the answer. A body that cannot be de
 400; an unexpected exception is logged, counted and answered 500 (bind: ``Error``), so
 kube-scheduler retries the pod and nothing is half-bound. Binds are decided one at a
 time (``_bind_now``). With ``--lease`` only the Lease holder decides: a follower refuses
-filter and preempt with 503 and bind with ``Error``, and still answers prioritize. With
-``--client-ca`` every path but ``serving.PUBLIC_PATHS`` needs a verified client
-certificate (else 403), on the one port that also serves probes, metrics and ``/status``.
+filter and preempt with 503 and bind with ``Error``, and still answers prioritize.
+``--client-ca`` guards every route but the public ones (``serving``).
 """
 
 from __future__ import annotations

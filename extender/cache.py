@@ -1,14 +1,11 @@
 """The extender's cache: the one object that writes its picture of the cluster.
 
-In come the watches' events (``on_resync`` / ``on_event``) and the app's own decisions
-(``assume`` a bind before its Binding is POSTed, ``forget`` it when the POST fails,
-``reserve`` / ``release`` a pod group's room); out goes a frozen ``Snapshot`` for the
-verbs, and a write after a snapshot copies the ``ClusterState`` first. It keeps the state
-arrays, the pending queue in arrival order, namespace labels, the DRA and PVC ledgers, the
-workload mix, the fair allocation (recomputed only when some demand changed) and the pod
-groups. A pod whose node is not known yet waits for it; an object that cannot be read is
-listed in ``unreadable``, never fatal. A config with other resource columns is followed
-live (``extender.columns``).
+In come the watches' events and the app's own decisions (``assume`` a bind before its
+Binding is POSTed, ``forget`` it when the POST fails, ``reserve`` / ``release`` a pod
+group's room); out goes a frozen ``Snapshot`` for the verbs (a write after a snapshot
+copies the ``ClusterState`` first). A pod whose node is not known yet waits for it; an
+object that cannot be read is listed in ``unreadable``, never fatal. A config with other
+resource columns is followed live (``extender.columns``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fairness with memory: per-tenant usage history decayed with a half-life ``T`` (opt-in,
 ``usageHistory``; without it nothing here is called). Times are numbers the caller owns.
 
-For each tenant and DRF column the history keeps resource-seconds, each weighted by
+For each tenant and DRF column the history keeps resource-seconds, each second weighted by
 ``2^(-age/T)``, and the same for the capacity; ``advance`` integrates exactly over an
 interval of constant usage (``H ← H·d + u·(1 - d)·T/ln 2``, ``d = 2^(-Δt/T)``). A
 tenant's decayed usage share is ``U = max_r H[r] / C[r]`` over the columns of weight > 0

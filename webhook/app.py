@@ -7,9 +7,8 @@ and encodes (``wire.encode_response``). A body that is not an AdmissionReview ge
 (code 500), so a bug cannot let pods past a quota silently. Until the state source has
 listed every kind once, a request waits up to ``sync_wait`` seconds and is otherwise
 denied with 503 (``NOT_SYNCED_MESSAGE``): a partial view would admit tenants past their
-limits and label pods with the wrong tenant. With ``--client-ca`` every path but
-``serving.PUBLIC_PATHS`` needs a verified client certificate (else 403), on the one port
-that probes and Prometheus also use.
+limits and label pods with the wrong tenant. ``--client-ca`` guards every route but the
+public ones (``serving``).
 """
 
 from __future__ import annotations

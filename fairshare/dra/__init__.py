@@ -16,9 +16,8 @@ counts 0: the pod's own request is its usage. A node's capacity is the devices a
 DeviceClass selects in its ResourceSlices; no CEL is evaluated (``device_match`` reads
 the driver and attribute equalities GPU classes use and refuses anything else).
 
-Modules: ``slices`` (capacity), ``book`` (``SliceBook``: capacity followed event by
-event) and ``claims`` (a claim's GPUs, the admission check); every public name is
-re-exported here.
+``slices`` (capacity), ``book`` (capacity followed event by event) and ``claims`` (a
+claim's GPUs, the admission check) are re-exported here.
 """
 
 from fairshare.dra.book import SliceBook

@@ -131,7 +131,7 @@ class Store:
         return self.objects.get(kind, {}).get(key)
 
     def keys(self, kind: str) -> list[str]:
-        """Keys held for ``kind``, sorted (deterministic order, STYLE habit 8)."""
+        """Keys held for ``kind``, sorted (a deterministic order)."""
         return sorted(self.objects.get(kind, {}))
 
 
