@@ -1,10 +1,8 @@
-"""The extender's leader records the config in force in the ConfigMap ``<name>-last-good``.
-
-The servers keep the last good config when the ConfigMap gets an invalid one, and
-``fairshare status`` / ``explain`` then read this copy (and say so). It is written once
-the first list is in and while this replica leads, and again after each reload that
-changed it: plain YAML under ``config.yaml``, annotated ``fairshare.io/recorded-at``.
-RBAC: the extender may update only this ConfigMap (by name).
+"""The extender's leader records the config in force in the ConfigMap ``<name>-last-good``
+(plain YAML under ``config.yaml``, annotated ``fairshare.io/recorded-at``), once the
+first list is in and after each reload that changed it. ``fairshare status`` and
+``explain`` read it when the config ConfigMap holds an invalid config. RBAC: the extender
+may update only this ConfigMap.
 """
 
 from __future__ import annotations

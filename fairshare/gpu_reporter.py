@@ -1,10 +1,9 @@
 """``fairshare gpu-reporter``: the reservation pod's container reports the GPU it was given.
 
-It reads the GPU's UUID from ``NVIDIA_VISIBLE_DEVICES`` (or from NVML, which must then
-show exactly one device, when the variable holds an index, is unset or ``all``),
-merge-patches its own pod with ``run.ai/reserve_for_gpu_index: <UUID>`` and sleeps until
-SIGTERM, holding the GPU while the pod lives. Any other case is an error with the reason:
-the pod never reports, and the extender surfaces that on the sharing pods.
+It merge-patches its own pod with ``run.ai/reserve_for_gpu_index: <UUID>``, the UUID read
+from ``NVIDIA_VISIBLE_DEVICES`` or else from NVML (which must then show exactly one
+device), and sleeps until SIGTERM, holding the GPU. When it cannot tell the UUID it fails
+with the reason; the pod then never reports, and the extender surfaces that.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""What ``fairshare status`` / ``explain`` and the extender's ``/status`` page show.
-
-Every figure comes from the code the servers run, on the same state (``cluster_shares``,
-``gate.check_fair_gate``, ``placement.filter_nodes``, the webhook's usage view); nothing
-is recomputed another way. A report is a plain JSON-ready dict; text and HTML are
-rendered from it (``fairshare.report_render``, re-exported here). A pod is *held by the
-gate* when it fits some node now and ``check_fair_gate`` refuses it; a pod that fits no
-node waits for room.
+"""What ``fairshare status`` / ``explain`` and the extender's ``/status`` page show: plain
+JSON-ready dicts (rendered by ``fairshare.report_render``, re-exported here), every
+figure from the code the servers run, on the same state. A pod is *held by the gate* when
+it fits some node now and ``check_fair_gate`` refuses it; one that fits no node waits for
+room.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""An in-process ledger of admitted-but-not-yet-watched pods, per tenant.
-
-The quota check reads usage from the watch cache, which lags behind admission, so two
-creates arriving together would both be admitted on the old usage. An allowed create
-therefore reserves its demand here, and ``ReservingView`` adds the reservations to the
-watched usage until the pod shows up in the watch (``release``) or its TTL passes. One
-ledger per process, passed in; ``now`` is always a parameter. ``review.admit`` relies on
-check-then-reserve with no ``await`` in between, so the ledger takes no locks.
+"""An in-process ledger of admitted-but-not-yet-watched pods, per tenant. The watch lags
+behind admission, so an allowed create reserves its demand here and ``ReservingView``
+adds it to the watched usage until the pod is watched (``release``) or its TTL passes.
+``review.admit`` checks and reserves with no ``await`` in between, so the ledger takes no
+locks; ``now`` is always a parameter.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """admission.k8s.io/v1 AdmissionReview: decode the request body, encode the response body.
 
-Requests are read with ``extra="ignore"`` and camelCase aliases; ``object`` and
-``oldObject`` stay the raw dicts kube-apiserver sent, since a patch must apply to exactly
-that JSON. ``decode_review`` raises ``WireFormatError`` with a short reason (answered
-400). ``encode_response`` writes the dict by hand, so the keys are exactly those
-kube-apiserver's case-sensitive decoder reads and absent fields are absent (a validating
-answer may not even carry an empty ``patchType``).
+``object`` and ``oldObject`` stay the raw dicts kube-apiserver sent (a patch must apply
+to exactly that JSON). ``encode_response`` writes the response by hand, so the keys are
+exactly those kube-apiserver's case-sensitive decoder reads and absent fields are absent
+(a validating answer may not even carry an empty ``patchType``).
 """
 
 from __future__ import annotations

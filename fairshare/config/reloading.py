@@ -1,10 +1,7 @@
-"""Config hot reload: one ``ConfigHolder``, swapped whole, fed by the ConfigMap or a file.
-
-aiohttp app state cannot be reassigned after start, so the app keeps one holder and
-readers call ``holder.get()`` each time. Both feeds, ``ConfigMapSink`` (the ConfigMap
-through an ``ApiSource``) and ``FileWatcher`` (polls the mounted file), end in
-``parse_config`` and ``swap``; an invalid update keeps the last good config and is
-reported through ``on_error``.
+"""Config hot reload: one ``ConfigHolder``, swapped whole, fed by the ConfigMap
+(``ConfigMapSink``) or the mounted file (``FileWatcher``). aiohttp app state cannot be
+reassigned after start, so readers call ``holder.get()`` each time. An invalid update
+keeps the last good config and is reported through ``on_error``.
 """
 
 from __future__ import annotations

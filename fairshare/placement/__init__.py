@@ -1,10 +1,7 @@
-"""Where a pod may go and how good each node is: the fit, the scores and the devices.
-
-The extender and the simulator both call these on a ``ClusterState``, so a simulated
-policy is the deployed policy (which is why they live in the core). ``filtering`` (which
-nodes fit, and why not), ``scoring`` (terms, scorer, node choice) and ``workload`` (the
-workload mix), with ``fairshare.podrequest`` and ``fairshare.state.devices``, are
-re-exported here; ``fairshare.pipeline`` chains them with the gate.
+"""Where a pod may go and how good each node is: ``filtering``, ``scoring`` and
+``workload``, with ``fairshare.podrequest`` and ``fairshare.state.devices``, re-exported
+here. The extender and the simulator both call them on a ``ClusterState`` (hence in the
+core), so a simulated policy is the deployed policy; ``fairshare.pipeline`` chains them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """kube-scheduler's preemption proposal judged node by node: the ``/preempt`` verb's core.
 
-kube-scheduler proposes, per candidate node, the lowest-priority pods whose eviction makes
-room for a pending pod; the extender may answer a subset of the nodes and, per node, any
-pods that run there (``HTTPExtender.convertToVictims``, v1.36). ``allowed_victims``
-applies the rules of ``victims``, puts pods of the preemptor's own tenant in place of
-refused victims, keeps pod groups whole, and drops a node whose victims no longer make
-room.
+The extender may answer a subset of the proposed nodes and, per node, any pods that run
+there (``HTTPExtender.convertToVictims``). ``allowed_victims`` applies the rules of
+``victims``, puts pods of the preemptor's own tenant in place of refused victims, keeps
+pod groups whole, and drops a node whose victims no longer make room.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The simulation loop: admission, the pending queue, and each pod placed by the pipeline.
 
-Simulated time is a number the caller owns; randomness comes only from an explicit seed.
-Admission rejects a pod whose tenant would exceed its ``limit`` (counting every admitted
-non-terminal pod). Pending pods are tried in creation order, each through
-``pipeline.place`` (the extender's stages in one go) over the nodes its node constraints
-allow. ``policy``: ``ours`` (the configured terms and the gate, the node chosen as
-``--pick-in-filter`` chooses it), or the controls ``bestfit`` and ``fgd`` (Weng et al.;
-integer scores 0..100, ties by ``tie_rank``).
+Simulated time is a number; randomness comes only from a seed. Admission rejects a pod
+that would take its tenant over its ``limit``; pending pods are tried in creation order
+through ``pipeline.place`` under ``policy``: ``ours`` (terms, gate, ``--pick-in-filter``'s
+node choice) or the controls ``bestfit`` and ``fgd`` (Weng et al.; ties by ``tie_rank``).
 """
 
 from __future__ import annotations

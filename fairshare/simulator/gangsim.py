@@ -1,12 +1,8 @@
-"""Gangs in the simulator: jobs of N pods replayed under three placement policies.
-
-No wall clock, no randomness. A job is a gang of ``size`` identical pods arriving at
-``arrival``; it runs ``duration`` seconds once all its pods run. The policies: ``ours``
-(the extender's gang path: ``gangs.gang_gate``, ``gangs.waiting``, ``gangs.plan_gang``),
-``per-pod`` (each pod alone through the ordinary path; a partly placed job holds its GPUs
-idle) and ``gang-fifo`` (all or nothing, no fairness). ``Replay.result`` gives the
-GPU-seconds held by incomplete jobs, the job waits, and per tenant the GPU-seconds held
-against its fair allocation.
+"""Gangs in the simulator: jobs of ``size`` identical pods replayed under three policies:
+``ours`` (the extender's gang path), ``per-pod`` (each pod alone; a partly placed job
+holds its GPUs idle) and ``gang-fifo`` (all or nothing, no fairness). A job runs
+``duration`` seconds once all its pods run. ``Replay.result``: GPU-seconds held by
+incomplete jobs, job waits, and per tenant GPU-seconds held against its fair allocation.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Certificates for the webhook and the extender: make them (``make_ca``,
-``make_serving_cert``, ``make_client_cert``), write them to files and read them back.
-``fairshare.tls.secrets`` stores them through the API.
-
-Keys are ECDSA P-256 (accepted by kube-apiserver, cheap handshakes). Certificates are
-valid from ``now - CLOCK_SKEW``, so a peer whose clock lags a little accepts a fresh one;
-``now`` is a parameter, and only key material and serial numbers are random.
-``write_certs`` mints a fresh CA on each run and does not keep its key.
+"""Certificates for the webhook and the extender: make them, write them to files, read
+them back (``fairshare.tls.secrets`` stores them through the API). Keys are ECDSA P-256;
+certificates are valid from ``now - CLOCK_SKEW``, so a peer whose clock lags a little
+accepts a fresh one; ``write_certs`` mints a fresh CA each run and keeps no CA key.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Refuse a ConfigMap update that carries an invalid FairShareConfig.
-
-Only the ConfigMap named by ``ConfigMapRef`` is judged. An invalid edit is refused with
-every field-path error, so it never reaches the scheduler (hot reload still keeps the last
-good config for edits that bypass the webhook). A valid config that sets a limit below
-what the tenant (a parent: its subtree) uses now is admitted with a warning per such
-limit (``check_limits_below_usage``): running pods are never evicted for it.
+"""Refuse a ConfigMap update that carries an invalid FairShareConfig (only the ConfigMap
+named by ``ConfigMapRef``), with every field-path error. A valid config that sets a limit
+below what the tenant (a parent: its subtree) uses now is admitted with a warning per
+such limit: running pods are never evicted for it.
 """
 
 from __future__ import annotations
