@@ -1,15 +1,9 @@
 """Kernel selector: the compiled Cython kernels, or their pure-Python twins.
 
-Callers write ``from _native import drf, fit, names, scoring`` and never name the
-``_c``/``_py`` modules. The choice is made once, at import:
-
-* ``FAIRSHARE_NO_EXTENSIONS`` set (to anything non-empty), or a Python that is not
-  CPython, forces the twins;
-* otherwise each compiled module is used when it imports, and the twin when not.
-
-``IMPLEMENTATION`` is ``"c"`` only when every compiled module loaded, so a partial
-build cannot pass for a full one. This package imports nothing from the project:
-kernels take and return buffers and numbers (see KERNELS.md).
+Callers write ``from _native import drf, fit, names, scoring``. ``FAIRSHARE_NO_EXTENSIONS``
+(non-empty) or a Python other than CPython forces the twins; otherwise each compiled
+module is used when it imports. ``IMPLEMENTATION`` is ``"c"`` only when every compiled
+module loaded, so a partial build cannot pass for a full one.
 """
 
 from __future__ import annotations

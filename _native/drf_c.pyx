@@ -1,22 +1,17 @@
 # cython: language_level=3
 """Dominant-resource-fairness kernel, compiled twin of ``drf_py.py``.
 
-Computes each tenant's weighted dominant share (DRF: Ghodsi et al., "Dominant
-Resource Fairness: Fair Allocation of Multiple Resource Types", NSDI'11)::
+Each tenant's weighted dominant share (Ghodsi et al., "Dominant Resource Fairness",
+NSDI'11), in ``[0, +inf]``::
 
     share[t] = max_r  res_weights[r] * used[t, r] / capacity[r]
     out[t]   = share[t] / tenant_weights[t]
 
-Range: ``[0, +inf]``. Edge cases, guarded explicitly because this module is built
-with ``cdivision`` (no ZeroDivisionError):
-
-* ``capacity[r] == 0``: ignored while ``used[t, r] == 0``, else the share is ``+inf``.
-* ``res_weights[r] == 0``: the resource does not count at all, even at zero capacity.
-* a tenant with no usage has share 0.
-* ``tenant_weights[t] == 0``: ``+inf`` when the share is > 0, else 0.
-
-Imports nothing from the project. Same loop order and float operations as the twin
-(built with ``-ffp-contract=off``), so results are bit-equal.
+No zero division (the compiled twin is built with ``cdivision``): ``capacity[r] == 0`` is
+ignored while ``used[t, r] == 0``, else the share is ``+inf``; ``res_weights[r] == 0``
+never counts; no usage gives 0; ``tenant_weights[t] == 0`` gives ``+inf`` when the share
+is > 0, else 0. Same loop order and float operations in both twins (built with
+``-ffp-contract=off``), so results are bit-equal.
 """
 
 from libc.math cimport INFINITY

@@ -1,23 +1,16 @@
 """Dominant-resource-fairness kernel, pure-Python twin of ``drf_c.pyx``.
 
-Computes each tenant's weighted dominant share (DRF: Ghodsi et al., "Dominant
-Resource Fairness: Fair Allocation of Multiple Resource Types", NSDI'11)::
+Each tenant's weighted dominant share (Ghodsi et al., "Dominant Resource Fairness",
+NSDI'11), in ``[0, +inf]``::
 
     share[t] = max_r  res_weights[r] * used[t, r] / capacity[r]
     out[t]   = share[t] / tenant_weights[t]
 
-Range: ``[0, +inf]``; a share of 1 means the tenant holds the whole cluster of its
-dominant resource. Edge cases (the compiled twin is built with ``cdivision``, so
-neither twin may divide by zero):
-
-* ``capacity[r] == 0``: ignored while ``used[t, r] == 0``, else the share is ``+inf``
-  (usage of a resource the cluster does not have).
-* ``res_weights[r] == 0``: the resource does not count at all, even at zero capacity.
-* a tenant with no usage has share 0.
-* ``tenant_weights[t] == 0``: ``+inf`` when the share is > 0, else 0.
-
-Must not import anything from the project: it takes buffers and numbers. The loop
-order and the float operations are those of ``drf_c.pyx``, so results are bit-equal.
+No zero division (the compiled twin is built with ``cdivision``): ``capacity[r] == 0`` is
+ignored while ``used[t, r] == 0``, else the share is ``+inf``; ``res_weights[r] == 0``
+never counts; no usage gives 0; ``tenant_weights[t] == 0`` gives ``+inf`` when the share
+is > 0, else 0. Same loop order and float operations in both twins (built with
+``-ffp-contract=off``), so results are bit-equal.
 """
 
 from __future__ import annotations

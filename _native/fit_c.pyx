@@ -1,21 +1,17 @@
 # cython: language_level=3
 """Node-fit kernel, compiled twin of ``fit_py.py``.
 
-Answers "which nodes can take this pod, and if not, why" in one pass, as the
-``NodeResourcesFit`` filter of kube-scheduler does per node, plus the per-device GPU
-check of GPU-sharing schedulers (Weng et al., "Beware of Fragmentation: Scheduling
-GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23)::
+Which nodes can take a pod, and why not, in one pass: kube-scheduler's
+``NodeResourcesFit`` plus the per-device GPU check of FGD's ``Open-Gpu-Share`` filter
+(Weng et al., ATC'23)::
 
     out[i] = -1                    if demand[r] <= free[i, r] for every r
                                    and #{g : dev_free[i, g] >= gpu_milli} >= gpu_count
            = first r (column order) with demand[r] > free[i, r]
            = n_res                 if only the device check fails
 
-Returns the number of fitting nodes. ``gpu_count == 0`` skips the device check;
-absent device slots (``dev_free < 0``, normally ``-1``) never count. No division
-happens, so there is no zero-capacity case.
-
-Imports nothing from the project. Same loop order as the twin.
+Returns the number of fitting nodes. ``gpu_count == 0`` skips the device check; absent
+device slots (``dev_free < 0``) never count. Same loop order in both twins.
 """
 
 __all__ = ["fit_nodes", "fit_rows"]

@@ -1,21 +1,18 @@
 # cython: language_level=3
 """Candidate-name helpers of the extender's verbs, compiled twin of ``names_py.py``.
 
-Unlike the numeric kernels these take Python strings: kube-scheduler sends the
-candidates as node names and reads the answer as JSON text, so the per-name steps at
-both ends are the last per-candidate loops of a verb.
+kube-scheduler sends the candidates as node names and reads the answers as JSON text, so
+these take Python strings:
 
-* ``names_json``: a list of names as the exact text ``json.dumps`` writes for it, as
-  ASCII bytes; None when a name needs an escape or is not a ``str`` (as above).
-* ``NameTable``: the rows of a fixed list of names, looked up without Python's hashing:
-  ``NameTable(names).rows_of(query, out)`` is ``rows_of(query, {n: i ...}, out)``.
-* ``rows_of``: each name's row in the state (a ``dict`` lookup), ``-1`` when unknown.
-* ``scores_json``: a ``HostPriorityList`` as the exact text ``json.dumps`` writes for
-  ``[{"Host": h, "Score": s}, ...]``, as ASCII bytes; None when a host would need a
-  JSON escape (anything but printable ASCII other than ``"`` and ``\\``), is not a
-  ``str``, or a score is outside 0..99: the caller then uses the generic encoder.
+* ``names_json`` / ``scores_json``: a list of names, or a ``HostPriorityList``
+  (``[{"Host": h, "Score": s}, ...]``), as the exact ASCII bytes ``json.dumps`` writes;
+  None when a name is not a ``str`` or needs a JSON escape (anything but printable ASCII
+  other than ``"`` and ``\\``), or a score is outside 0..99: the caller then uses the
+  generic encoder.
+* ``rows_of``: each name's row in the state (``-1`` when unknown); ``NameTable`` does the
+  same for a fixed list of names without Python's hashing.
 
-Imports nothing from the project. Same results as the twin.
+Same results in both twins.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize

@@ -2,28 +2,15 @@
 """Node-scoring kernels, compiled twin of ``scoring_py.py``.
 
 Per-node scores for one pod over N nodes × R resources, written into ``out``; masked
-nodes (``mask[i] == 0``) get ``-1.0`` and are not computed.
+nodes (``mask[i] == 0``) get ``-1.0``. ``bestfit_scores`` (BestFit of Weng et al., ATC'23),
+``drfh_scores`` (best-fit DRFH, Wang, Liang and Li, IEEE TPDS 2015) and
+``stranding_scores`` are in [0, 1]; ``fgd_scores`` / ``fgd_node_frag`` are FGD's
+fragmentation gradient and measure (Weng et al.), in milli-GPU. Zero capacity, norm and
+weight never divide; each function's docstring gives the value used. Same loop order and
+float operations in both twins, so results are bit-equal; KERNELS.md is the contract.
 
-* ``bestfit_scores``: BestFit of Weng et al., "Beware of Fragmentation: Scheduling
-  GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23 —
-  ``1 - Σ_r w_r (free[i,r] - demand[r]) / norm[r] / Σ_r w_r``, in [0, 1].
-* ``drfh_scores``: best-fit DRFH (Wang, Liang and Li, "Multi-resource fair allocation
-  in heterogeneous cloud computing systems", IEEE TPDS 2015) — ``1 - Σ_r |a_r - b_r| / n``
-  between the max-normalised demand and free shares of the node, in [0, 1].
-* ``stranding_scores``: ``1 - max(0, g - m)``, penalising a GPU-less pod that eats the
-  CPU/memory the node's free GPUs need, in [0, 1].
-* ``fgd_scores`` / ``fgd_node_frag``: the fragmentation measure and gradient of FGD
-  (Weng et al. ATC'23, §3 of ``shared/data/openb/ANCHORS.md``), in milli-GPU.
-
-Built with ``cdivision``: zero capacity, zero norm and zero weight are guarded
-explicitly and give the values documented per function. Imports nothing from the
-project. Same loop order and float operations as the twin (``-ffp-contract=off``), so
-results are bit-equal; KERNELS.md is the contract.
-
-FGD speed: per node, the per-class state before the placement (``F_n(m)``, the count of
-devices with ``R_g >= d_m`` and the sum of the smaller ones) is computed once, in
-O(classes × devices). Each candidate placement then updates it in O(classes) instead of
-recomputing, and a fractional pod only tries each distinct free value once.
+FGD computes each node's per-class state once (O(classes × devices)) and updates it per
+candidate placement in O(classes); a fractional pod tries each distinct free value once.
 """
 
 from libc.math cimport INFINITY, exp, fabs, round as c_round
@@ -336,7 +323,7 @@ def fgd_scores(
     """Fragmentation gradient of FGD (Weng et al. ATC'23) for one pod on every node.
 
     ``out_delta[i] = F_i(M) - F_i'(M) = Σ_m p_m (F_i(m) - F_i'(m))`` in milli-GPU, where
-    ``F_i(m)`` is node i's fragmentation for task class m (ANCHORS §3)::
+    ``F_i(m)`` is node i's fragmentation for task class m::
 
         F_i(m) = Σ_g R_g                  if d_m == 0 or node_model[i] not in S_m (S_m ≠ ∅)
                = Σ_g R_g · 1[R_g < d_m]   if #{g : R_g >= d_m} >= k_m and C_i >= c_m
@@ -439,7 +426,7 @@ def fgd_node_frag(
     Py_ssize_t n_classes,
     double[::1] out,
 ):
-    """FGD's fragmentation amount per node (Weng et al. ATC'23, ANCHORS §3).
+    """FGD's fragmentation amount per node (Weng et al. ATC'23).
 
     ``out[i] = F_i(M) = Σ_m p_m · F_i(m)`` with ``F_i(m)`` as in ``fgd_scores``, in
     milli-GPU; returns ``F(M) = Σ_i F_i(M)`` (summed in node order). A node without

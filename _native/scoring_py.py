@@ -1,23 +1,12 @@
 """Node-scoring kernels, pure-Python twin of ``scoring_c.pyx``.
 
 Per-node scores for one pod over N nodes × R resources, written into ``out``; masked
-nodes (``mask[i] == 0``) get ``-1.0`` and are not computed.
-
-* ``bestfit_scores``: BestFit of Weng et al., "Beware of Fragmentation: Scheduling
-  GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23 —
-  ``1 - Σ_r w_r (free[i,r] - demand[r]) / norm[r] / Σ_r w_r``, in [0, 1].
-* ``drfh_scores``: best-fit DRFH (Wang, Liang and Li, "Multi-resource fair allocation
-  in heterogeneous cloud computing systems", IEEE TPDS 2015) — ``1 - Σ_r |a_r - b_r| / n``
-  between the max-normalised demand and free shares of the node, in [0, 1].
-* ``stranding_scores``: ``1 - max(0, g - m)``, penalising a GPU-less pod that eats the
-  CPU/memory the node's free GPUs need, in [0, 1].
-* ``fgd_scores`` / ``fgd_node_frag``: the fragmentation measure and gradient of FGD
-  (Weng et al. ATC'23, §3 of ``shared/data/openb/ANCHORS.md``), in milli-GPU.
-
-Zero capacity, zero norm and zero weight never divide (the compiled twin is built with
-``cdivision``): each function's docstring gives the value used. Must not import anything
-from the project. The loop order and float operations are those of ``scoring_c.pyx``,
-so results are bit-equal; KERNELS.md is the contract.
+nodes (``mask[i] == 0``) get ``-1.0``. ``bestfit_scores`` (BestFit of Weng et al., ATC'23),
+``drfh_scores`` (best-fit DRFH, Wang, Liang and Li, IEEE TPDS 2015) and
+``stranding_scores`` are in [0, 1]; ``fgd_scores`` / ``fgd_node_frag`` are FGD's
+fragmentation gradient and measure (Weng et al.), in milli-GPU. Zero capacity, norm and
+weight never divide; each function's docstring gives the value used. Same loop order and
+float operations in both twins, so results are bit-equal; KERNELS.md is the contract.
 """
 
 from __future__ import annotations
@@ -320,7 +309,7 @@ def fgd_scores(
     """Fragmentation gradient of FGD (Weng et al. ATC'23) for one pod on every node.
 
     ``out_delta[i] = F_i(M) - F_i'(M) = Σ_m p_m (F_i(m) - F_i'(m))`` in milli-GPU, where
-    ``F_i(m)`` is node i's fragmentation for task class m (ANCHORS §3)::
+    ``F_i(m)`` is node i's fragmentation for task class m::
 
         F_i(m) = Σ_g R_g                  if d_m == 0 or node_model[i] not in S_m (S_m ≠ ∅)
                = Σ_g R_g · 1[R_g < d_m]   if #{g : R_g >= d_m} >= k_m and C_i >= c_m
@@ -388,7 +377,7 @@ def fgd_node_frag(
     n_classes: int,
     out: _FloatsOut,
 ) -> float:
-    """FGD's fragmentation amount per node (Weng et al. ATC'23, ANCHORS §3).
+    """FGD's fragmentation amount per node (Weng et al. ATC'23).
 
     ``out[i] = F_i(M) = Σ_m p_m · F_i(m)`` with ``F_i(m)`` as in ``fgd_scores``, in
     milli-GPU; returns ``F(M) = Σ_i F_i(M)`` (summed in node order). A node without

@@ -1,39 +1,12 @@
 """The extender's aiohttp application: the only place that speaks HTTP.
 
-An adapter. It owns the cache (``extender.cache``, fed by the watches), kube-scheduler's
-feedback (``extender.feedback``) and the gang coordinator. Each verb handler decodes the
-kube-scheduler JSON (``wire``), takes the cache's snapshot, calls the pure verb
-(``verbs``) and encodes the answer. A body that cannot be decoded gets HTTP 400 with a
-short reason; kube-scheduler treats any non-200 as an error of this extender
-(``ignorable`` decides what happens next). An unexpected exception is logged, counted,
-and answered 500 for filter/prioritize/preempt and with ``Error`` set for bind: the
-scheduler retries the pod, nothing is half-bound.
-
-Binds are decided one at a time (one ``asyncio.Lock``), so two fractional pods can never
-be given the same free share of a device: under the lock, decide (``verbs.bind_decision``:
-a retried bind, devices, shared GPU, the fair-share gate again) and account the pod in
-the cache (``Cache.assume``); then, outside it, POST the Binding (the device annotation rides on
-the Binding's metadata, so it lands on the pod in the same write as ``nodeName``); a
-refused POST un-assumes the pod.
-
-Several replicas (``--lease``): only the holder of the Lease decides
-(``extender.leader``). The leader labels its own pod (``--leader-label-pod``)
-and the Service selects that label, so kube-scheduler reaches the leader; every replica
-stays ready (``/readyz`` = synced), or a rolling update could never see its new pods
-ready and a drain could never evict the leader under the PodDisruptionBudget. A call
-that still reaches a follower (endpoints lag, a failover) is refused, never decided:
-filter and preempt with 503, bind with ``Error``. With
-``ignorable: false`` either error fails that scheduling attempt and kube-scheduler
-retries the pod after its backoff. Prioritize is answered (scores only order nodes; a
-prioritize error would just drop the scores). A new leader first re-lists pods, so the
-binds of the one before are in its ledger before it answers.
-
-``--client-ca``: the TLS port verifies any client certificate offered against that CA
-(``ssl.CERT_OPTIONAL``) and a middleware refuses every path except ``serving.PUBLIC_PATHS`` (403)
-without a verified one, so kube-scheduler must present a certificate while kubelet probes
-and Prometheus reach ``/healthz``, ``/readyz`` and ``/metrics``, and people the read-only
-status page (``/status``, ``statuspage``), on the same port, with no second port to
-expose. Default-deny: a new route is protected unless listed as public.
+Each verb handler decodes kube-scheduler's JSON (``wire``), takes the cache's snapshot,
+calls the pure verb (``verbs``) and encodes the answer. A body that cannot be decoded gets
+400; an unexpected exception is logged, counted and answered 500 (bind: ``Error``), so
+kube-scheduler retries the pod and nothing is half-bound. Binds are decided one at a
+time (``_bind_now``). With ``--lease`` only the Lease holder decides: a follower refuses
+filter and preempt with 503 and bind with ``Error``, and still answers prioritize.
+``--client-ca`` guards every route but the public ones (``serving``).
 """
 
 from __future__ import annotations
@@ -274,8 +247,8 @@ async def _await_victims(deps: ExtenderDeps, pod: Mapping[str, Any]) -> None:
     kube-scheduler deletes the victims and retries the preemptor as soon as its own cache
     drops them; the extender's watch may lag by a few milliseconds. A filter that still
     counts a victim answers "Insufficient", and kube-scheduler, finding no terminating pod
-    on the nominated node any more, preempts again on another node (seen on the local
-    control plane: two victims for one pod)."""
+    on the nominated node any more, preempts again on another node: two victims for one
+    pod."""
     status = pod.get("status")
     node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
     uid = objects.pod_uid(pod)

@@ -1,10 +1,7 @@
-"""POST a pod's Binding to the API server: the extender's bind verb, as an adapter.
-
-Uses a kubernetes_asyncio ``ApiClient``'s connection pool and credentials. The
-Binding's ``metadata.annotations`` carry ``fairshare.io/gpu-devices``; the pods/binding
-storage copies them onto the pod in the same write that sets ``spec.nodeName`` (with the
-pod UID as a precondition), so a crash can never leave a device annotation without a
-binding, or the reverse.
+"""POST a pod's Binding to the API server: the bind verb's adapter. The Binding's
+annotations carry ``fairshare.io/gpu-devices``, and the pods/binding subresource copies
+them onto the pod in the same write that sets ``spec.nodeName`` (the pod UID as a
+precondition), so a device annotation never exists without its binding, or the reverse.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The extender's cache: the one object that writes its picture of the cluster.
 
-Events come in (``on_resync`` / ``on_event``, API-JSON dicts from the watches), and the
-app's own decisions (``assume`` a bind before its Binding is POSTed, ``forget`` it when
-the POST fails, ``reserve`` / ``release`` a pod group's room). Out goes a ``Snapshot``
-(``snapshot``): a frozen value the verbs read. A write after a snapshot copies the
-``ClusterState`` first, so a snapshot never changes under its reader.
-
-What it keeps: the ``ClusterState`` arrays (nodes through ``objects.apply_node``, bound
-pods through ``objects.apply_pod``, whichever scheduler placed them), the pending queue
-in arrival order, namespace labels, the DRA ledger (``extender.claims``), the PVC ledger
-(``extender.volumes``), the workload mix FGD scores against and the score context, the
-fair allocation (recomputed only when some tenant's demand changed), the pod groups'
-members, and the readings of recent pod versions. A pod whose node is not known yet
-waits for it; a pod or node that cannot be read is listed in ``unreadable``, never fatal.
-A config whose resource columns differ is followed live (``extender.columns``).
+In come the watches' events and the app's own decisions (``assume`` a bind before its
+Binding is POSTed, ``forget`` it when the POST fails, ``reserve`` / ``release`` a pod
+group's room); out goes a frozen ``Snapshot`` for the verbs (a write after a snapshot
+copies the ``ClusterState`` first). A pod whose node is not known yet waits for it; an
+object that cannot be read is listed in ``unreadable``, never fatal. A config with other
+resource columns is followed live (``extender.columns``).
 """
 
 from __future__ import annotations

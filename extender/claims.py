@@ -1,17 +1,11 @@
 """The cache's DRA ledger: ResourceClaims, the slices and classes that give them GPUs,
 and which pod holds each claim's devices.
 
-GPUs that bound pods get through claims of a GPU device class count in their tenant's
-usage once per claim (``recount_usage``). On a DRA GPU node (its GPUs are the devices
-the configured classes select in its ResourceSlices, and it has no ``nvidia.com/gpu``
-allocatable) the bound pod with the smallest uid among a claim's users carries the
-claim: its devices are part of that pod's row, taken from the node's free GPUs as
-kube-scheduler's DynamicResources took them (``devices``). Whole devices are whole GPUs;
-parts of one physical GPU (MIG partitions, shares of a shareable GPU) are one fractional
-device in the group ``dra:<gpu>``. A pending pod counts the claims no bound pod holds yet.
-
-The ledger only computes and keeps; the cache (``extender.cache``) decides which pods
-to read again when a carrier or a claim's GPUs change.
+A claim's GPUs count in its tenant's usage once per claim. On a DRA GPU node the bound pod
+with the smallest uid among a claim's users carries the claim: its devices join that
+pod's row, whole devices as whole GPUs, parts of one physical GPU as one fractional device
+``dra:<gpu>``. A pending pod counts the claims no bound pod holds yet. The ledger only
+computes; the cache decides which pods to read again when a carrier or a claim changes.
 """
 
 from __future__ import annotations

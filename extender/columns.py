@@ -1,11 +1,8 @@
-"""A config swap that changes the resource columns, followed live by the cache.
-
-The first read of ``Cache.state`` after such a swap rebuilds the whole cache (arrays,
-queue, mix, ledgers) in a fresh one from the nodes and pods it holds, and takes over its
-fields only once complete: no verb sees arrays of the old columns with the new config,
-nor a half-built cache. Columns only dropped or reordered: every row is cut down
-(exact: the units do not change). A new column: the pods are read again, and the binds
-the extender assumed but the watch has not reported yet are carried over.
+"""A config swap that changes the resource columns, followed live by the cache: the first
+read of ``Cache.state`` after it rebuilds the whole cache in a fresh one and takes over
+its fields only once complete, so no verb sees old columns with the new config. Dropped
+or reordered columns cut every row down exactly; a new column reads the pods again,
+carrying over the binds assumed but not yet watched.
 """
 
 from __future__ import annotations

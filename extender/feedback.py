@@ -1,12 +1,9 @@
-"""What kube-scheduler told the extender about its pods, kept by the app.
-
-The cache holds the cluster; this holds the conversation: the ``PodScheduled`` verdicts
-of pending pods (``eligibility.rejected_by_kube_scheduler``: a pod kube-scheduler found
-unschedulable for a reason fairshare does not check stops counting as waiting until it
-is asked about again), the pods the gate refused at their last filter, the pods the
-requeuer nudged, the victims the preempt verb answered, and the pods DynamicResources
-refused for want of devices. It reads Pod and ResourceClaim events itself (a sink beside
-the cache) and is applied to the pending queue when a snapshot is taken (``apply``).
+"""What kube-scheduler told the extender about its pods, kept beside the cache (a sink of
+Pod and ResourceClaim events, applied to the pending queue when a snapshot is taken): the
+``PodScheduled`` verdicts (a pod found unschedulable for a reason fairshare does not check
+stops counting as waiting until it is asked about again), the pods the gate refused at
+their last filter, the pods the requeuer nudged, the victims the preempt verb answered,
+and the pods DynamicResources refused for want of devices.
 """
 
 from __future__ import annotations

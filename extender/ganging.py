@@ -1,42 +1,23 @@
 """Gangs in the extender: all or nothing at filter and at bind (``fairshare.gangs``).
 
-kube-scheduler (without the v1.36 alpha gang gates) schedules a group's pods one by one
-and binds them concurrently. This keeps a group whole around it:
+kube-scheduler schedules a group's pods one by one and binds them concurrently; this
+keeps the group whole around it:
 
-* **Filter.** At the first filter of a member of a group without a live plan, the whole
-  group is judged at once: its ``min_count`` (the coscheduling PodGroup's
-  ``spec.minMember``, read from the API; else the members' ``fairshare.io/gang-min-members``
-  annotation), the fair-share gate for the whole group's demand (``gangs.gang_gate``), and
-  a node for every member not bound yet against capacity and GPU devices
-  (``gangs.plan_gang``, over the nodes kube-scheduler passed for that member; inside one
-  domain of the group's topology key when it has one, ``gangs.topology_key``). A group
-  that cannot be placed whole is refused for every member, with a reason naming it, and
-  holds nothing. A placed group becomes a plan: its room is reserved in the tracker's
-  ``ClusterState`` (``gangs.reserve``) so no other pod's filter (another group's included)
-  takes it, and each member's filter answers its planned node only.
-* **Bind.** A member's bind is held until ``needed`` members (``min_count`` less those
-  already bound) have reached bind, then every arrived member is bound; members that
-  reached bind earlier and were refused (below) are bound by the call that completes the
-  group (their Binding is POSTed here; kube-scheduler drops a pod bound meanwhile from
-  its queue). A held bind answers within ``BIND_WAIT`` seconds, under the extender
-  ``httpTimeout`` of 5 s of the shipped scheduler configurations: if the group is not
-  complete by then, it is refused (``Error``; kube-scheduler retries the pod), and the
-  plan keeps its room for it.
-* **Expiry.** A plan that no member's filter or bind has touched for ``PLAN_IDLE``
-  seconds, an incomplete plan older than ``PLAN_MAX`` seconds, and a plan a member of
-  which was deleted, are dropped and their reservations released. A dropped plan binds
-  nothing more: held binds are refused, and the group is planned again at its next
-  member's filter.
+* **Filter.** The first member's filter judges the whole group: its ``min_count``, the
+  gate for its whole demand, and a node for every member not bound yet (inside one
+  topology domain when it has a key). A group that cannot be placed whole is refused for
+  every member and holds nothing; a placed one becomes a plan whose room is reserved in
+  the cache, and each member's filter answers its planned node only.
+* **Bind.** A member's bind is held until the members still needed have reached bind,
+  then all are bound; a held bind is refused after ``BIND_WAIT`` seconds (under
+  kube-scheduler's 5 s ``httpTimeout``), and the plan keeps its room.
+* **Expiry.** A plan untouched for ``PLAN_IDLE`` seconds, an incomplete one older than
+  ``PLAN_MAX``, or one with a deleted member is dropped and its room released; its held
+  binds are refused.
+* **Told.** A refusal its owner can act on gets a ``FairShareGang`` Event on the pending
+  members, once per reason every ``TELL_EVERY`` seconds.
 
-* **Told.** A group refused for a reason its owner can change (no size known, members
-  missing, a group that can never fit the nodes it may use) is told through ``on_wait``
-  (a ``FairShareGang`` Event on its pending members, ``events.gang_recorder``), once per
-  reason every ``TELL_EVERY`` seconds. ``statuses`` gives every group's standing with the
-  live plans (``fairshare.gangs.status``) to the status page and the metrics.
-
-Pods without the ``scheduling.x-k8s.io/pod-group`` label, and members of a group that
-already has ``min_count`` members bound, go the ordinary way (``filter``/``bind`` answer
-None).
+Pods outside a group, and members of a running group, go the ordinary way.
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
-"""Handoff ``hami``, the pure part: HAMi's annotation protocol, spoken by the extender.
+"""Handoff ``hami``, the pure part: HAMi's annotation protocol, spoken by the extender
+(``hami_hooks`` makes the API calls).
 
-Pure: no network, no clock (callers pass ``now``). Must not import aiohttp,
-kubernetes_asyncio or prometheus_client. ``hami_hooks.py`` makes the API calls.
-
-On nodes that run HAMi's device plugin, the plugin's ``Allocate`` finds the pod being
-bound to its node (the one named by the node lock, else a Pending pod in bind phase
-``allocating``) and gives each GPU container the devices its annotation lists, with
-HAMi-core limiting memory (``CUDA_DEVICE_MEMORY_LIMIT_<i>``) and compute
-(``CUDA_DEVICE_SM_LIMIT``). The extender therefore writes, on the Binding (so they land
-with ``nodeName`` in one write):
+HAMi's device plugin gives a pod bound to its node the devices its annotations list
+(HAMi-core then limits memory and compute), so the extender writes on the Binding:
 
 * ``hami.io/vgpu-devices-to-allocate`` and ``hami.io/vgpu-devices-allocated`` (the same
   value): per device ``<UUID>,NVIDIA,<memory MiB>,<cores %>:``, each container's list
   closed by ``;`` (containers without devices included), init containers first;
-* ``hami.io/vgpu-node: <node>``, ``hami.io/bind-phase: allocating``,
-  ``hami.io/bind-time: <unix seconds>``;
+* ``hami.io/vgpu-node``, ``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``;
 
-and holds the node lock ``hami.io/mutex.lock: <RFC 3339>,<namespace>,<name>`` from bind
-until the plugin releases it (one allocation per node at a time). A lock older than 5
-minutes, or whose pod is gone, is taken over.
-
-The devices come from the node annotation ``hami.io/node-nvidia-register``: a JSON list
-since HAMi v2.8 (``[{"id": "GPU-…", "index": 3, "count": 10, "devmem": 81920, …}]``,
-zero values omitted), or the older ``id,count,devmem,devcore,type,numa,health[,index,
-mode]:`` list. The ledger's slot ``i`` is the device whose ``index`` is ``i``.
+and holds the node lock ``hami.io/mutex.lock: <RFC 3339>,<namespace>,<name>`` until the
+plugin releases it (a lock older than 5 minutes, or whose pod is gone, is taken over).
+The devices come from the node annotation ``hami.io/node-nvidia-register`` (a JSON list
+since HAMi v2.8, or the older ``:``-separated list); the ledger's slot ``i`` is the device
+whose ``index`` is ``i``.
 """
 
 from __future__ import annotations

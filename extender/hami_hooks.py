@@ -1,13 +1,9 @@
-"""Handoff ``hami``, the adapter: node lock and HAMi's annotations around the Binding.
-
-Imports kubernetes_asyncio; the protocol is ``hami``'s. Before each Binding of a GPU pod
-to a node that carries ``hami.io/node-nvidia-register``, it reads the Node, takes the
-node lock (a merge patch with the Node's ``resourceVersion``, so two binds cannot both
-take it; a lock of another live pod younger than 5 minutes refuses the bind, and
-kube-scheduler retries it), and adds HAMi's device annotations to the Binding. HAMi's
-device plugin releases the lock once it allocated; a bind that fails after taking it
-releases it here. GPU pods bound to nodes without the register annotation are left as
-they are (not a HAMi node).
+"""Handoff ``hami``, the adapter around the Binding of a GPU pod to a node with
+``hami.io/node-nvidia-register``: read the Node, take its node lock (a merge patch with
+the Node's ``resourceVersion``; another live pod's lock younger than 5 minutes refuses
+the bind, and kube-scheduler retries it) and add HAMi's device annotations to the
+Binding. HAMi's device plugin releases the lock once it allocated; a bind that fails
+after taking it releases it here. Other nodes are left alone.
 """
 
 from __future__ import annotations

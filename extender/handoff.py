@@ -1,21 +1,13 @@
-"""Handoff ``reservation``, the pure part: reservation pods, ConfigMaps and the sweep's plan.
+"""Handoff ``reservation``, the pure part: reservation pods, ConfigMaps and the sweep's plan
+(``reserving`` makes the API calls).
 
-Pure: no network, no clock (callers pass ``now``). Must not import aiohttp,
-kubernetes_asyncio or prometheus_client. ``reserving.py`` is the adapter that makes the
-API calls this module decides.
-
-A shared GPU (``ClusterState.groups``) is held on its node by one *reservation pod*: bound
-directly (``spec.nodeName``), requesting ``nvidia.com/gpu: 1``, so the kubelet's device
-manager gives it a physical GPU that no other pod can get, and kube-scheduler's own fit
-counts it. Its container reports that GPU's UUID on its own pod as the annotation
-``run.ai/reserve_for_gpu_index`` (the key KAI's reservation image and run-ai's
-fake-gpu-operator write, so both work unchanged). The label ``runai-gpu-group`` names the
-shared GPU. Reservation pods are not workload: the tracker keeps them out of the ledger
-(the group already holds their slot) and in ``reservations``.
-
-Each fractional pod's ConfigMap (named by the webhook in ``fairshare.io/gpu-configmap``)
-gets ``NVIDIA_VISIBLE_DEVICES=<uuid>`` and ``GPU_PORTION=<fraction>``, owned by the pod so
-it is garbage-collected with it; the pod then gets ``fairshare.io/gpu-uuid``, which also
+A shared GPU is held on its node by one *reservation pod*, bound directly and requesting
+``nvidia.com/gpu: 1``, so the kubelet gives it a GPU no other pod can get. Its container
+reports that GPU's UUID on its own pod (``run.ai/reserve_for_gpu_index``, the key KAI's
+reservation image writes); the label ``runai-gpu-group`` names the shared GPU.
+Reservation pods are not workload: the ledger leaves them out. Each fractional pod's
+ConfigMap (``fairshare.io/gpu-configmap``) gets ``NVIDIA_VISIBLE_DEVICES`` and
+``GPU_PORTION``, owned by the pod; the pod then gets ``fairshare.io/gpu-uuid``, which also
 marks it done across restarts.
 """
 

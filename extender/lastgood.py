@@ -1,13 +1,8 @@
-"""The extender's leader records the config in force: ConfigMap ``<name>-last-good``.
-
-An adapter. The servers keep the last good config when the ConfigMap gets an invalid one
-(the validating webhook refuses such an edit, but it can be bypassed or not registered);
-``fairshare status`` and ``explain`` then have nothing to show but the error. So, once the
-first list is in and while this replica leads, the config in force is written (plain
-YAML, ``config.loading.dump_config``) to the ConfigMap ``<name>-last-good`` beside the
-config ConfigMap, key ``config.yaml``, with the annotation ``fairshare.io/recorded-at``;
-again after each reload that changed it. The CLI reads it when the config is invalid and
-says so. RBAC: the extender may create ConfigMaps and update only this one (by name).
+"""The extender's leader records the config in force in the ConfigMap ``<name>-last-good``
+(plain YAML under ``config.yaml``, annotated ``fairshare.io/recorded-at``), once the
+first list is in and after each reload that changed it. ``fairshare status`` and
+``explain`` read it when the config ConfigMap holds an invalid config. RBAC: the extender
+may update only this ConfigMap.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Lease-based leader election, shared by the reclaimer and the extender.
 
-One ``coordination.k8s.io/v1`` Lease names the replica that decides. ``LeaseElector``
-makes one attempt: read the Lease, then create it or replace it with the read
-``resourceVersion`` (compare-and-swap: a 409 means another replica won). The holder
-renews it; another replica takes it only once ``renewTime + leaseDurationSeconds`` has
-passed by its own clock, or at once if the holder released it (no ``holderIdentity``).
-
-``Term`` is what a replica knows of its own leadership, as a pure state machine over
-the outcome of each attempt and a monotonic clock: it leads from a successful attempt
-until ``renew_deadline`` seconds after the start of the last successful one, and stops
-at once when an attempt shows another holder. ``renew_deadline`` is shorter than the
-lease duration, so an old leader has stopped deciding before any other replica may take
-the Lease (the margin, ``lease_duration - renew_deadline``, also covers clock skew
-between the replicas, which compare ``renewTime`` with their own wall clock).
-
-``Leadership`` runs the attempts every ``retry_period`` and, on each new term, a
-``catch_up`` coroutine (the extender re-lists pods there, so a bind the previous leader
-made just before it died is in the ledger) before ``leading()`` turns true.
+``LeaseElector`` makes one attempt on a ``coordination.k8s.io/v1`` Lease: read it, then
+create it or replace it with the read ``resourceVersion`` (a 409 means another replica
+won). Another replica takes it only once ``renewTime + leaseDurationSeconds`` has passed
+by its own clock, or at once if it was released. ``Term`` (pure, on a monotonic clock)
+leads until ``renew_deadline`` after the start of the last successful attempt, which is
+shorter than the lease duration, so an old leader stops deciding before anyone may take
+the Lease. ``Leadership`` runs the attempts and, on each new term, a ``catch_up`` first.
 """
 
 from __future__ import annotations

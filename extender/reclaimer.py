@@ -1,53 +1,19 @@
 """The reclaim controller (``fairshare reclaimer``): acts on ``preemption.reclaim`` plans.
 
-An adapter: it talks to the API (kubernetes_asyncio) and serves ``/metrics``, ``/healthz``
-and ``/readyz`` (aiohttp). The decisions are the pure ``reclaim.plan_reclaim``; this module
-only keeps its inputs and carries its outputs out.
+Every ``interval`` seconds, while it holds the leader Lease (checked before every round),
+it plans over the extender's ``Cache`` (pods being evicted count as room freed, pods a
+PodDisruptionBudget just protected are skipped); holds the room on the pod it is for
+(``holds.hold_annotations``) before any victim goes; evicts through the Eviction API (a
+429 protects that pod for ``PDB_BACKOFF`` seconds and the round is planned again); records
+Events on the victims, on the pod they made room for and on pods left waiting; and evicts
+at most ``max_per_minute`` pods in any sliding minute.
 
-Every ``interval`` seconds, while it holds the leader Lease:
-
-1. plan over the extender's ``Cache`` (list + watch of Nodes, Pods, Namespaces and DRA
-   ResourceClaims), with the pods it already evicted or that are terminating counted as
-   room being freed, and the pods a PodDisruptionBudget protected moments ago skipped;
-2. hold the room: annotate each pod the plan makes room for with the node and an end
-   time (``holds.hold_annotations``; renewed in the hold's second half), before any
-   victim goes, so that the extender's filter keeps other tenants' pods off that room;
-   and with the tenants whose pods go for it and when (``holds.ANN_RECLAIMED_FROM``,
-   ``ANN_RECLAIMED_AT``, kept for the pod's life: reclaim does not take that room back
-   for them for ``reclaimTakeBackAfter``, and a restart or a new leader reads it from
-   the pod);
-3. evict each victim through the Eviction API (``policy/v1``, honouring PDBs; optional
-   grace period). A 429 (the budget forbids it now) protects that pod for
-   ``PDB_BACKOFF`` seconds and the round is planned again at once, so another victim is
-   chosen or the pod waits; either way an Event on the waiting pod says why;
-4. record an Event on each victim (``Reclaimed``) and on the pod it made room for
-   (``ReclaimedFor``), and once per pod and reason on pods left waiting;
-5. rate-limit: at most ``max_per_minute`` evictions in any sliding 60 s window.
-
-Pod groups (``gangs.group_of``: the coscheduling label or the native
-``spec.schedulingGroup``) are evicted whole: the planner chooses a group's bound members
-together, and the controller evicts them one after the other as one decision (one log
-line and one ``ReclaimedFor`` Event on the pod it made room for; a ``Reclaimed`` Event on
-each member, and each eviction counted). A PodDisruptionBudget that refuses the first
-member protects the whole group and nothing of it is evicted; one that refuses a later
-member (the group is lost already) leaves that member protected while the others go.
-
-Leader election (``extender.leader.LeaseElector``, shared with the extender): a
-``coordination.k8s.io/v1`` Lease, read, then created or updated with the read
-``resourceVersion`` (compare-and-swap: a 409 means another replica won). A holder renews
-every round; another replica takes over only when ``renewTime + leaseDurationSeconds``
-has passed. One holder at a time; a replica that loses the lease stops evicting at once
-(it checks before every round).
-
-Usage history (``usageHistory`` on, with ``--configmap``): before every round the
-controller reads the history the extender's leader recorded (``usagehistory.RecordedHistory``)
-and plans with the weights it adjusts, as the extender's gate decides with them, so
-reclaim does not take back what the gate gives (or the reverse).
-
-Clocks: ``time.monotonic`` for the cool-down, rate limit and restore timer (the
-planner takes ``now`` as a parameter); wall time only for Lease and Event timestamps,
-to decay the recorded usage history and for the end of a room hold (the extender reads
-it in another process).
+A pod group is evicted whole, as one decision: a budget that refuses its first member
+protects the whole group, one that refuses a later member only that member. With
+``usageHistory`` it plans with the weights the extender's leader recorded
+(``usagehistory.RecordedHistory``), so reclaim and the gate agree. ``time.monotonic``
+drives the cool-down, the rate limit and the restore timer; wall time is used only for
+Lease and Event timestamps, history decay and hold end times (another process reads them).
 """
 
 from __future__ import annotations
@@ -250,7 +216,7 @@ class Reclaimer:
             self._track_deficits(plan, now)
             blocked = False
             # The hold first: a victim that goes before its room is held lets kube-scheduler
-            # place another tenant's pending pod there at once (seen on the control plane).
+            # place another tenant's pending pod there at once.
             await self._hold_room(plan)
             for batch in _decisions(plan.evictions):
                 if len(batch) == 1 and not batch[0].group:

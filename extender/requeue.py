@@ -1,43 +1,21 @@
 """Held pods move as soon as the fair-share gate lifts.
 
-kube-scheduler keeps a pod that an extender refused in its unschedulable pool under the
-fake plugin name ``Extender`` (``findNodesThatFitPod``, pkg/scheduler/schedule_one.go,
-v1.36), registered for every cluster event with no queueing hint, so any Pod, Node,
-volume, claim or DeviceClass event moves such a pod to the backoff queue. Most events
-that lift the gate are of that kind (a bind, a pod finishing), but not all: a pending pod
-of the waiting tenant being deleted moves nobody (``deletePodFromSchedulingQueue`` only
-requeues others for a nominated or waiting pod), and neither does kube-scheduler's own
-verdict that the waiting pod cannot run (fairshare then stops counting it as waiting:
-``Feedback.verdicts``). Without another event the held pods would wait for the
-unschedulable pool's flush (``podMaxInUnschedulablePodsDuration``, 5 minutes).
+kube-scheduler keeps a pod an extender refused in its unschedulable pool (plugin
+``Extender``, no queueing hint). Most cluster events move it, but not every event that
+lifts the gate (a pending pod of the waiting tenant deleted, kube-scheduler's own verdict
+that the waiting pod cannot run), and the pool is flushed only after 5 minutes; an update
+of the held pod itself does move it. So the leader judges again, after any change, each
+pod the gate refused at its last filter (``Feedback.gated``) and annotates one the gate
+would now let through with ``fairshare.io/requeued-at``: once until kube-scheduler asks
+about it again, at most ``BATCH`` pods per round.
 
-An update of the held pod itself is such an event (``PriorityQueue.Update``: an
-unschedulable pod whose update changes more than its status is judged by the queueing
-hints of its rejectors; ``Extender`` has none, so it is requeued after its backoff). So
-the leader watches the gate: after any change of the queue or the cluster, each pod the
-gate refused at its last filter (``Feedback.gated``) is judged again, and one the
-gate would now let through gets the annotation ``fairshare.io/requeued-at`` (a merge
-patch; the time of the nudge). Each pod is nudged at most once until kube-scheduler asks
-about it again (``Feedback.requeued``, cleared by its next filter), at most
-``BATCH`` pods per round.
+kube-scheduler retries pods DynamicResources refused for want of devices on a
+ResourceSlice or DeviceClass change, but not on a claim's deletion (v1.36), which is how
+the devices of a pod whose bind failed after PreBind come free. So once an allocated
+claim is seen deleted while such pods wait, the leader annotates fairshare's own
+DeviceClass ``requeue.fairshare.io`` (it selects no device), once per pod per claim.
 
-Pods kube-scheduler's DynamicResources refused for want of free devices (``cannot
-allocate all claims``: it tried them while another pod's allocation was in flight) are
-not the extender's to nudge that way: DynamicResources has no hint for a pod's own
-update, and the extender's filter was never asked about them. It retries them on a
-ResourceSlice or DeviceClass change, or on a claim's deallocation, but not on a claim's
-deletion (``EventsToRegister``, pkg/scheduler/framework/plugins/dynamicresources, v1.36),
-and that is how the devices of a pod whose bind failed after PreBind come free: its
-Unreserve deletes the claim it generated for the pod's ``nvidia.com/gpu`` (KEP-5004)
-still allocated. The gate judged again at bind refuses just such binds, so the extender
-makes up for the missing event: once an allocated claim is seen deleted
-(``Feedback.dra_released``) while such pods wait (``dra_refused``), the leader
-annotates fairshare's own DeviceClass ``requeue.fairshare.io`` (it selects no device;
-``fairshare.io/requeued-at``), and kube-scheduler moves the pods to its backoff queue.
-At most once per pod per deleted claim; kube-scheduler decides again on every node.
-
-``lifted`` and ``dra_refused`` are the decisions (pure over a snapshot and the
-feedback); ``Requeuer`` the adapter.
+``lifted`` and ``dra_refused`` are the decisions (pure); ``Requeuer`` is the adapter.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """Handoff ``reservation``, the adapter: reservation pods, ConfigMaps, events, cleanup.
-
-Imports kubernetes_asyncio and prometheus_client; every decision is ``handoff``'s.
+Every decision is ``handoff``'s.
 
 * **Bind** (``before_binding``): the first pod of a new shared GPU creates the group's
-  reservation pod (one quick POST; kube-scheduler's extender ``httpTimeout`` is 5 s by
-  default, so bind never waits for the GPU's report). ``after_binding`` wakes the sweep.
-* **Sweep** (``run``): on every watch change of a reservation or a shared-GPU pod, and
-  every ``PERIOD`` seconds, once the first sync is in and while ``is_leader()`` holds:
-  write each waiting pod's ConfigMap as soon as its group's reservation reported a UUID
-  (then annotate the pod ``fairshare.io/gpu-uuid``); delete reservations whose group has
-  no live pod left (or that are duplicates or finished); recreate a missing reservation
-  while no pod of the group has its GPU yet; surface, with a Warning event on each pod
-  and a metric, a group whose reservation never reported within
-  ``gpuSharing.reservation.reportTimeoutSeconds`` (``GPUReportTimeout``; the pod is left
-  bound and explained, and gets its ConfigMap if the report comes later) or whose
-  reservation went away while its pods run on that GPU (``GPUReservationLost``; the
-  pods keep running, explained: a new reservation could land on another GPU).
+  reservation pod (one quick POST; bind never waits for the GPU's report).
+* **Sweep** (``run``), on watch changes and every ``PERIOD`` seconds while leading: write
+  each waiting pod's ConfigMap once its reservation reported a UUID; delete reservations
+  without live pods (or duplicate, or finished); recreate a missing one while no pod of
+  the group has its GPU; warn, on the pods and in a metric, about a reservation that never
+  reported within ``reportTimeoutSeconds`` (``GPUReportTimeout``) or went away while its
+  pods run (``GPUReservationLost``).
 
-Everything it needs is in the cluster (the pods' annotations and the reservation pods'
-labels), so a restarted extender picks up where the last one stopped.
+Everything it needs is in the cluster, so a restarted extender picks up where it stopped.
 """
 
 from __future__ import annotations

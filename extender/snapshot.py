@@ -1,12 +1,9 @@
-"""What the verbs read: one frozen value per version of the cache.
-
-Like kube-scheduler's per-cycle snapshot of ``NodeInfo``s, a ``Snapshot`` is taken by
-the cache (``Cache.snapshot``) and never changes after: its ``ClusterState`` is the
-cache's until the cache's next write, which then copies the state first
-(copy on write); the queue is a tuple, its index and the namespace labels are copies;
-the fair allocation, the workload mix, the score context, the pod groups' gate rule and
-the reclaim holds in force at ``taken_at`` are computed once, when it is taken. The
-verbs, the gang planner and preemption read a snapshot and never write it.
+"""What the verbs read: one frozen value per version of the cache, like kube-scheduler's
+per-cycle snapshot. Its ``ClusterState`` is the cache's until the cache's next write,
+which copies the state first; the queue, its index and the namespace labels are copies;
+the fair allocation, workload mix, score context, gang rule and reclaim holds in force
+at ``taken_at`` are computed once. The verbs, the gang planner and preemption never
+write it.
 """
 
 from __future__ import annotations

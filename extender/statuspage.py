@@ -1,17 +1,9 @@
 """The extender's read-only status page: ``GET /status`` (HTML) and ``/status.json``.
 
-An adapter: the report is ``fairshare.report.build_status`` on the cache's snapshot
-(the numbers the verbs decide with, and what ``fairshare status`` prints), rendered by
-``report.render_status_html``: one self-contained page, inline CSS, no script and no
-external asset, reloading itself every ``REFRESH_SECONDS``. The quota column is absent:
-the extender keeps no webhook usage (``fairshare status`` shows it).
-
-Access follows ``/metrics`` (``serving.PUBLIC_PATHS``): reachable without a client
-certificate on the extender's port, read-only, nothing a scrape does not already reveal
-beyond pod names; the NetworkPolicy limits who reaches the port at all.
-
-The report is built at most once per ``MIN_INTERVAL`` seconds while the state is
-unchanged, so a page left open (or many) costs the verbs nothing noticeable.
+The report is ``fairshare.report.build_status`` on the cache's snapshot (the numbers the
+verbs decide with), rendered as one self-contained page that reloads itself every
+``REFRESH_SECONDS``, and built at most once per ``MIN_INTERVAL`` while the state is
+unchanged. Like ``/metrics`` it needs no client certificate (``serving.PUBLIC_PATHS``).
 """
 
 from __future__ import annotations

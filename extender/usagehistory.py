@@ -1,35 +1,13 @@
 """The extender's leader keeps the tenants' usage history (``usageHistory``, opt-in).
 
-An adapter around ``fairshare.history``. With no ``usageHistory`` block nothing here
-runs and ``UsageHistoryFeed.config`` hands out the config in force itself, so every
-decision is as without history.
-
-With it, while this replica leads:
-
-* every ``PERIOD`` seconds the history folds in what the cache's bound pods hold (and
-  the cluster's capacity) since the last look, judges every tenant against its demand
-  (bound + pending) and makes the config with the adjusted weights, which the verbs
-  (filter's gate, prioritize, preempt, bind) and the requeuer read through
-  ``UsageHistoryFeed.config``;
-* every ``PERSIST_EVERY`` seconds (and at the first look of a term) it is written to the
-  ConfigMap ``fairshare-usage-history`` beside the config ConfigMap, key
-  ``history.json`` (``History.to_dict``: decayed resource-seconds per tenant and
-  resource, of the capacity, and the time of the last look);
-* at the start of a term (a restart, or a failover to this replica) it is read back
-  first; the time since the last write decays it, with no usage added (what ran then is
-  not known), which keeps every tenant's share of it as it was.
-
-While it leads it also sets the per-tenant gauges ``fairshare_tenant_history_*`` (U, W
-and the factor, as ``/status.json`` shows them) on the extender's ``/metrics``, and
-drops them when it stops leading or the block goes away.
-
-``RecordedHistory`` is the other side, for a process that decides with the same
-weights without keeping the history itself (the reclaimer): it reads what the leader
-last wrote, as a new leader reads it back, and judges it with
-``history.judge_recorded``, as ``fairshare status`` does.
-
-RBAC: the extender may create ConfigMaps and update only this one (by name); the
-reclaimer may read it.
+An adapter around ``fairshare.history``; without the block, ``UsageHistoryFeed.config``
+hands out the config in force itself. With it, while this replica leads, every ``PERIOD``
+seconds the history folds in what the bound pods hold and makes the config with adjusted
+weights that the verbs and the requeuer read; every ``PERSIST_EVERY`` seconds it is
+written to the ConfigMap ``fairshare-usage-history`` (key ``history.json``); at the start
+of a term it is read back and decayed over the time since the write, with no usage added.
+It also sets the ``fairshare_tenant_history_*`` gauges while leading. ``RecordedHistory``
+reads what the leader wrote, for the reclaimer.
 """
 
 from __future__ import annotations

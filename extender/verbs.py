@@ -1,13 +1,8 @@
-"""The extender's four verbs as pure functions: decoded args + a snapshot -> wire answer.
-
-Every verb is a function of ``(args, view, config)`` where ``view`` is the cache's
-``Snapshot``; it reads the snapshot and never changes it. Binding is decided whole by
-``bind_decision`` (a retried bind that went through, ``bind_plan``'s devices and Binding
-body, the pod's shared GPU, the fair-share gate judged again); the app then assumes it
-in the cache before it POSTs the Binding. A pod whose resources cannot be read is not an
-extender failure: filter answers every candidate unresolvable with the reason,
-prioritize gives 0 everywhere. Prioritize maps the core's [0, 1] score to
-``round(10 * s)`` clamped to 0..10.
+"""The extender's four verbs as pure functions of ``(args, view, config)``, ``view`` the
+cache's ``Snapshot``. ``bind_decision`` decides a bind whole (a retried bind, devices and
+Binding body, the shared GPU, the gate again); the app assumes it before the POST. A pod
+whose resources cannot be read fails every candidate as unresolvable at filter and scores
+0 at prioritize; prioritize maps a [0, 1] score to ``round(10 * s)`` in 0..10.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """kube-scheduler extender v1 wire types (``k8s.io/kube-scheduler/extender/v1``).
 
-Pure: decoding and encoding only. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-Design choices:
-
-* The Go types carry **no json tags**, so the keys on the wire are the Go field names,
-  PascalCase (``Pod``, ``NodeNames``, ``FailedNodes``, ``Host``, ``Score``, ``PodUID``).
-  Our encoders write exactly those keys, every field present as Go's ``json.Marshal``
-  writes it (nil pointer / slice / map → ``null``).
-* Decoding follows Go's ``encoding/json``: keys match **case-insensitively** (``nodenames``
-  is ``NodeNames``), unknown keys are ignored, and when two keys match the same field the
-  last one wins. A different word (legacy ``nodeToVictims``) does not match.
-* Type strictness follows Go too: ``NumPDBViolations`` must be an integer (``7.0``, ``"7"``
-  and ``true`` are errors), strings must be strings. Any problem raises
-  ``fairshare.errors.WireFormatError`` naming the field, which the HTTP adapter turns into
-  a 400 (or an ``Error`` result), never a 500.
-* Pods and Nodes inside the messages are ordinary API JSON (camelCase); they are kept as
-  the raw dicts (STYLE habit 1: keep the raw body where it is echoed back), and only
-  checked to be objects. Plain frozen dataclasses instead of pydantic models: a
-  case-insensitive, last-wins key lookup is simpler to write directly than to bend
-  pydantic's alias machinery into.
+The Go types have no json tags, so the wire keys are the Go field names (``NodeNames``,
+``FailedNodes``, ``Host``), and the encoders write every field as Go's ``json.Marshal``
+does (nil → ``null``). Decoding follows Go's ``encoding/json``: keys match
+case-insensitively, the last match wins, unknown keys are ignored, and types are strict
+(``NumPDBViolations`` must be an integer). Any problem raises ``WireFormatError`` naming
+the field (a 400, never a 500). Pods and Nodes inside stay raw API JSON dicts. Plain
+frozen dataclasses, not pydantic: a case-insensitive, last-wins lookup is simpler written
+directly.
 """
 
 from __future__ import annotations

@@ -1,42 +1,13 @@
 """Could a pending pod run on a node now? kube-scheduler's node-selection checks, as data.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client, nor anything of the project (``placement`` and ``state`` import it).
-
-The fair-share gate holds a tenant back only for tenants with a pod *waiting*: a pod that
-kube-scheduler could place now. This module answers the two halves of that question:
-
-* ``is_waiting(spec, served)``: the pod is in a scheduler's queue at all: no
-  ``spec.schedulingGates`` left, and ``spec.schedulerName`` (``default-scheduler`` when
-  empty) is one of the schedulers that call this extender;
-* ``NodeConstraints.allows(name, labels, taints)``: the node passes the pod's
-  ``nodeSelector``, its required node affinity and its tolerations, the way
-  kube-scheduler's NodeAffinity and TaintToleration filters decide.
-
-Semantics (k8s.io/component-helpers ``scheduling/corev1/nodeaffinity`` and the core v1
-``Toleration.ToleratesTaint`` helper):
-
-* ``nodeSelector``: every key present on the node with the same value.
-* ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``: the
-  ``nodeSelectorTerms`` are ORed; a term with neither ``matchExpressions`` nor
-  ``matchFields`` matches no node; inside a term every requirement must hold.
-  Label operators: ``In`` (label present, value listed), ``NotIn`` (label absent or value
-  not listed), ``Exists``, ``DoesNotExist``, ``Gt``/``Lt`` (label present, both it and
-  the single value are base-10 int64, compared as integers). ``matchFields`` knows the
-  field ``metadata.name`` only, with ``In``/``NotIn`` and exactly one value (an unknown
-  field is absent: ``In`` fails, ``NotIn`` holds). A requirement that cannot be parsed
-  (unknown operator, wrong number of values, a non-integer for ``Gt``/``Lt``) makes its
-  term match no node. With both a ``nodeSelector`` and required affinity, both must pass.
-* Taints: only effects ``NoSchedule`` and ``NoExecute`` keep a pod off a node
-  (``PreferNoSchedule`` only lowers a score). A toleration tolerates a taint when its
-  effect is empty or equal, its key is empty or equal, and its operator is ``Exists``,
-  or ``Equal``/empty with an equal value. So an empty key with ``Exists`` tolerates every
-  taint. Other operators (the ``Lt``/``Gt`` of a feature gate that is off by default)
-  tolerate nothing.
-
-A spec part of an unexpected shape (the API server validates pods, so only hand-made
-input has one) is read as "matches no node": such a pod is not counted as waiting, and
-nothing raises.
+The fair-share gate holds a tenant back only for a pod that is *waiting*: ``is_waiting``
+(no scheduling gate left, a scheduler that calls the extender) and
+``NodeConstraints.allows`` (the node passes the pod's ``nodeSelector``, required node
+affinity and tolerations). The semantics are those of k8s.io/component-helpers
+``scheduling/corev1/nodeaffinity`` and ``Toleration.ToleratesTaint``: ``matchFields``
+knows ``metadata.name`` only, a requirement that cannot be parsed makes its term match
+no node, and only ``NoSchedule`` / ``NoExecute`` taints keep a pod off a node. A spec
+part of an unexpected shape reads as "matches no node" (``NOWHERE``); nothing raises.
 """
 
 from __future__ import annotations

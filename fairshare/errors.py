@@ -9,8 +9,6 @@
 
 ``fairshare.quantities.QuantityError`` also derives from ``FairshareError`` (and from
 ``ValueError``). Denials and filter outcomes are return values, never exceptions.
-
-Pure module: imports only the standard library.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """``fairshare gpu-reporter``: the reservation pod's container reports the GPU it was given.
 
-The reservation pod of a shared GPU requests ``nvidia.com/gpu: 1``; the NVIDIA device plugin
-gives its container one GPU and names it in ``NVIDIA_VISIBLE_DEVICES`` (a UUID such as
-``GPU-8f3c…`` with the default ``envvar`` device-list strategy). The reporter reads that
-UUID and merge-patches its own pod (``POD_NAME``/``POD_NAMESPACE`` from the downward API)
-with ``run.ai/reserve_for_gpu_index: <UUID>`` (the key KAI's reservation image writes), then
-sleeps until SIGTERM, holding the GPU for as long as the pod lives.
-
-When the variable holds a device index, or is unset or ``all`` (device plugins using CDI or
-volume mounts), the UUID comes from NVML (``libnvidia-ml.so.1`` through ctypes), which must
-then show exactly one device. ``void``/``none``, several devices, or no NVML are errors with
-the reason: the pod then never reports, and the extender surfaces that on the sharing pods.
-
-Pure except ``nvml_uuids`` (loads the NVML library) and ``run`` (waits for a signal).
+It merge-patches its own pod with ``run.ai/reserve_for_gpu_index: <UUID>``, the UUID read
+from ``NVIDIA_VISIBLE_DEVICES`` or else from NVML (which must then show exactly one
+device), and sleeps until SIGTERM, holding the GPU. When it cannot tell the UUID it fails
+with the reason; the pod then never reports, and the extender surfaces that.
 """
 
 from __future__ import annotations

@@ -1,51 +1,16 @@
-"""Fairness with memory: per-tenant usage history decayed with a half-life.
+"""Fairness with memory: per-tenant usage history decayed with a half-life ``T`` (opt-in,
+``usageHistory``; without it nothing here is called). Times are numbers the caller owns.
 
-Pure: no network and no clock (times are numbers the caller owns, in seconds). Must not
-import aiohttp, kubernetes_asyncio or prometheus_client. Opt-in through the config's
-``usageHistory`` block; without it nothing here is called and every decision is as
-without history.
-
-**What is kept.** For every tenant t and DRF column r, the resource-seconds it held,
-each second weighted by ``0.5 ** (age / halfLife)``, and the same for the cluster's
-capacity::
-
-    H[t][r](now) = ∫ used[t][r](s) · 2^(-(now - s)/T) ds
-    C[r](now)    = ∫ capacity[r](s) · 2^(-(now - s)/T) ds
-
-``advance`` integrates exactly over an interval during which usage stayed constant:
-``H ← H·d + u·(1 - d)·T/ln 2`` with ``d = 2^(-Δt/T)``. The **decayed usage share**
-is the dominant one over the resources that count for fairness (weight > 0)::
-
-    U[t] = max_r H[t][r] / C[r]
-
-In a tree of tenants a tenant with children holds what its subtree holds.
-
-**How it adjusts the fair share.** Among the tenants that have demand now (running or
-pending), each tenant's **weighted share** is ``W[t] = w[t] / Σ w`` over its demanding
-siblings (top-level tenants: over the demanding top-level tenants), times its parent's
-``W`` in a tree. A tenant that used more than that in the recent past gets its weight
-multiplied by::
-
-    f[t] = max(minWeightFactor, W / (W + k · max(0, U - W)))
-
-and the gate's fair allocation, the current shares it compares and everything else that
-reads tenant weights run on the adjusted weights (``adjusted_config``). A tenant at or
-below its weighted share keeps its weight (f = 1); only over-use lowers it, bounded
-below so that no tenant is starved. At every level of a tree the factor applies to the
-tenant's own weight, so an organisation that over-used yields to its sibling
-organisations, and a team that over-used yields to its sibling teams.
-
-**Relation to the references.** KAI-Scheduler's time-based fair share uses the same
-normalised usage (decay applied alike to usage and capacity) and divides the
-over-quota part by ``P = max(0, W + k (W - U))``: additive, so with k = 1 a tenant that
-held the whole cluster gets nothing of the over-quota part until its history decays.
-Here the adjustment is multiplicative on the weight and floored, ``f = W / (W + k (U -
-W))``; with k = 1 it is Slurm's Fair Tree level fairness ``S / U`` capped at 1. Kueue's
-AdmissionFairSharing keeps an exponential moving average of admitted requests (not
-resource-seconds), sums raw quantities over resources, and orders admission by it;
-here usage is resource-seconds normalised by decayed capacity, dominant over resources
-as DRF is, and it changes the fair share itself (so the gate, and reclaim and scoring
-that read the same fair shares) rather than only the order of a queue.
+For each tenant and DRF column the history keeps resource-seconds, each second weighted by
+``2^(-age/T)``, and the same for the capacity; ``advance`` integrates exactly over an
+interval of constant usage (``H ← H·d + u·(1 - d)·T/ln 2``, ``d = 2^(-Δt/T)``). A
+tenant's decayed usage share is ``U = max_r H[r] / C[r]`` over the columns of weight > 0
+(a tenant with children holds its subtree's); its weighted share ``W`` is its weight over
+the weights of its siblings with demand (itself included), times its parent's ``W``. A
+tenant with ``U > W`` has its weight multiplied by ``max(minWeightFactor, W / (W + k·(U -
+W)))`` at every level of a tree, and everything that reads tenant weights runs on the
+adjusted ones (``adjusted_config``). docs/usage-history.md compares this with other
+schedulers' fair-share history.
 """
 
 from __future__ import annotations

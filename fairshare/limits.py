@@ -1,19 +1,9 @@
-"""A tenant's limits: what it (with everything below it in the tenant tree) may hold,
-checked for a pod or claim about to be counted. The webhook refuses what would go past
-a limit and warns near one; the simulator rejects such pods at admission.
-
-* The decision is data: ``Insufficient(tenant, resource, used, requested, limit,
-  namespaces, level)`` items, as k/k's ``InsufficientResource``, and ``NearLimit``
-  items; the text is made by their readers (the webhook's ``policies.quota``).
-* Amounts are exact ``Fraction`` values in natural units, compared without rounding:
-  ``11 + 1 > 12`` is false, so a tenant can use its limit exactly.
-* Only resources the demand asks for are checked (as ResourceQuota does): a tenant
-  already over its GPU limit after a config change can still start CPU-only pods. A
-  resource missing from a limit is unlimited; ``0`` allows none; no limit at all means
-  unlimited.
-* Up the tree (``check_limits``): the tenant's own limit, then each ancestor's, which
-  caps what its whole subtree holds. Resources are visited in sorted order, so the items
-  and the messages made from them are deterministic.
+"""A tenant's limits: what it, with everything below it in the tenant tree, may hold,
+checked for a pod or claim about to be counted. The webhook refuses what would go past a
+limit and warns near one; the simulator rejects such pods at admission. The decision is
+data (``Insufficient`` and ``NearLimit`` items), amounts are exact ``Fraction`` values (a
+tenant can use its limit exactly), and only the resources the demand asks for are
+checked, as ResourceQuota does.
 """
 
 from __future__ import annotations

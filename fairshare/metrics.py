@@ -1,28 +1,9 @@
 """Prometheus metrics of fairshare, as one object over a registry the caller owns.
 
-``Metrics(registry)`` declares every fairshare metric on the ``CollectorRegistry`` it is
-given; ``make_app`` builds a fresh registry per app, so tests get fresh metrics and two
-apps in one process never collide (aiohttp's "No Singletons Please"). The default
-``prometheus_client.REGISTRY`` is never touched, and nothing here is module-level state.
-
-Names follow Prometheus conventions: a ``fairshare_`` prefix, base units (``_seconds``,
-ratios in 0..1), ``_total`` on counters. Label values come from code and config (verbs,
-decisions, reason codes, tenant and resource names), never from request bodies, so the
-cardinality stays bounded by the config.
-
-Design choices:
-
-- Callers hand over plain numbers (floats, already converted from exact quantities) and
-  mappings; the methods do the label bookkeeping. Per-tenant gauges are *replaced* as a
-  set: a resource missing from a new mapping loses its series, and ``retain_tenants`` drops
-  tenants removed from the config, so no stale series outlive a reload.
-- A gauge may hold ``+Inf`` (a zero-weight tenant's dominant share, an unlimited limit
-  when the caller chooses to export it that way); Prometheus represents it exactly.
-- Chargeback is accrued by the caller at each tick with the elapsed ``seconds``: the module
-  has no clock.
-
-Pure of I/O: imports ``prometheus_client`` and the standard library only. It must not
-import ``aiohttp``, ``kubernetes_asyncio``, ``webhook`` or ``extender``.
+``Metrics(registry)`` declares every metric on the ``CollectorRegistry`` it is given;
+each app builds its own, and the default registry is never touched. Names take the
+``fairshare_`` prefix and base units; label values come from code and config, never from
+request bodies, so the cardinality is bounded by the config.
 """
 
 from __future__ import annotations

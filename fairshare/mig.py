@@ -1,23 +1,8 @@
-"""MIG slices on a node, as the NVIDIA device plugin exposes them in its two strategies.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client, nor ``placement`` or ``state`` (they import it).
-
-* ``mixed``: each MIG profile is its own extended resource, ``nvidia.com/mig-<profile>``
-  (e.g. ``nvidia.com/mig-1g.10gb: "7"``); GPUs without MIG stay ``nvidia.com/gpu``.
-  A pod asks for ``nvidia.com/mig-<profile>: n``.
-* ``single``: every GPU of the node is split the same way and the plugin offers the
-  slices as ``nvidia.com/gpu``; GPU feature discovery then writes the profile into the
-  product label, ``nvidia.com/gpu.product: A100-SXM4-40GB-MIG-1g.5gb`` (and
-  ``nvidia.com/mig.strategy: single``). Each ``nvidia.com/gpu`` unit of such a node is
-  one slice of that profile, and a pod asking for ``nvidia.com/gpu: n`` there gets n
-  slices.
-
-A slice of profile p stands for the GPU fraction ``mig[p]`` of the config (``1g.10gb``
-is 1/7 by default), so a node's GPU capacity is its whole devices plus the sum of
-slices × fraction, and a pod on slices counts as its fraction in shares. Slices never
-hold fractional (shared-GPU) pods: they are not devices. Profiles the config's ``mig``
-table does not list are not counted (their fraction is unknown).
+"""MIG slices on a node, as the NVIDIA device plugin exposes them: the ``mixed`` strategy
+(one ``nvidia.com/mig-<profile>`` resource per profile) and the ``single`` one (slices
+offered as ``nvidia.com/gpu``, the profile in the ``nvidia.com/gpu.product`` label). A
+slice of profile p counts as the config's GPU fraction ``mig[p]``; profiles the config
+does not list are not counted, and slices never hold shared-GPU pods.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A pod ready to place: ``PodRequest`` (identity, tenant, exact demand, kernel row) and
-its ``RequestShape`` (what decides whether it fits now).
-
-Below both the state layer and ``placement``: ``state.objects`` builds requests from
-pod objects (``pod_request``) and ``placement`` filters and scores them, so neither has
-to import the other for the type. Pure: no network, no clock; imports nothing of the
-project but ``eligibility`` and ``resources``. ``placement`` re-exports both names.
+its ``RequestShape`` (what decides whether it fits now). It sits below both the state
+layer, which builds requests (``state.objects.pod_request``), and ``placement``, which
+filters and scores them and re-exports both names.
 """
 
 from __future__ import annotations

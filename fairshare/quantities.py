@@ -1,34 +1,12 @@
-"""Kubernetes resource quantities, parsed exactly.
+"""Kubernetes resource quantities, parsed exactly: ``parse_quantity("1500m") ==
+Fraction(3, 2)``.
 
-``parse_quantity("1500m") == Fraction(3, 2)``. The rules are those of apimachinery
-``pkg/api/resource/quantity.go`` (``ParseQuantity``)::
-
-    <quantity>        ::= <signedNumber><suffix>
-    <signedNumber>    ::= <number> | <sign><number>
-    <number>          ::= <digits> | <digits>.<digits> | <digits>. | .<digits>
-    <suffix>          ::= <binarySI> | <decimalExponent> | <decimalSI>
-    <binarySI>        ::= Ki | Mi | Gi | Ti | Pi | Ei
-    <decimalSI>       ::= n | u | m | "" | k | M | G | T | P | E
-    <decimalExponent> ::= "e" <signedInt> | "E" <signedInt>
-
-and, like Kubernetes, a non-zero magnitude is rounded *up* to a whole nano (1e-9), and a
-binary-suffixed magnitude is capped at 2**63-1 ("9Ei"). No whitespace, no hex, no ``_``.
-
-Two deliberate differences from the Go scanner, both stricter:
-
-* The Go scanner reads a number with no digits at all as zero, so it accepts ``"Ki"``,
-  ``"e3"``, ``"."``, ``"-"`` and ``"+"``. The grammar above (and the CRD OpenAPI pattern)
-  rejects them, and so do we. This never refuses an object the API server sends us: the
-  server re-serialises quantities in canonical form (``"0"``) before we see them.
-* Decimal exponents are limited to ``|e| <= 10_000`` so that a hostile ``1e999999999``
-  cannot make us build a huge integer. Go wraps such exponents to int32 instead.
-
-Values are ``fractions.Fraction``: millicores, bytes and GPU fractions (1/7 for MIG) are all
-exact. ``parse_fraction`` is the separate, non-Kubernetes form ``"1/7"`` / ``"0.25"`` used for
-MIG profiles and the ``fairshare.io/gpu-fraction`` annotation.
-
-Pure module: standard library only; must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
+Grammar and rounding are apimachinery's ``ParseQuantity`` (a non-zero magnitude rounds up
+to a whole nano; a binary-suffixed one is capped at 2**63-1), with two stricter rules: a
+number with no digits (``"Ki"``, ``"e3"``, ``"."``) is refused, as the CRD OpenAPI pattern
+refuses it, and decimal exponents are limited to ``|e| <= 10_000``, so a hostile
+``1e999999999`` cannot build a huge integer. ``parse_fraction`` reads the non-Kubernetes
+form ``"1/7"`` / ``"0.25"`` (MIG profiles, ``fairshare.io/gpu-fraction``).
 """
 
 from __future__ import annotations

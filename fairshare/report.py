@@ -1,26 +1,8 @@
-"""What ``fairshare status`` / ``explain`` and the extender's ``/status`` page show.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. Every number comes from the code the servers run on the same state:
-shares from ``cluster_shares.current_shares``, fair shares from
-``cluster_shares.fair_shares_for`` over ``cluster_shares.demand_rows``, the gate from
-``gate.check_fair_gate``, node fit and per-node reasons from ``placement.filter_nodes``,
-fragmentation from ``placement.cluster_fragmentation``, quota usage from the webhook's
-``UsageTracker`` (passed in as a ``usageview.TenantUsageView``). Nothing here recomputes
-them another way.
-
-Design choices:
-
-* A report is a plain JSON-ready ``dict`` (``-o json|yaml`` print it as it is); text and
-  HTML are rendered from that dict only (``render_status_text``, ``render_status_html``,
-  in ``fairshare.report_render``, re-exported here), so the three outputs cannot disagree.
-* Amounts are exact natural units as strings (``quantities.format_quantity``: ``"1.5"``
-  GPUs, ``"500m"`` CPU, ``"8Gi"``), shares are floats rounded to 4 places.
-* *Held by the gate* means what the extender's filter does: a pending pod that fits some
-  node now, for which ``check_fair_gate`` refuses. A pending pod that fits no node waits
-  for room (``pending``, with the first node's reason), not for the gate. With
-  ``holdForBlockedTenants`` a held pod may wait for a tenant whose pod is blocked (fits
-  no node now, would fit a drained one): ``blockedPod`` names it and its shape.
+"""What ``fairshare status`` / ``explain`` and the extender's ``/status`` page show: plain
+JSON-ready dicts (rendered by ``fairshare.report_render``, re-exported here), every
+figure from the code the servers run, on the same state. A pod is *held by the gate* when
+it fits some node now and ``check_fair_gate`` refuses it; one that fits no node waits for
+room.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Text and HTML of the ``status`` / ``explain`` reports (``fairshare.report`` builds
-them as plain dicts; this module only renders a dict, so ``-o table``, ``-o json|yaml``
-and the extender's ``/status`` page cannot disagree).
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. ``fairshare.report`` re-exports every ``render_*`` function.
+"""Text and HTML of the ``status`` / ``explain`` reports. ``fairshare.report`` builds them as
+plain dicts and re-exports every ``render_*`` function; this module only renders a dict,
+so ``-o table``, ``-o json|yaml`` and the ``/status`` page cannot disagree.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Resource names, columns and a pod's request vector, computed as Kubernetes does.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-Two representations, on purpose:
-
-* ``PodDemand.amounts`` keeps exact ``Fraction`` values in Kubernetes' natural units
-  (cores, bytes, GPUs), for quota arithmetic and messages;
-* ``ResourceIndex.kernel_vector`` converts once to the kernels' float64 columns in
-  integral canonical units (milli-GPU, millicores, bytes), so float sums stay exact.
-
-A pod's request follows Kubernetes' ``PodRequests`` rule: per resource,
-``max(sum(app containers) + sum(sidecars), max over init containers of
-(init container + sidecars started before it)) + overhead``, where sidecars are
-init containers with ``restartPolicy: Always``. A request missing where a limit is
-set takes the limit (the apiserver defaults it that way).
+Two forms on purpose: ``PodDemand.amounts`` keeps exact ``Fraction`` values in natural
+units (quota arithmetic, messages); ``ResourceIndex.kernel_vector`` converts once to the
+kernels' float64 columns in integral canonical units (milli-GPU, millicores, bytes), so
+float sums stay exact. A pod's request follows Kubernetes' ``PodRequests`` rule.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """What both servers need at startup: the config holder and the cluster-state source.
 
-An adapter (it reads files and talks to the API); must not import aiohttp. The webhook
-and the extender call ``build_runtime`` with their command-line choices:
-
-* config: ``--config FILE`` (loaded now, then polled for changes) or ``--configmap NS/NAME``
-  (read once now through the API, so the servers start with the real config, then
-  watched); an invalid config at startup is an error naming every field path;
-* state: ``--state FILE`` (a Kubernetes ``List``; ready at once) or the API (in-cluster,
-  or ``--kubeconfig``), list + watch of the kinds the server needs.
-
-``Fanout`` routes one source's events to several sinks (the server's tracker and, for
-``--configmap``, the ConfigMap reloader).
+``build_runtime`` takes the server's command-line choices: the config from ``--config
+FILE`` (then polled) or ``--configmap NS/NAME`` (read once now, then watched; an invalid
+config at startup is an error naming every field path), the state from ``--state FILE``
+or the API (list + watch). ``Fanout`` routes one source's events to several sinks.
 """
 
 from __future__ import annotations

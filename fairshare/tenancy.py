@@ -1,21 +1,13 @@
-"""Which tenant a namespace belongs to.
-
-Pure: no network. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
-
-Resolution order, first match wins (so a label on a namespace cannot override an
-administrator's explicit list):
+"""Which tenant a namespace belongs to. The first match wins, so a namespace label cannot
+override an administrator's explicit list:
 
 1. the tenant whose ``namespaces`` lists the namespace;
-2. the namespace label ``fairshare.io/tenant=<name>``, when it names a configured tenant;
-3. the tenant whose ``namespaceSelector`` matchLabels all match (config validation
-   refuses two selectors that could match one namespace, so there is at most one);
-4. the ``defaultTenant`` policy: ``tenant`` → the default tenant's name,
-   ``deny-gpu`` / ``allow`` → no tenant (the caller denies GPU pods or lets them pass).
+2. the label ``fairshare.io/tenant=<name>``, when it names a configured tenant;
+3. the tenant whose ``namespaceSelector`` matches (validation allows at most one);
+4. ``defaultTenant``: ``tenant`` → the default tenant; ``deny-gpu`` / ``allow`` → none.
 
-A namespace that a later step would give to another tenant (listed for a, labelled or
-selected for b; labelled for a, selected for b) is the first step's, and the resolution
-names the others it passed over (``TenantResolution.passed_over``) so the webhook can say
-so in a warning: the labels live on namespaces, so config validation cannot see this.
+A resolution names the tenants a later step would have chosen (``passed_over``), so the
+webhook can warn about them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""What admission reads of the cluster: the ``TenantUsageView`` protocol, one type for
-the webhook's decisions and the ``status`` / ``explain`` reports.
+"""What admission reads of the cluster: the ``TenantUsageView`` protocol, shared by the
+webhook's decisions and the ``status`` / ``explain`` reports.
 
-Pure: standard library only. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-The webhook's decisions read the cluster through this small protocol, so the same
-``review()`` runs on the informer cache (API source), on a ``--state`` file and in
-tests; the reports show quota usage through it too. ``StaticView`` is the plain-data
-implementation: tests build it by hand and the adapters can fill it from a snapshot.
-``ExcludingView`` leaves one pod's own usage out (``fairshare explain``).
-
-Design choice: usage is per *tenant*, already summed over all of the tenant's
-namespaces and non-terminal pods (and bound PVCs for ``storage``), with exact
-``Fraction`` amounts in natural units (cores, bytes, GPUs). Reservations for pods
-admitted but not yet watched are added on top by ``webhook.reservations.ReservingView``.
+Usage is per tenant, summed over its namespaces, in exact ``Fraction`` amounts of natural
+units. ``StaticView`` is the plain-data implementation; ``ExcludingView`` leaves one
+pod's own usage out (``fairshare explain``).
 """
 
 from __future__ import annotations

@@ -221,9 +221,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
     # Ctrl-C must end the watch wherever it lands. Inside ``asyncio.run`` the default
     # handling only cancels the running task, and code that turns that cancellation into
-    # an error or a result swallows it, so the watch goes on (a CI run once saw it outlive
-    # SIGINT by a minute). An own handler makes it a KeyboardInterrupt there too
-    # (asyncio.run leaves a handler alone that is not the default one).
+    # an error or a result swallows it, so the watch would go on after SIGINT. An own
+    # handler makes it a KeyboardInterrupt there too (asyncio.run leaves a handler alone
+    # that is not the default one).
     previous = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         while True:

@@ -1,9 +1,6 @@
 """The ``fairshare`` parser and entry points (``fairshare``, ``kubectl fairshare``,
-``python -m fairshare_cli``).
-
-An adapter: it reads files and the environment and prints; the work is done by the core
-and the apps. Errors a user can cause print ``error: ...`` and exit 1, never a traceback.
-Must not import aiohttp at module level (the server commands import their apps lazily).
+``python -m fairshare_cli``). Errors a user can cause print ``error: ...`` and exit 1,
+never a traceback; the server commands import their apps lazily.
 """
 
 from __future__ import annotations

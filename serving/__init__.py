@@ -1,20 +1,13 @@
-"""aiohttp plumbing shared by the webhook and the extender (and nothing else).
+"""aiohttp plumbing shared by the webhook and the extender: the operational routes
+(``/healthz``, ``/readyz``, ``/metrics``), the client-certificate guard, and running a site
+until a signal. ``ServerOptions`` is what every server command takes alike: config,
+cluster, listen address and serving certificate.
 
-The two apps stay independent of each other (an import-linter contract); what they
-share at the HTTP level lives here: the operational routes (``/healthz``, ``/readyz``,
-``/metrics``), the client-certificate guard, and running a site until a signal.
-The core (``fairshare``) never imports this package: it must not depend on aiohttp.
-
-``ServerOptions`` is what every server command (webhook, extender, reclaimer) takes
-alike: where its config and cluster come from, where it listens, and its serving
-certificate; each ``serve()`` builder takes one (or the same options as keywords).
-
-Client certificates (``--client-ca``): the TLS context verifies any certificate offered
-against the CA (``ssl.CERT_OPTIONAL``), and ``require_client_cert`` answers 403 on every
-path except ``PUBLIC_PATHS`` when the connection has no verified peer certificate. So
-kube-apiserver / kube-scheduler must present a certificate while kubelet probes and
-Prometheus reach the same port without one, and there is no second port to expose by
-mistake. Default-deny: a route added later is protected unless listed as public.
+With ``--client-ca`` the TLS context verifies any certificate offered
+(``ssl.CERT_OPTIONAL``) and ``require_client_cert`` answers 403 on every path but
+``PUBLIC_PATHS`` without a verified one: kube-apiserver and kube-scheduler must present
+one, while probes and Prometheus use the same port without. Default-deny: a new route is
+protected unless listed as public.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The admission webhook (mutating + validating): pure core first, HTTP adapter later.
-
-Layout: ``wire`` (AdmissionReview models, decode/encode), ``patches`` (RFC 6902 ops),
-``policies`` (``gpu_sharing``, ``quota``, ``config_guard``), ``view`` (the cluster facts a
-decision reads), ``reservations`` (admitted-but-not-yet-watched pods) and ``review`` (the
-whole decision). None of these import aiohttp, kubernetes_asyncio, prometheus_client or
-extender; the aiohttp app, TLS and informers are separate adapter modules.
+"""The admission webhook (mutating + validating). The decisions are pure (``wire``,
+``patches``, ``policies``, ``view``, ``reservations``, ``gangquota``, ``review``); ``app``
+(aiohttp) and ``coordination`` (reservations shared through the API) are the adapters.
 """

@@ -1,40 +1,14 @@
 """The admission webhook's aiohttp application: the only place that speaks HTTP.
 
-An adapter. Each handler has three steps: decode (``wire.decode_review``), decide (the
-pure ``review``/``admit``), encode (``wire.encode_response``). Two error channels, kept
-apart:
-
-* a body that is not an AdmissionReview gets **HTTP 400** with a short reason (the
-  apiserver then applies the webhook's ``failurePolicy``);
-* a policy denial is HTTP 200 with ``allowed: false`` and ``status.code``/``message``.
-
-An unexpected exception inside a policy is logged with the request uid, counted in
-``fairshare_unexpected_errors_total{component="webhook"}``, and answered as a
-**denial** (code 500, "internal error, see webhook logs"): a bug must not let pods past
-a quota silently, and the denial is visible to the user. The manifests pair this with
-``failurePolicy: Fail`` on the validating webhook.
-
-Closed until the first complete list. Until the state source has listed every kind once
-(``synced``), the usage view is partial: an empty one would admit a tenant past its limit
-and resolve namespaces without their labels. A request that arrives then waits for the
-first list for at most ``sync_wait`` seconds (default ``FIRST_SYNC_WAIT``, well under the
-webhook's ``timeoutSeconds`` of 5) and is otherwise **denied** with code 503 and a message
-saying why (``NOT_SYNCED_MESSAGE``), on both paths: a mutation judged without the
-namespace's labels would label the pod with the wrong tenant, and one skipped would leave a
-fractional GPU pod without its handoff. ``/readyz`` answers 503 until the same list is done.
-
-App state lives under ``AppKey``s set in ``make_app``; nothing is global, so tests get
-a fresh app (and fresh metrics) each time.
-
-Client-certificate authentication of kube-apiserver (``--client-ca``): the TLS port asks
-for a client certificate and verifies any that is offered against the CA
-(``ssl.CERT_OPTIONAL``, ``fairshare.tls.server_ssl_context``), and a middleware refuses
-every path except ``serving.PUBLIC_PATHS`` (403) on a connection without a verified peer
-certificate. Chosen over a second plain port because kubelet's HTTPS probes and
-Prometheus keep the one port and Service they already use, no manifest grows a second
-port that could be exposed by mistake, and the check is default-deny: a route added
-later is protected unless it is listed as public. A certificate that does not verify
-(unknown CA, no ``clientAuth`` usage, expired) fails the TLS handshake itself.
+Each handler decodes (``wire.decode_review``), decides (the pure ``review`` / ``admit``)
+and encodes (``wire.encode_response``). A body that is not an AdmissionReview gets HTTP
+400 (the apiserver then applies the ``failurePolicy``); a policy denial is HTTP 200 with
+``allowed: false``. An unexpected exception is logged, counted and answered as a denial
+(code 500), so a bug cannot let pods past a quota silently. Until the state source has
+listed every kind once, a request waits up to ``sync_wait`` seconds and is otherwise
+denied with 503 (``NOT_SYNCED_MESSAGE``): a partial view would admit tenants past their
+limits and label pods with the wrong tenant. ``--client-ca`` guards every route but the
+public ones (``serving``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """Reservations shared by every webhook replica: compare-and-swap on a per-tenant object.
 
-An adapter (it talks to the API). One process alone is safe with its in-memory ledger:
-asyncio makes check-then-reserve atomic. Two replicas are not: each would admit against
-its own ledger and together pass the limit. Kubernetes' own ResourceQuota solves this
-with optimistic concurrency on the quota object's status; we do the same on one
-``coordination.k8s.io/v1`` Lease per tenant, ``fairshare-reservations-<tenant>`` in the
-fairshare namespace, the reservations held as JSON in an annotation. (A Lease rather
-than a ConfigMap so the webhook's write permission cannot touch the fairness config.)
-
-1. judge the pod against watched usage + the reservations read from the object;
-2. if it is allowed and reserves something, write the object back with the
-   ``resourceVersion`` that was read (an update is refused with 409 if any replica wrote
-   in between);
-3. on 409, read again and judge again (bounded attempts), so every admission is judged
-   against every reservation committed before it.
-
-Reservations carry wall-clock deadlines (replicas share no monotonic clock); entries
-whose pod is already in the watched usage, or past their deadline, are dropped on each
-write. Tenants without a ``limit`` never reserve, so they cost no API call, and neither
-does a pod that claims no resource capped by its tenant's or an ancestor's limit (only
-limited resources take part in a quota check). A dry run is judged the same way and
-writes nothing.
-
-``LeaseStore`` is the API side, written against a small protocol so tests can swap in an
-in-memory store with the same conflict behaviour.
+One process is safe with its in-memory ledger (asyncio makes check-then-reserve atomic);
+several replicas are not. So, as ResourceQuota does with its status, admission uses
+optimistic concurrency on one ``coordination.k8s.io/v1`` Lease per tenant
+(``fairshare-reservations-<tenant>``; a Lease, so the webhook's write permission cannot
+touch the config), the reservations held as JSON in an annotation: judge against watched
+usage plus the Lease's reservations, write an allowed reservation back with the read
+``resourceVersion``, and on 409 read and judge again (bounded attempts). Reservations
+carry wall-clock deadlines and are pruned on each write. Tenants without a ``limit``,
+pods that claim no limited resource, and dry runs write nothing. ``LeaseStore`` is the
+API side, behind a small protocol tests can swap.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The webhook's verdict on a pod as if it were created now (``fairshare explain``).
-
-Pure: no I/O. The caller lists the cluster and feeds the webhook's trackers; this
-module only builds the admission request the API server would send and judges it with
-``review.judge``, as the validating phase would.
+"""The webhook's verdict on a pod as if it were created now (``fairshare explain``): the
+admission request the API server would send, judged with ``review.judge`` as the
+validating phase would. The caller lists the cluster and feeds the webhook's trackers.
 """
 
 from __future__ import annotations

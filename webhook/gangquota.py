@@ -1,38 +1,15 @@
 """Quota for pod groups (gangs) at admission: a group is admitted whole or not at all.
 
-Pure: no network, no clock (``now`` is a parameter). Must not import aiohttp,
-kubernetes_asyncio or prometheus_client.
-
-A gang member (label ``scheduling.x-k8s.io/pod-group``, ``fairshare.gangs.group_of``) is
-judged for its whole group: the first member is admitted only if ``min_count`` members of
-its shape fit the tenant's limits (and every ancestor's), and its admission then **holds**
-the room of the members still to come, so nothing else of the tenant takes it. The next
-members are judged against the same account: the group's whole demand counts once, never
-again per member, so a group whose first member was admitted is not refused half-way
-(which would leave the admitted members holding quota for a job that cannot run).
-
-The account of a group (``GangBook``, fed by the same watch as ``UsageTracker`` and by
-the webhook's own admissions):
-
-* its **known members**: pods of the group the watch has (in any phase: a finished member
-  existed) and members admitted here that the watch has not shown yet (until the
-  reservation TTL);
-* its ``min_count``: the coscheduling PodGroup's ``spec.minMember`` read at admission
-  (remembered), else the members' ``fairshare.io/gang-min-members`` annotation;
-* its **hold**: ``(min_count - known members) × per-member demand`` (the demand of the
-  member that opened the account; for a group known from the watch only, the largest
-  member's, per resource) while the group has never had ``min_count`` members. Once it
-  has, the hold is gone for good: members count only as themselves, as any pod does. The
-  account is forgotten when no member is known any more.
-
-``GangHoldView`` adds every group's hold to its tenant's usage, so every admission (gang
-or not) sees the room held. A member of a group is then judged on what its admission
-*adds* to the tenant's usage: its own demand, plus the members that would still be
-missing after it, less the hold it replaces (``judge_member``). For members of one shape
-after the first that is nothing, and no limit is checked.
-
-A group with no ``min_count`` known (no PodGroup yet, no annotation) is judged pod by pod,
-with a warning saying so.
+A member (``fairshare.gangs.group_of``) is judged for its whole group: the first one is
+admitted only if ``min_count`` members of its shape fit the limits of the tenant and its
+ancestors, and its admission then **holds** the room of the members still to come, so a
+group is never refused half-way. ``GangBook`` keeps each group's account, fed by the
+watch and by the webhook's own admissions: its known members, its ``min_count`` (the
+PodGroup's ``spec.minMember``, else ``fairshare.io/gang-min-members``) and its hold,
+``(min_count - known members) × per-member demand``, until the group first has
+``min_count`` members. ``GangHoldView`` adds every hold to its tenant's usage, and a
+member is judged on what it adds beyond the hold it replaces (``judge_member``). A group
+of unknown size is judged pod by pod, with a warning.
 """
 
 from __future__ import annotations

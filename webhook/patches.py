@@ -1,20 +1,9 @@
 """RFC 6902 JSON Patch operations for the mutating webhook, built against the object as sent.
 
-Pure: standard library only. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-Design choices:
-
-* Paths are RFC 6901 JSON Pointers: ``~`` is escaped as ``~0`` *before* ``/`` becomes
-  ``~1`` (the other order would turn ``/`` into ``~01``).
-* kube-apiserver rejects the whole request (even with ``failurePolicy: Ignore``) when a
-  patch decodes but does not apply, e.g. an ``add`` under a missing ``metadata.labels``.
-  So ``PatchBuilder`` looks at the object as sent: a missing map is created whole by one
-  ``add`` carrying the first entry, and later entries of the same patch go under it
-  (operations apply in order).
-* Only ``add`` is emitted for map entries: on an existing member it replaces the value
-  (RFC 6902 §4.1), so one op kind covers both cases. A value that is already right gives
-  no op at all, which keeps the webhook idempotent under ``reinvocationPolicy: IfNeeded``.
+kube-apiserver rejects the whole request when a patch does not apply (even with
+``failurePolicy: Ignore``), so ``PatchBuilder`` creates a missing map whole, with its first
+entry. Map entries are set with ``add`` (which also replaces), and a value already right
+gives no op, so the webhook stays idempotent under ``reinvocationPolicy: IfNeeded``.
 """
 
 from __future__ import annotations

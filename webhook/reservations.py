@@ -1,26 +1,8 @@
-"""An in-process ledger of admitted-but-not-yet-watched pods, per tenant.
-
-Pure: standard library only, and no clock (``now`` is always a parameter, in seconds on
-any monotonic scale). Must not import aiohttp, kubernetes_asyncio or prometheus_client.
-
-Why: the quota check reads usage from the watch cache, which lags behind admission. Two
-creates arriving together would both see the old usage and both be admitted. So an
-allowed (non-dry-run) create *reserves* its demand here, and ``ReservingView`` adds the
-reservations to the watched usage. A reservation ends when
-
-* the pod shows up in the watched usage (the informer calls ``release(key)``), or
-* its TTL passes (the create failed later, e.g. another webhook denied it).
-
-Design choices:
-
-* One ledger per process, created by the app and passed in (no module state). In asyncio
-  a check-then-reserve without an ``await`` in between is atomic, which is what
-  ``review.admit`` relies on; the ledger itself takes no locks.
-* Per-tenant totals are kept up to date on every change, so reading a tenant's
-  reservations costs O(resources), and expiry pops from a FIFO ordered by deadline
-  (the TTL is constant, ``now`` never goes back), so a busy webhook never scans the whole
-  ledger per request.
-* Re-reserving a key replaces the old reservation (an apiserver retry of the same pod).
+"""An in-process ledger of admitted-but-not-yet-watched pods, per tenant. The watch lags
+behind admission, so an allowed create reserves its demand here and ``ReservingView``
+adds it to the watched usage until the pod is watched (``release``) or its TTL passes.
+``review.admit`` checks and reserves with no ``await`` in between, so the ledger takes no
+locks; ``now`` is always a parameter.
 """
 
 from __future__ import annotations

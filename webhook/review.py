@@ -1,36 +1,17 @@
 """The whole admission decision: ``review(request, view=, config=, phase=)`` → response.
 
-Pure: no network, no clock (``admit`` takes ``now``). Must not import aiohttp,
-kubernetes_asyncio, prometheus_client or extender. The HTTP handlers decode
-(``wire.decode_review``), call ``review``/``admit`` and encode (``wire.encode_response``).
+* Pods, CREATE: the tenant comes from the namespace (``fairshare.tenancy``); a
+  ``fairshare.io/tenant`` label naming another tenant and invalid GPU-sharing annotations
+  are refused. *mutate* sets the tenant label, canonical GPU-sharing annotations and, for
+  GPU pods left to the default scheduler, ``config.schedulerName``; *validate* checks the
+  limits of the tenant and its ancestors (``fairshare.limits``) and warns near one.
+* PersistentVolumeClaims, CREATE: ``storage`` counts against ``limit.storage``.
+* The fairshare ConfigMap, CREATE/UPDATE: ``policies.config_guard``.
+* Anything else is allowed untouched.
 
-What is judged:
-
-* Pods, CREATE (both phases). The tenant is resolved from the namespace
-  (``fairshare.tenancy``). A ``fairshare.io/tenant`` label naming another tenant is
-  refused; GPU-sharing annotations are validated (``policies.gpu_sharing``).
-  *mutate* then patches: the tenant label, canonical GPU-sharing annotations, and
-  ``spec.schedulerName`` for GPU pods when ``config.schedulerName`` is set (only over
-  the default scheduler, never over a user's explicit choice). *validate* checks the
-  tenant's limit across all its namespaces (``fairshare.limits``) and warns near a limit;
-  a pod counts by ``resources.pod_usage``, the rule the watch counts it by (a
-  ``fairshare.io/gpu-memory`` request is ``memory / largest device memory`` of a GPU
-  before the pod is bound, a whole GPU when no device size is known).
-* PersistentVolumeClaims, CREATE, validate: the ``storage`` request counts against the
-  tenant's ``limit.storage`` (pods' demand therefore leaves PVC storage out).
-* The fairshare ConfigMap (when ``config_map`` is given), CREATE/UPDATE, validate: an
-  invalid FairShareConfig is refused with its field paths; a valid one that sets a
-  tenant's limit below its current usage is admitted with a warning per such limit.
-* Anything else (other operations, kinds, subresources) is allowed untouched.
-
-Design choices:
-
-* Denials carry structured reasons (``Verdict.reasons``) and the message is rendered from
-  them in ``render_reasons``, the one place text is made. Invalid input is answered with
-  ``status.code`` 400, policy refusals (quota, tenancy) with 403.
-* Mutate repeats the validity checks (and denies early) because the mutating webhook
-  may fail open; validate repeats them because a mutation may have been skipped.
-* Validating answers never carry a patch (kube-apiserver rejects even an empty one).
+Both phases repeat the validity checks (the mutating webhook may fail open, a mutation may
+be skipped). Denials carry structured reasons, rendered in ``render_reasons``: code 400
+for invalid input, 403 for policy refusals. Validating answers never carry a patch.
 """
 
 from __future__ import annotations

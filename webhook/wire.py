@@ -1,20 +1,9 @@
 """admission.k8s.io/v1 AdmissionReview: decode the request body, encode the response body.
 
-Pure: pydantic and the standard library only. Must not import aiohttp,
-kubernetes_asyncio or prometheus_client; the HTTP adapter moves bytes in and out.
-
-Design choices (wire facts from ``PROTOCOLS.md`` part 2):
-
-* Requests are read with ``extra="ignore"`` (we read part of them) and camelCase aliases.
-  ``object`` and ``oldObject`` stay the raw dicts that kube-apiserver sent, because the
-  patch must apply to exactly that JSON (``RawBody`` in kopf's terms).
-* ``decode_review`` raises ``WireFormatError`` with a short, specific reason (the adapter
-  answers HTTP 400 with it); a policy denial is never an exception.
-* ``encode_response`` writes the response dict by hand rather than through a model dump,
-  so the keys are exactly what kube-apiserver's case-sensitive decoder reads (``uid``,
-  ``allowed``, ``status.code``/``status.message``, ``patchType``, ``patch``,
-  ``warnings``) and fields that must be absent are absent: a validating webhook may not
-  even send an empty ``patchType``.
+``object`` and ``oldObject`` stay the raw dicts kube-apiserver sent (a patch must apply
+to exactly that JSON). ``encode_response`` writes the response by hand, so the keys are
+exactly those kube-apiserver's case-sensitive decoder reads and absent fields are absent
+(a validating answer may not even carry an empty ``patchType``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""fairshare configuration: the ``FairShareConfig`` schema and its loading.
-
-``schema`` holds the pydantic models (the only place config is typed); ``loading`` turns
-text into a validated config or a ``ConfigError`` with field paths. The ConfigMap watch
-lives in ``reloading`` (an adapter) and is not imported here, so importing this package
-never pulls in kubernetes_asyncio, aiohttp or prometheus_client.
+"""fairshare configuration: the ``FairShareConfig`` schema (``schema``, ``fields``) and
+its loading (``loading``: text to a validated config, or a ``ConfigError`` with field
+paths). The ConfigMap watch, ``reloading``, is an adapter and is not imported here.
 """
 
 from fairshare.config.loading import (

@@ -1,11 +1,7 @@
-"""The scalar field types of the FairShareConfig schema: resource names, Kubernetes
-names and label selectors, quantities, weights, fractions and durations, each an
-``Annotated`` type whose validators report a pydantic error with a clear message.
-
-``fairshare.config.schema`` builds its models from these types and re-exports every
-public name (``is_label_key``, ``validate_resource_name``, ``parse_duration``, ...).
-
-Pure module: must not import aiohttp, kubernetes_asyncio or prometheus_client.
+"""The scalar field types of the FairShareConfig schema: resource names, Kubernetes names
+and label selectors, quantities, weights, fractions and durations, each an ``Annotated``
+type whose validators give a clear pydantic error. ``fairshare.config.schema`` builds its
+models from them and re-exports every public name.
 """
 
 from __future__ import annotations

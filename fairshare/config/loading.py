@@ -1,19 +1,8 @@
 """Config text -> ``FairShareConfig``, or a ``ConfigError`` listing every problem by path.
 
-``parse_config`` accepts YAML or JSON (the ConfigMap key ``config.yaml``); errors come back
-as k8s ``field.ErrorList``-style paths in the document's own keys::
-
-    tenants[2].weight: must be > 0
-    tenants[0].guaranteed.nvidia.com/gpu: guaranteed 4 is above limit 2
-
-Design choices: YAML is read with a safe loader that also refuses duplicate keys (PyYAML
-would silently keep the last one, hiding a typo in a quota) and alias bombs. A document
-must name its ``apiVersion`` and ``kind``; code that builds ``FairShareConfig`` directly
-gets them by default. ``dump_default_config`` renders the defaults from the schema itself,
-with each field's docstring as a comment, so the example cannot drift from the schema.
-
-Pure functions apart from ``load_config_file``, which reads one file (startup and the
-mounted-file fallback). Must not import aiohttp, kubernetes_asyncio or prometheus_client.
+``parse_config`` accepts YAML or JSON (the ConfigMap key ``config.yaml``); errors name
+paths in the document's own keys (``tenants[2].weight: must be > 0``). Duplicate keys and
+alias bombs are refused, and a document must name its ``apiVersion`` and ``kind``.
 """
 
 from __future__ import annotations

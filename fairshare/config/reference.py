@@ -1,19 +1,7 @@
-"""The Markdown configuration reference, generated from the pydantic schema.
-
-``render_reference()`` walks ``FairShareConfig`` and every model nested in it (through
-optionals, lists and maps) and returns one Markdown document: a section per model, named
-by the YAML path it sits at (``tenants[]``, ``gpuSharing``...), with a table of its fields:
-YAML key (the camelCase alias), type, default and the field's docstring. The commented
-default document of ``dump_default_config`` closes it. The checked-in copy lives in
-``docs/config-reference.md``; regenerate it with ``make docs`` or::
-
-    python -m fairshare.config.reference > docs/config-reference.md
-
-``tests/unit/test_docs.py`` fails when the two differ, so the reference cannot drift from
-the schema.
-
-Pure: no I/O apart from the ``__main__`` block. Must not import aiohttp,
-kubernetes_asyncio or prometheus_client.
+"""The Markdown configuration reference (``docs/config-reference.md``), generated from the
+pydantic schema: a section per model, named by its YAML path, with a row per field, then
+the commented default document. Regenerate the checked-in copy with ``make docs``;
+``tests/unit/test_docs.py`` fails while it is stale.
 """
 
 from __future__ import annotations

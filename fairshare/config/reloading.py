@@ -1,26 +1,7 @@
-"""Config hot reload: one ``ConfigHolder`` swapped as a whole, fed by the ConfigMap or a file.
-
-STYLE habit 2: the config lives in one place. ``make_app`` creates a ``ConfigHolder``
-and stores it under one AppKey; aiohttp forbids re-assigning app state after start, so a
-reload calls ``holder.swap(new)`` and readers call ``holder.get()`` (or read
-``holder.current``) each time they need it. An invalid update keeps the last good config,
-is logged with its field paths (``tenants[2].weight: must be > 0``) and reported through an
-``on_error`` callback, which the app points at ``fairshare_config_reload_errors_total``.
-
-Two feeds, both ending in the same ``parse_config`` and ``swap``:
-
-* the ConfigMap through the API: ``ConfigMapSink`` is a state-source ``Sink`` for kind
-  ``ConfigMap`` (``ApiSource(..., configmap=(namespace, name))`` watches it) and calls
-  ``apply_configmap``; a deleted or missing ConfigMap keeps the current config;
-* the mounted file as the fallback: ``FileWatcher`` polls it (inode, mtime, size; a
-  ConfigMap volume update swaps a symlink, which changes the inode) and reloads on change.
-
-Design choices: an update equal to the current config does not swap (a resync or a
-touched file must not wake every listener); listeners run synchronously after the swap
-and one that raises is logged, never undoing the swap or starving the others. The metric
-hooks are plain callables, so this module imports no prometheus_client; it must not
-import aiohttp either. kubernetes_asyncio is not needed here: the ConfigMap watch is an
-``ApiSource`` (``fairshare.state.informers``).
+"""Config hot reload: one ``ConfigHolder``, swapped whole, fed by the ConfigMap
+(``ConfigMapSink``) or the mounted file (``FileWatcher``). aiohttp app state cannot be
+reassigned after start, so readers call ``holder.get()`` each time. An invalid update
+keeps the last good config and is reported through ``on_error``.
 """
 
 from __future__ import annotations
@@ -77,7 +58,11 @@ class ConfigHolder:
         return self._version
 
     def swap(self, new: FairShareConfig) -> int:
-        """Put ``new`` in force, notify every listener, and return the new version."""
+        """Put ``new`` in force, notify every listener, and return the new version.
+
+        Listeners run in order, synchronously; one that raises is logged, and neither
+        undoes the swap nor stops the others.
+        """
         self._config = new
         self._version += 1
         for listener in list(self._listeners):
@@ -106,7 +91,11 @@ def _reload(
     on_error: Hook | None,
     on_reload: Hook | None,
 ) -> str | None:
-    """Shared by both feeds: validate, swap if changed, or keep the last good and report."""
+    """Shared by both feeds: validate, swap if changed, or keep the last good and report.
+
+    A config equal to the one in force is not swapped, so a resync or a touched file
+    wakes no listener.
+    """
     try:
         new = load()
     except ConfigError as exc:

@@ -1,27 +1,11 @@
 """The FairShareConfig schema (``apiVersion: fairshare.io/v1alpha1``) as pydantic v2 models.
 
-Boundary types only (STYLE habit 1): ``fairshare.config.loading`` turns text into a
-``FairShareConfig`` once; the core reads it through the accessor methods, which hand back
-exact ``Fraction`` amounts and tuples. Every model is frozen and forbids unknown keys.
-Documents use camelCase keys (``defaultTenant``); Python code may use the snake_case names.
-
-Design choices:
-
-* Quantities stay the strings the user wrote (``"64Gi"``), so dumping gives back what was
-  loaded; they are checked with ``fairshare.quantities`` at validation time and parsed again
-  by the accessors (cheap, and no hidden cache to compare or copy).
-* "No limit" is ``limit: None`` (whole tenant) or a resource missing from ``limit``;
-  ``0`` always means zero (habit 6).
-* Lists are tuples and every check reports a field path in the document's own keys.
-  Field-level problems are all reported together; the cross-field checks of
-  ``FairShareConfig`` run once the fields are valid, and also report all they find.
-
-The scalar field types (names, quantities, weights, durations and their validators) live
-in ``fairshare.config.fields`` and are re-exported here. The models stay in one file with
-their cross-field checks on purpose: each check takes a ``FairShareConfig`` and the model's
-validator runs the checks, so splitting them would make an import circle.
-
-Pure module: must not import aiohttp, kubernetes_asyncio or prometheus_client.
+Every model is frozen and forbids unknown keys; documents use camelCase keys, Python code
+may use the snake_case names. Quantities stay the strings the user wrote, so a dump gives
+back what was loaded; the accessors parse them into exact ``Fraction`` amounts. The
+scalar field types live in ``fairshare.config.fields`` (re-exported here). One module
+because each cross-field check takes a ``FairShareConfig``: split, the checks and the
+models would import each other.
 """
 
 from __future__ import annotations

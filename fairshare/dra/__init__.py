@@ -1,42 +1,23 @@
-"""GPUs requested through Dynamic Resource Allocation (``resource.k8s.io/v1``).
+"""GPUs requested and offered through Dynamic Resource Allocation (``resource.k8s.io/v1``).
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. Reads ResourceClaim / ResourceClaimTemplate objects as API JSON dicts.
+A claim's GPUs are the devices it asks of a GPU device class (``GPU_DEVICE_CLASSES``,
+default ``gpu.nvidia.com``; callers pass their configured set):
 
-A claim's GPUs are the devices its requests ask for from a **GPU device class**
-(``GPU_DEVICE_CLASSES``, default ``gpu.nvidia.com``, the class the NVIDIA DRA driver
-installs; callers pass their configured set):
+* ``requests[].exactly`` (and the pre-v1 flat shape): ``count`` (default 1) for
+  ``ExactCount``, ``all_devices`` (default 8) for ``All``;
+* ``requests[].firstAvailable[]``: the largest count among the GPU sub-requests;
+* once allocated, ``status.allocation.devices.results``: the devices given to the GPU
+  requests.
 
-* ``spec.devices.requests[].exactly`` with ``deviceClassName`` in the set:
-  ``allocationMode: ExactCount`` (the default) counts ``count`` (default 1);
-  ``allocationMode: All`` counts ``all_devices`` (a whole node, default 8) until the
-  claim is allocated;
-* ``spec.devices.requests[].firstAvailable[]``: the largest count among the GPU
-  sub-requests (the worst case the scheduler may pick) until allocated;
-* the pre-v1 flat shape (``requests[].deviceClassName`` / ``count`` / ``allocationMode``)
-  is read the same way, so claims written for v1beta1 count too;
-* once allocated, ``status.allocation.devices.results`` is the truth: the number of
-  devices given to the GPU requests (a result's ``request`` is ``<request>`` or
-  ``<request>/<sub-request>``).
+Admission counts a ResourceClaim from creation to deletion, used by a pod or not (as
+ResourceQuota does); the scheduler side counts the claims bound pods reference, once per
+claim. The claim kube-scheduler generates for a DRA-backed ``nvidia.com/gpu`` (KEP-5004)
+counts 0: the pod's own request is its usage. A node's capacity is the devices a GPU
+DeviceClass selects in its ResourceSlices; no CEL is evaluated (``device_match`` reads
+the driver and attribute equalities GPU classes use and refuses anything else).
 
-Accounting choices: admission counts a ResourceClaim from creation to deletion, whether
-or not a pod uses it yet (as Kubernetes ResourceQuota counts ``devices`` per claim);
-claims generated from a template are ResourceClaims and count the same way, so a pod is
-never counted twice for one claim. The scheduler side counts the claims that bound pods
-reference (``pod_claim_names``), once per claim. The claim kube-scheduler generates for a
-pod's DRA-backed ``nvidia.com/gpu`` (KEP-5004, annotated
-``resource.kubernetes.io/extended-resource-claim``) counts 0: the pod's own request is
-its usage, on both sides.
-
-Capacity (``slice_capacity``): a node's DRA GPUs are the devices that a configured GPU
-DeviceClass selects in the node-local pools of ``resource.k8s.io/v1`` ResourceSlices.
-fairshare evaluates no CEL; ``device_match`` reads the driver/attribute equalities GPU
-classes are written with and refuses anything else by name.
-
-The package: ``slices`` (capacity: devices, their fractions, taints), ``book``
-(``SliceBook``, the capacity followed slice event by slice event) and ``claims`` (a
-claim's GPUs, the admission check, KEP-5004); every public name is re-exported here, so
-callers keep ``from fairshare import dra`` and ``dra.<name>``.
+``slices`` (capacity), ``book`` (capacity followed event by event) and ``claims`` (a
+claim's GPUs, the admission check) are re-exported here.
 """
 
 from fairshare.dra.book import SliceBook

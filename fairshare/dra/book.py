@@ -1,9 +1,6 @@
-"""``SliceBook``: the GPU capacity of a cluster's ResourceSlices kept up to date slice
-event by slice event (a slice recounted, its pool recombined, only that pool's totals
-moved), for the extender's tracker and the webhook.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
+"""``SliceBook``: the GPU capacity of a cluster's ResourceSlices, kept up to date slice
+event by slice event (only the changed slice's pool is recombined), for the extender's
+tracker and the webhook.
 """
 
 from __future__ import annotations

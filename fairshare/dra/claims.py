@@ -1,9 +1,7 @@
-"""GPUs requested through ResourceClaims and ResourceClaimTemplates: a claim's GPUs
-while pending and once allocated, the quota check at admission, and the claims
-kube-scheduler generates for extended resources backed by DRA (KEP-5004).
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. See ``fairshare.dra`` for the counting rules as a whole.
+"""GPUs requested through ResourceClaims and ResourceClaimTemplates: a claim's GPUs while
+pending and once allocated, the quota check at admission, and the claims kube-scheduler
+generates for DRA-backed extended resources (KEP-5004). The counting rules are in
+``fairshare.dra``.
 """
 
 from __future__ import annotations

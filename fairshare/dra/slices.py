@@ -1,10 +1,7 @@
 """GPUs published in ResourceSlices (``resource.k8s.io/v1``): which devices a GPU
-DeviceClass selects, what part of a physical GPU each one is (full GPU, MIG partition by
-its counters, a shareable device by its capacity), device taints, and pools combined
-into a cluster's capacity (``fairshare.dra.book`` follows them event by event).
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. See ``fairshare.dra`` for the counting rules as a whole.
+DeviceClass selects, what part of a physical GPU each is (a whole GPU, a MIG partition by
+its counters, a share of a shareable device by its capacity), device taints, and pools
+combined into a cluster's capacity.
 """
 
 from __future__ import annotations

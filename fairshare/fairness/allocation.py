@@ -1,8 +1,6 @@
-"""The fair allocation: ``fair_allocation``, flat weighted DRF by progressive filling.
-
-A config whose tenants name a parent is a tree: ``fair_allocation`` then hands the
-tenants to ``hierarchy.hierarchical_allocation``. See ``fairshare.fairness`` for the
-definitions.
+"""The fair allocation: ``fair_allocation``, flat weighted DRF by progressive filling; a
+config whose tenants name a parent goes to ``hierarchy.hierarchical_allocation``. The
+definitions are in ``fairshare.fairness``.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ def fair_allocation(
     capacity: Sequence[float],
     res_weights: Sequence[float],
 ) -> dict[str, FairShare]:
-    """Weighted DRF fair allocation by progressive filling (see module docstring).
+    """Weighted DRF fair allocation by progressive filling (see ``fairshare.fairness``).
 
     Each tenant gets ``x_t * demand_t`` with ``x_t`` in [0, 1]. ``guaranteed`` sets the
     starting level (scaled down together if the guarantees do not fit the capacity);

@@ -1,11 +1,7 @@
-"""Dominant shares and the types of the fair allocation.
-
-``dominant_shares`` measures every tenant's weighted dominant share with the
-``_native.drf`` kernel; ``TenantDemand`` is one tenant's input to the fair allocation and
-``FairShare`` its output; ``effective_weights`` gives each tenant of a tree its weight in
-the whole tree; ``jain_index`` measures how even shares are. ``_dom`` and ``_level`` are
-the small helpers both allocations use (a vector's dominant share, a tenant's level
-under a guarantee or a limit). See ``fairshare.fairness`` for the definitions.
+"""Dominant shares and the types of the fair allocation: ``dominant_shares`` (through the
+``_native.drf`` kernel), ``TenantDemand`` and ``FairShare`` (a tenant's input and output),
+``effective_weights`` (a tenant's weight in the whole tree), ``jain_index``, and the small
+helpers both allocations use.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Pod groups (gangs): pods that are useless until ``min_count`` of them run together.
 
-Modules: ``identity`` (which group a pod belongs to, read from the pod alone), ``plan``
-(the model of a group and the all-or-nothing plan of its members), ``waiting`` (groups as
-waiting work at the fair-share gate), ``status`` (where each group stands and why it
-waits) and ``podgroups`` (the PodGroup objects that size groups, as read from the API).
-
-The names of ``identity`` and ``plan`` are re-exported here (``gangs.group_of``,
-``gangs.plan_gang``); the other modules are used by their own names
-(``gangs.waiting.owed``, ``gangs.status.group_statuses``).
+Modules: ``identity`` (a pod's group), ``plan`` (the group and its all-or-nothing plan),
+``waiting`` (groups at the fair-share gate), ``status`` (where each group stands) and
+``podgroups`` (the PodGroup objects, read from the API). The names of ``identity`` and
+``plan`` are re-exported here.
 """
 
 from __future__ import annotations

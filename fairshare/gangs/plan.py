@@ -1,34 +1,12 @@
 """Pod groups (gangs): one model of a group and the all-or-nothing plan of its members.
 
-Pure: no network, no clock. A gang is a set of pods that are useless until ``min_count``
-of them run (a distributed training job). The extender plans every member that is not
-bound yet at once, against the capacity and GPU devices of the ``ClusterState``, and
-keeps the plan as reservations in that state (``reserve``), so the filter of any other
-pod sees the room as taken; ``extender.ganging`` is the adapter around it.
-
-Conventions read:
-
-* scheduler-plugins coscheduling (Kubeflow Trainer, the training operator): the pod label
-  ``scheduling.x-k8s.io/pod-group: <name>`` and a ``scheduling.x-k8s.io/v1alpha1``
-  PodGroup ``<name>`` in the pod's namespace whose ``spec.minMember`` is ``min_count``;
-* without that PodGroup, the annotation ``fairshare.io/gang-min-members: "<n>"`` on the
-  members (fairshare's own fallback, for clusters without the coscheduling CRD);
-* Kubernetes' native pod groups (v1.36, alpha: gates ``GenericWorkload`` and
-  ``GangScheduling``, API ``scheduling.k8s.io/v1alpha2``): the pod's immutable
-  ``spec.schedulingGroup.podGroupName`` names a ``PodGroup`` in its namespace whose
-  ``spec.schedulingPolicy.gang.minCount`` is ``min_count`` (a ``basic`` policy: no gang,
-  ``min_count`` 1). kube-scheduler's pod-group cycle then calls the extender once per
-  member with tentative placements it does not report; the plan made at the first
-  member's filter answers each member with its planned node, so those calls agree with
-  each other (no device or quota counted twice), and binding starts only once the whole
-  group is permitted.
-
-A group may have a **topology key**, a node label: its members then land in one domain of
-that label (the nodes sharing one value of it; a node without the label is in none), e.g.
-a rack or an NVLink clique (``nvidia.com/gpu.clique``). It is the native PodGroup's
-``spec.schedulingConstraints.topology[0].key`` (v1.36: gate
-``TopologyAwareWorkloadScheduling``), else the members' annotation
-``fairshare.io/gang-topology-key`` (the coscheduling PodGroup has no such field).
+``plan_gang`` places every member not bound yet at once, against the capacity and GPU
+devices of the ``ClusterState``; ``reserve`` keeps the plan as reservations in that state,
+so any other pod's filter sees the room as taken (``extender.ganging`` is the adapter).
+Under Kubernetes' native pod groups kube-scheduler calls the extender once per member
+with tentative placements; the plan made at the first member's filter answers each member
+with its planned node, so those calls agree. A group with a topology key (a node label)
+is placed inside one domain of it.
 """
 
 from __future__ import annotations

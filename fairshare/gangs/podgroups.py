@@ -1,11 +1,8 @@
 """The PodGroup objects that size pod groups, as read from the API: one group's object
-for the webhook and the extender (``PodGroupReader``, each read reused a few seconds),
-the whole list for a snapshot of the cluster (``list_podgroups``), and each object's
-group and ``min_count``.
-
-The API calls themselves are made by functions the caller passes in (built by the
-adapters in ``fairshare.state.informers``), so this module only decides what is read,
-when a read is reused, and what a failed read means.
+(``PodGroupReader``, each read reused a few seconds), the whole list for a snapshot
+(``list_podgroups``), and each object's group and ``min_count``. The caller passes the API
+calls in; this module decides what is read, when a read is reused and what a failed read
+means.
 """
 
 from __future__ import annotations

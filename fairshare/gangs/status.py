@@ -1,31 +1,13 @@
-"""Where each pod group (gang) stands and why it waits: ``fairshare status``/``explain``,
-the extender's status page, its metrics and its Events on a group's pods.
+"""Where each pod group (gang) stands and why it waits: for ``fairshare status`` /
+``explain``, the extender's status page, its metrics and its Events.
 
-Every judgement is the one the extender makes at a member's filter
-(``extender.ganging``), on the same state: the group's ``min_count`` (the PodGroup's
-``spec.minMember``, else the members' ``fairshare.io/gang-min-members``), the members
-that exist, the fair-share gate for the whole group (``gangs.gang_gate``) and the
-all-or-nothing plan (``gangs.plan_gang``, on the nodes the first waiting member may use).
-The extender also passes its live plans (``LivePlanView``); ``fairshare status`` has none
-(plans live in the extender's memory) and says what the next member's filter would find.
-
-A group's **state**:
-
-* ``running``: ``min_count`` members are bound (later members are placed one by one);
-* ``planned``: the extender holds a plan (its room reserved); kube-scheduler is taking the
-  members to their planned nodes, and binds are held until every needed member is there;
-* ``waiting``: no plan, and ``reason`` says why: too few members, no size known, the gate
-  (the tenant it yields to is ``waiting_for``), or the group does not fit whole (which
-  member fits where not); ``fits whole now`` when the next filter would plan it.
-
-``actionable``: the reason is one the group's owner can act on (create the missing
-members, give the group a size, make a group that can fit the cluster at all); the
-extender records an Event on the group's pending pods for those (``REASON_GANG``).
-Waiting for room or for the fair-share gate is fairness at work and gets no Event.
-
-``held_gpus``: GPUs a group that is not running holds: its bound members (a group
-bound in part, e.g. by a member bound before the group was planned) and its plan's
-reservations; what an incomplete gang keeps from everyone else.
+Every judgement is the one the extender's filter makes on the same state. A group is
+``running`` (``min_count`` members bound), ``planned`` (the extender holds a plan; binds
+wait until every needed member is there) or ``waiting`` with a ``reason``.
+``actionable`` marks a reason the group's owner can act on (members missing, no size, a
+group that can never fit), which gets an Event; waiting for room or for the gate gets
+none. ``held_gpus``: what a group that is not running holds (bound members, its plan's
+reservations).
 """
 
 from __future__ import annotations

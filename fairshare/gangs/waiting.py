@@ -1,29 +1,17 @@
 """Pod groups as waiting work at the fair-share gate: one rule for extender and simulator.
 
-The gate lets a tenant go past its fair share only while no tenant below it has work
-waiting that could run now (``gate.fitting_pending``, work conservation). Judged pod by
-pod, one member of a group that cannot start whole holds every tenant above it back, and
-the room that frees waits for that group; if kube-scheduler's record of the group's
-refusal is read as its own verdict, the same group holds nobody. Here a group counts
-once, as a whole, by one of these rules (``RULES``; ``RULE`` is the one the extender and
-the simulator use):
+A group counts once, as a whole, by one of ``RULES`` (``RULE`` is the one in use):
 
-* ``pod``: each member alone (fairshare before this module: one member that fits some
-  node counts);
+* ``pod``: each member alone;
 * ``whole``: the group fits whole now (``gangs.plan_gang`` against the free room);
-* ``kept``: the group fits whole in the room the gate keeps for it: the free room plus
-  what the tenants above its tenant hold (those the gate holds back while it waits, so
-  the room they give back stays free for it);
-* ``owed``: the group fits whole now, or starting it keeps its tenant within its fair
-  share (the tenant is owed the room, so holding others back for it is the fair share
-  at work, not idle room for a group that would overshoot);
-* ``near``: as ``owed``, but an owed group that does not fit now counts only once half
-  the GPUs it needs are free on its nodes (room is kept for it only when it is close).
+* ``kept``: it fits whole in the free room plus what the tenants above its tenant hold;
+* ``owed``: it fits whole now, or starting it keeps its tenant within its fair share;
+* ``near``: as ``owed``, but a group that does not fit now counts only once half the GPUs
+  it needs are free on its nodes.
 
-Under every rule a group counts only with all ``min_count`` members present and when it
-could run whole on its nodes emptied (one that never can holds nobody back), and its
-members are never also counted one by one. A group that runs (``min_count`` members
-bound) has its later members counted like any pod.
+Under every rule a group counts only with all ``min_count`` members present and if it
+could run whole on its nodes emptied, and its members are never also counted one by one.
+A running group's later members count like any pod.
 """
 
 from __future__ import annotations

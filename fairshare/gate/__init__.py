@@ -1,23 +1,15 @@
 """The fair-share gate: whether a pod of a tenant may be placed now.
 
-* A pod of tenant t waits when t's share *after* the pod would exceed t's fair share
-  (``fairshare.fairness``) **and** another tenant u with a lower current share (ties
-  broken by tenant name) has a pending pod that fits now. The lowest-share tenant with
-  a fitting pod is never held back, so no capacity is idle while a pod that fits waits.
-* With ``holdForBlockedTenants`` (opt-in) u also counts when its waiting pod fits no
-  node now but would fit a node drained of its pods (*blocked*, not unrunnable): t then
-  waits even though capacity may stay idle, so that room freed later goes to u. A pod
-  that fits no node even drained never holds anyone.
-* With ``yieldBand`` b > 0 (opt-in) the gate applies from ``(1 - b)`` × t's fair share
-  instead of from the fair share, for contenders with a pod that fits now (blocked
-  pods hold only above the fair share). Below the fair share the order is by the
-  fraction of its own fair share each tenant holds (``check_fair_gate`` passes those
-  fractions as the current shares): tenants near their fair shares go in turn, so what
-  fragmentation leaves idle at the end is spread over them. Still work-conserving.
+A pod of tenant t waits when t's share after the pod would exceed its fair share
+(``fairshare.fairness``) and another tenant with a lower current share (ties by name) has
+a pending pod that fits now, so no capacity idles while a fitting pod waits. Opt-in:
+with ``holdForBlockedTenants`` a contender also counts when its pod fits no node now but
+would fit a drained one; with ``yieldBand`` b the gate applies from ``(1 - b)`` × t's fair
+share for contenders whose pod fits now, tenants below their fair shares going in order
+of the fraction of it they hold.
 
-Modules: ``rule`` (the decision on shares alone: ``check_gate``, ``GateDecision``) and
-``cluster`` (the gate over a ``ClusterState``: ``check_fair_gate``, which finds the
-contenders, and which waiting pods fit now). Their public names are re-exported here.
+``rule`` decides on shares alone (``check_gate``); ``cluster`` finds the contenders in a
+``ClusterState`` (``check_fair_gate``). Their public names are re-exported here.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""The fair-share gate over a ClusterState: one implementation for extender and simulator.
-
-``check_fair_gate`` computes, for a pod of tenant t:
-
-* every tenant's current weighted dominant share (from the pods bound in the state);
-* t's share after the pod;
-* the fair allocation by progressive filling over demand = bound + pending pods
-  (``fairness.fair_allocation``), unless the caller passes one it has cached;
-* ``rule.check_gate`` against the tenants with a lower (or equal, smaller-named)
-  share that have a pending pod fitting some node now, or with
-  ``holdForBlockedTenants`` one that would fit some node drained of its pods
-  (``pod_fits_drained``).
-
-A pod that keeps its tenant within its fair share is never gated (returns None); with
-``yieldBand`` b, within ``(1 - b)`` × its fair share.
+"""The fair-share gate over a ``ClusterState``, one implementation for extender and
+simulator: ``check_fair_gate`` takes the current shares, the fair allocation over bound
+plus pending demand and the contenders with a pending pod that fits now (or, with
+``holdForBlockedTenants``, would fit a drained node), and applies ``rule.check_gate``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def check_gate(
     contenders: Sequence[Contender],
     yield_band: float = 0.0,
 ) -> GateDecision:
-    """Decide whether a pod of ``tenant`` may be placed now (see module docstring).
+    """Decide whether a pod of ``tenant`` may be placed now (the rule: ``fairshare.gate``).
 
     The tenant waits only for a contender that has a pending pod fitting now (or, with
     ``holdForBlockedTenants``, a blocked one: ``Contender.blocked``) and a lower current

@@ -1,25 +1,7 @@
-"""Where a pod may go and how good each node is: the fit, the scores and the devices.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. Both the scheduler extender and the simulator call these
-functions on a ``ClusterState``, so a simulated policy is the deployed policy.
-(STYLE.md puts filtering and scoring under ``extender/``; they live in the
-core because the simulator, which may not import the extender, must run the same code.)
-
-The pieces of the pipeline for one pod (``fairshare.pipeline`` chains them, with the
-fair-share gate between fit and score): ``filter_nodes`` (resource fit, GPU-device fit,
-GPU health, GPU model) → ``Scorer`` (a weighted sum of per-node terms in [0, 1]) and the
-node choice → ``choose_devices`` on the chosen node.
-
-One module per job, every public name re-exported here:
-
-* ``fairshare.podrequest``: the pod request (``PodRequest``, ``RequestShape``), below
-  the state layer, which builds requests from pod objects;
-* ``placement.filtering``: which nodes fit, and why the others do not;
-* ``placement.workload``: the workload mix (FGD's task classes);
-* ``placement.scoring``: the scoring terms, the scorer and the node choice;
-* ``fairshare.state.devices``: the devices (and MIG slices) a pod takes on a node, in
-  the state layer because the device ledger restores pods by the same rule.
+"""Where a pod may go and how good each node is: ``filtering``, ``scoring`` and
+``workload``, with ``fairshare.podrequest`` and ``fairshare.state.devices``, re-exported
+here. The extender and the simulator both call them on a ``ClusterState`` (hence in the
+core), so a simulated policy is the deployed policy; ``fairshare.pipeline`` chains them.
 """
 
 from __future__ import annotations

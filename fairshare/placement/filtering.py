@@ -1,12 +1,8 @@
-"""Which nodes can take a pod now, and why each other node cannot.
-
-``filter_nodes`` checks a ``PodRequest`` against every node (or the given rows): each
-resource column, a set of devices holding the pod's GPU share, GPU health and model,
-and for a pod on MIG slices the node's free slices of its profile. A failing node gets
-a ``NodeFailure`` with the text kube-scheduler shows and whether an eviction could
-cure it. ``fit_rows`` and ``row_failure`` are the extender's one-pass version over its
-candidate rows; ``fits_after_release`` is the same test on one node with some pods
-given back (preemption). The fit itself is the ``_native.fit`` kernel.
+"""Which nodes can take a pod now, and why each other node cannot. ``filter_nodes`` checks
+each resource column, a set of devices for the pod's GPU share, GPU health and model, and
+MIG slices; a failing node gets a ``NodeFailure`` with kube-scheduler's text and whether
+an eviction could cure it. ``fit_rows`` / ``row_failure`` are the extender's one-pass
+version; ``fits_after_release`` tests one node with some pods given back.
 """
 
 from __future__ import annotations

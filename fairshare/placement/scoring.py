@@ -1,11 +1,7 @@
-"""How good each fitting node is for a pod, and which one fairshare itself picks.
-
-``Scorer`` (built by ``build_scorer`` from the config's term weights) sums per-node
-terms in [0, 1] (``SCORERS``: fit, packing, fragmentation, stranding, spread, health,
-fairness), mostly computed by the ``_native.scoring`` kernels; ``Scored`` holds the
-result and the device the fragmentation term proposed. ``choose_level`` and
-``choice_levels`` are the node choice of the simulator and of the extender's
-``--pick-in-filter``; ``cluster_fragmentation`` is FGD's measure of the whole cluster.
+"""How good each fitting node is for a pod, and which one fairshare itself picks:
+``Scorer`` sums the config's weighted per-node terms in [0, 1] (``SCORERS``), mostly from
+the ``_native.scoring`` kernels; ``choose_level`` / ``choice_levels`` are the node choice
+of the simulator and of ``--pick-in-filter``; ``cluster_fragmentation`` is FGD's measure.
 """
 
 from __future__ import annotations

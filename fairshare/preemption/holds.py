@@ -1,15 +1,12 @@
 """The hold on the room reclaim makes, and the records of what reclaim gave.
 
-The room a plan makes for a pod (``reclaim.ReclaimPlan.room``) is kept for it
-(``RoomHold``, ``holds_made``). The reclaimer writes it on the pod as annotations
-(``hold_annotations``); the extender reads them back (``hold_of``, ``holds_in_force``)
-and its filter and the gate keep other tenants' pods off that room (``held_off``,
-``gate_held``) until the pod binds or is deleted or the hold lapses (``HOLD_TIMEOUT``).
-A pod that got room also records the tenants whose pods went for it and when
-(``given_annotation``); reclaim toward fair share reads that back (``given_in_force``)
-and takes nothing from the pod's tenant for them while the record counts (no
-take-back). Times are parameters (wall clock: another process reads them); the property
-test's simulator calls the same functions.
+The room a plan makes for a pod (``RoomHold``) is written on the pod as annotations
+(``hold_annotations``) and read back by the extender (``holds_in_force``), whose filter
+and gate keep other tenants' pods off it (``held_off``, ``gate_held``) until the pod binds
+or goes or the hold lapses (``HOLD_TIMEOUT``). A pod that got room also records whose pods
+went for it and when (``given_annotation``); reclaim toward fair share takes nothing from
+the pod's tenant for them while the record counts (no take-back). Times are parameters,
+in wall-clock seconds, since another process reads them.
 """
 
 from __future__ import annotations

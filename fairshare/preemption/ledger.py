@@ -1,12 +1,9 @@
 """The reclaim planner's working figures and its search for victims on one node.
-
-``Ledger`` holds one planning round: the usage each tenant gains and loses by the
-round's decisions, the pods already chosen, a one-node copy per node touched
-(``nodesim``), the tree of tenants and the pod groups. ``victims_on`` finds a minimal set
-of victim units (a lone pod, or a pod group whole) whose eviction frees a place for a
-pod on one node, keeping every victim's tenant at or above its guarantee (and its fair
-share, toward fair share); ``node_cost`` ranks the nodes' sets. The planner
-(``reclaim.plan_reclaim``) chooses among them and records the evictions.
+``Ledger`` holds one planning round (usage gained and lost, pods chosen, one-node copies,
+the tenant tree, the pod groups); ``victims_on`` finds a minimal set of victim units (a
+pod, or a pod group whole) whose eviction makes room on one node, keeping every victim's
+tenant at or above its guarantee (and its fair share, toward fair share); ``node_cost``
+ranks the nodes.
 """
 
 from __future__ import annotations

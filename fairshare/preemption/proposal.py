@@ -1,15 +1,9 @@
 """kube-scheduler's preemption proposal judged node by node: the ``/preempt`` verb's core.
 
-kube-scheduler's DefaultPreemption proposes, per candidate node, the lowest-priority
-pods whose eviction makes room for a pending pod (any tenant's). The extender may answer
-a subset of the nodes, and for a node any pods that run there
-(``HTTPExtender.convertToVictims`` looks each UID up among the node's pods;
-``Evaluator.callExtenders`` takes the answer as the candidates, v1.36), so fairshare can
-both refuse a victim and put another in its place. ``allowed_victims`` judges a whole
-proposal by the rules of ``victims``, puts pods of the preemptor's own tenant in the
-place of refused victims, keeps pod groups whole, and drops a node whose victims no
-longer make room. ``extender.verbs.preempt_answer`` decodes the verb's arguments, calls
-it and encodes its answer.
+The extender may answer a subset of the proposed nodes and, per node, any pods that run
+there (``HTTPExtender.convertToVictims``). ``allowed_victims`` applies the rules of
+``victims``, puts pods of the preemptor's own tenant in place of refused victims, keeps
+pod groups whole, and drops a node whose victims no longer make room.
 """
 
 from __future__ import annotations

@@ -1,57 +1,23 @@
 """Reclaim: which borrowed pods to evict so that a tenant gets its ``guaranteed`` share back.
 
-Deterministic: no clock (``now`` is a parameter), no globals; ties are broken by name.
-The controller that acts on a plan is ``extender.reclaimer``; the round's ledger and the
-search for victims on one node are ``ledger``; the hold on the room a plan makes, and
-the no-take-back records, are ``holds``.
+Deterministic: ``now`` is a parameter, ties are broken by name. ``plan_reclaim`` walks
+the pending queue in order. A waiting pod ``p`` of tenant ``t`` is a **beneficiary** when
+``usage_t + p <= guaranteed_t`` on every guaranteed column ``p`` requests (in a tree, for
+``t`` or an ancestor, and victims then come from outside that subtree), ``p`` fits no
+node now only for capacity, and ``t``'s share after ``p`` stays within its fair share.
 
-``plan_reclaim`` looks at the pending queue in order. A pending pod ``p`` of tenant ``t``
-that is waiting (``PodRequest.waiting``: no scheduling gate, a scheduler that calls the
-extender) is a **beneficiary** when
+**Victims** are bound pods of other tenants, taken only while their tenant (and each
+ancestor) stays at or above its own guarantee on every guaranteed column the victim
+uses: the most over-share tenant first, then the youngest pod, then uid. On each node
+where ``p`` failed for capacity, victims are released in that order on a copy of the
+node until ``p`` fits, then pruned; the node needing the fewest wins (a greedy minimal
+set, not a global minimum). A pod group is one unit, evicted whole or not at all.
 
-* ``t`` is under its guarantee for ``p``: ``usage_t + p <= guaranteed_t`` on every
-  guaranteed column ``p`` requests (and ``p`` requests at least one of them); in a tree
-  of tenants, ``t`` or one of its ancestors is (an ancestor's usage is its subtree's),
-  and victims are then taken outside that level's subtree;
-* ``p`` fits no node now, and fails only for capacity on some node (``filter_nodes``
-  failures that are not ``unresolvable``);
-* ``t``'s weighted dominant share after ``p`` stays within its fair share (progressive
-  filling over bound + pending demand, ``cluster_shares.fair_shares_for``): reclaim never gives
-  a tenant more than its fair share.
-
-Victims are bound pods of other tenants, taken only while their tenant (and, in a tree,
-each of its ancestors, counting its subtree) stays at or above its own guarantee on
-every guaranteed column the victim uses. Preference order:
-the most over-share tenant first (weighted dominant share minus fair share, descending),
-then the youngest pod (``created``, newest first), then uid. On each node where ``p``
-failed for capacity, victims are released in that order on a copy of the node's free
-vector and device ledger until ``filter_nodes`` accepts ``p`` there, then pruned (a
-victim whose release is not needed is put back). The node needing the fewest victims
-wins (ties: the node whose least preferred victim is the most preferred, then the next;
-then node name). This is a greedy minimal set, not a global minimum.
-
-Pod groups (gangs, ``fairshare.gangs.group_of``; ``groups`` maps a bound pod to its group)
-are victims as whole units: a distributed job that loses one member is lost, so evicting
-one member means evicting every bound member of its group, on whatever node, or none.
-A unit is taken only while its tenant stays at or above its guarantee with all its
-members gone (the group's guaranteed share is protected as a whole); on the node judged,
-its members there free room, and its members elsewhere free room on their own nodes
-(counted for later beneficiaries of the round). Within a tenant, lone pods are tried
-before groups (then the youngest); the node chosen evicts the fewest pods, then the
-fewest units, then the least preferred victim being the most preferred it can be (then
-the next). Pods outside a group are units of one, so
-without groups the choice is exactly the per-pod one above.
-
-Why it cannot loop: a beneficiary only gains up to its guarantee, and a victim's tenant
-never drops below its guarantee, so what one reclaim gave can never be reclaimed back,
-and a victim's tenant never becomes a beneficiary through our evictions. Toward fair
-share (opt-in), fair shares move with demand, so the bound alone does not hold there:
-a pod that got room by reclaim records the tenants whose pods went for it
-(``holds.ANN_RECLAIMED_FROM``, ``given``), and while it is there, for up to
-``reclaimTakeBackAfter``, reclaim toward fair share takes nothing from its tenant for
-them (no take-back). On top of that, ``cooldown``
-blocks reclaiming from ``t`` for ``u`` within ``cooldown`` seconds of a reclaim from
-``u`` for ``t`` (``last_evictions[(victim, beneficiary)]``).
+It cannot loop: a beneficiary gains only up to its guarantee, and a victim's tenant never
+drops below its own. Toward fair share (opt-in) fair shares move with demand, so a pod
+that got room records the tenants whose pods went for it, and reclaim takes nothing from
+its tenant for them for ``reclaimTakeBackAfter`` (``holds``); ``cooldown`` blocks
+reclaiming from ``t`` for ``u`` soon after a reclaim from ``u`` for ``t``.
 """
 
 from __future__ import annotations

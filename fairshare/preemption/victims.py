@@ -1,14 +1,9 @@
-"""The rules a victim of kube-scheduler's preemption must pass, on one node's victims.
-
-* ``protect_guaranteed``: no victim takes its tenant, or an ancestor (usage over its
-  subtree), below its ``guaranteed`` amounts (the figures: ``guarantees``,
-  ``guaranteed_usage``);
-* ``fair_share_victims``: under the config's ``preemption`` policy, a pod of the
-  preemptor's own tenant goes when it has lower priority, and a pod of another tenant
-  only while that tenant stays at or above its fair share (the figures: ``fair_rule``).
-
-``proposal`` applies them to what kube-scheduler proposes, node by node. The reclaim
-planner keeps the same floors for its own victims (``ledger.Ledger``).
+"""The rules a victim of kube-scheduler's preemption must pass, on one node's victims:
+``protect_guaranteed`` (no victim takes its tenant, or an ancestor, below its
+``guaranteed`` amounts) and ``fair_share_victims`` (under the ``preemption`` policy, a pod
+of the preemptor's own tenant goes when it has lower priority, another tenant's only
+while that tenant stays at or above its fair share). ``proposal`` applies them; the
+reclaim planner keeps the same floors (``ledger.Ledger``).
 """
 
 from __future__ import annotations

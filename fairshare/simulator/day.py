@@ -1,18 +1,10 @@
 """The day-long scenario of fairness with memory (``usageHistory``).
 
-Tenant ``a`` has the cluster to itself overnight; tenant ``b`` arrives in the morning;
-from then on both saturate it (each keeps a backlog of waiting pods as large as the
-cluster, so its demand never runs out). Pods are 1 GPU each and run 30 to 90 minutes
-(a seeded draw), so no tenant can be evicted: room changes hands only as pods end.
-Equal weights: b's instantaneous fair share is 1/2.
-
-Run with and without history::
-
-    python -m fairshare.simulator.day --half-life 1h --png day.png
-
-and it prints, per hour, b's time-averaged share of the GPUs without and with history,
-b's fair share with history (the instantaneous one is 0.5) and the factor on a's weight.
-Pure apart from the optional PNG (matplotlib, imported lazily).
+Tenant ``a`` has the cluster to itself overnight; ``b`` arrives in the morning, and from
+then on both saturate it with 1-GPU pods of 30 to 90 minutes (no evictions: room changes
+hands only as pods end). ``python -m fairshare.simulator.day --half-life 1h --png
+day.png`` prints, per hour, b's time-averaged GPU share without and with history, b's
+fair share with history (0.5 without) and the factor on a's weight.
 """
 
 from __future__ import annotations

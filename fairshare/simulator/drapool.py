@@ -1,32 +1,14 @@
 """DRA node pools in the simulator: GPUs published in ResourceSlices, claims, and the
 allocation kube-scheduler's DynamicResources makes.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-One module (about 650 lines) because its three parts are one model: the slices it
-publishes, the allocator that reads them back as kube-scheduler would, and the pool that
-binds claims through both.
-
-A DRA pool's nodes have no ``nvidia.com/gpu`` allocatable; their GPUs are devices of
-ResourceSlices shaped as NVIDIA's DRA driver publishes them (one pool per node named
-after it): whole GPUs (``type: gpu``), MIG-partitionable GPUs (a counter set per GPU with
-its memory, multiprocessors and 8 memory slices; the full GPU consumes all of it, each
-MIG placement its part) and shareable GPUs (``allowMultipleAllocations``, 80Gi of
-``memory`` capacity). The DeviceClasses are the driver's ``gpu.nvidia.com`` (mapping
-``nvidia.com/gpu``, KEP-5004) and ``mig.nvidia.com``.
-
-Counting is ``fairshare.dra``'s (``slice_capacity``, ``claim_gpus``,
-``allocated_devices``): a node's GPUs, a partition's fraction, a share's part. The ledger
-follows the extender's (``extender.claims``): a pending pod's claims are its GPU
-demand; a bound pod's claim devices are part of its row, whole devices as whole GPUs,
-the parts of one physical GPU as one fractional device in the shared GPU
-``dra:<gpu>``.
-
-``Allocator`` stands in for kube-scheduler's DynamicResources: first fit over a node's
-devices in slice order, honouring the counters a partition consumes and the capacity left
-on a shareable device. fairshare does not allocate DRA devices; the simulator must, to
-know which nodes kube-scheduler would send to the extender.
+A DRA pool's nodes have no ``nvidia.com/gpu`` allocatable; their GPUs are ResourceSlice
+devices shaped as NVIDIA's DRA driver publishes them (whole, MIG-partitionable and
+shareable GPUs; classes ``gpu.nvidia.com`` and ``mig.nvidia.com``). Counting is
+``fairshare.dra``'s, the ledger the extender's (``extender.claims``). ``Allocator``
+stands in for DynamicResources (first fit in slice order): fairshare allocates no DRA
+devices, but the simulator must, to know which nodes kube-scheduler would offer. One
+module because the slices, the allocator that reads them back and the pool that binds
+claims through both are one model.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The simulation loop: admission, the pending queue, and each pod placed by the pipeline.
 
-No wall clock (simulated time is a number the caller owns); randomness only through an
-explicit seed.
-
-Semantics, the same as the webhook and the extender will apply:
-
-* **Admission** (hard): a pod whose tenant would exceed its ``limit`` on any resource,
-  counting every admitted non-terminal pod (running or pending), is rejected.
-* **Scheduling**: pending pods are tried in creation order; each attempt is
-  ``pipeline.place``, the extender's own stages in one go: fit over the nodes the pod's
-  node constraints allow (``nodeSelector``, required node affinity, tolerations of the
-  nodes' taints: what kube-scheduler's own filters leave the extender), the fair-share
-  gate (policy ``ours`` only), the node choice, the devices and the plan, then binds it.
-* ``policy``: ``ours`` (the configured weighted terms + the gate; the node chosen as
-  the extender's ``--pick-in-filter`` chooses it: ``pipeline.pick``), ``bestfit`` and
-  ``fgd`` (our implementations of Weng et al.'s controls, scored as integers 0..100,
-  ties to the node ranked first by ``tie_rank``, or first in node order without it;
-  devices by best fit under ``bestfit``).
+Simulated time is a number; randomness comes only from a seed. Admission rejects a pod
+that would take its tenant over its ``limit``; pending pods are tried in creation order
+through ``pipeline.place`` under ``policy``: ``ours`` (terms, gate, ``--pick-in-filter``'s
+node choice) or the controls ``bestfit`` and ``fgd`` (Weng et al.; ties by ``tie_rank``).
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""Gangs in the simulator: jobs of N pods replayed under three placement policies.
-
-Pure: no network, no wall clock (simulated time is a number), no randomness. A job is a
-gang of ``size`` identical pods that arrives at ``arrival`` and, once all its pods run,
-runs ``duration`` seconds. The policies:
-
-* ``ours``: what the extender does with a pod group (``fairshare.gangs``): the whole
-  group judged by the fair-share gate (``gangs.gang_gate``), other tenants' waiting
-  groups counted there whole by the extender's rule (``fairshare.gangs.waiting``; another
-  with ``Replay(group_rule=...)``), and planned all or nothing (``gangs.plan_gang``), the
-  same functions the extender calls, then every member bound to its planned node. Jobs
-  are tried in arrival order, as kube-scheduler's queue offers them.
-* ``per-pod``: fairshare before gangs: each pod through the ordinary path of the
-  simulator (filter, the per-pod fair-share gate, the score), alone. A job whose pods
-  are only partly placed holds their GPUs and does not run until its last pod is placed.
-* ``gang-fifo``: a native all-or-nothing gang scheduler without fairness: the same plan
-  (``gangs.plan_gang``), no gate, jobs tried in arrival order (a job that does not fit
-  does not block later ones, as kube-scheduler's queue moves an unschedulable pod
-  aside).
-
-Figures kept while replaying (``Replay.result``): GPU-seconds held by pods of jobs not
-yet complete (placed but not all placed: idle, and kept from everyone else), each job's
-wait (from arrival to the start of its last pod), and per tenant the GPU-seconds held
-and the GPU-seconds of its fair allocation (the weighted DRF allocation over the demand
-admitted at each moment, the one the gate uses).
+"""Gangs in the simulator: jobs of ``size`` identical pods replayed under three policies:
+``ours`` (the extender's gang path), ``per-pod`` (each pod alone; a partly placed job
+holds its GPUs idle) and ``gang-fifo`` (all or nothing, no fairness). A job runs
+``duration`` seconds once all its pods run. ``Replay.result``: GPU-seconds held by
+incomplete jobs, job waits, and per tenant GPU-seconds held against its fair allocation.
 """
 
 from __future__ import annotations

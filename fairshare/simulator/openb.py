@@ -1,72 +1,27 @@
 """Replay of Alibaba's openb GPU trace (cluster-trace-gpu-v2023) with the FGD protocol.
 
-Pure apart from reading the CSV files it is pointed at. Must not import aiohttp,
-kubernetes_asyncio or prometheus_client. The trace itself is never copied into the
-repository; see ``TRACE_HELP`` for where it comes from and on what terms.
+Reads only the CSV files it is pointed at; the trace is never copied into the repository
+(``TRACE_HELP`` says where it comes from). One module because the trace reader, the
+protocol and the report are one replay.
 
-One module (about 630 lines): the trace reader, the protocol and the report are one
-replay, each part written for the others.
+FGD protocol (Weng et al., ATC'23, as their artifact runs it): the nodes of
+``openb_node_list_gpu_node.csv``; the pods of ``openb_pod_list_<NAME>.csv`` sorted by
+name, shuffled with the seed and inflated to 130 % of the GPU capacity with copies drawn
+from the list; each pod tried once, in order, never deleted (the controls break equal
+integer scores by one seeded node order); the figure at x % arrived is the mean
+allocation over the events whose arrived GPU share rounds to x.
 
-Protocol (Weng et al., ATC'23, as their artifact runs it):
+Synthetic tenants: a pod's tenant is ``tenant-<h mod K>``, ``h`` the first 8 bytes of
+BLAKE2b(pod name, key "fairshare-openb"), so every policy and seed sees the same split and
+a copy belongs to its original's tenant. Gated pods are retried after each placement.
 
-1. nodes from ``openb_node_list_gpu_node.csv`` (1,213 nodes, 6,212 GPUs);
-2. pods from ``openb_pod_list_<NAME>.csv``, sorted by name, shuffled with the seed;
-3. inflated to 130 % of the cluster's GPU capacity by appending copies drawn with
-   replacement from the original list (``<name>-tuned-<i>``);
-4. each pod is tried once, in order, and never deleted; the controls (``bestfit``,
-   ``fgd``) break ties between equal integer scores by one seeded random node order
-   (``node_tie_ranks``), as the reference simulator's node-name prefixes do;
-5. after each pod: arrived = cumulative requested GPU ÷ capacity, allocation =
-   allocated milli-GPU ÷ capacity; the figure at x % arrived is the mean of the
-   allocations of the events whose arrived rounds to x.
-
-Synthetic tenants (``tenants=K``): the trace has no tenant column, so a pod's tenant
-is ``tenant-<h mod K>`` with ``h`` the first 8 bytes of BLAKE2b(pod name, key
-"fairshare-openb"). It depends on the name only, so every policy and every seed sees
-the same assignment, and an inflated copy belongs to its original's tenant.
-Pods that a policy gates are queued and retried after each later placement.
-
-Saturation fairness protocol (``run_saturation``; ours, not the paper's). It asks
-where each tenant ends up when every tenant wants more than the cluster can give:
-
-1. the same nodes, and the same seeded arrival order as above, inflated and cut so
-   the pods' GPU requests add up to ``load`` × the cluster's GPU capacity (default
-   2.0, so each of the default 4 tenants asks for about half the cluster: more
-   than the 1/8 a weight-1 tenant is entitled to);
-2. K = ``len(weights)`` tenants ``tenant-0`` … ``tenant-<K-1>`` with those weights
-   (default 1:1:2:4); a pod's tenant is ``tenant_of(name, K)`` as above (``demand=
-   "equal"``: every tenant asks for about ``load`` ÷ K of the cluster), or, with
-   ``demand="weighted"``, ``tenant_by_weight(name, weights)``: the same hash read as a
-   number in [0, 1) picks a tenant with probability weight ÷ Σ weights, so each tenant
-   asks for about ``load`` × its weighted fair share;
-3. every pod is submitted (admitted; the tenants have no limits) before any is
-   placed, so the fair allocation sees the whole demand from the start;
-4. scheduling passes over the pending pods in arrival order, until a pass places
-   nothing. Nothing completes and nothing fails: a pod that fits no node stays
-   pending (it still counts in its tenant's demand);
-5. within one pass free capacity only shrinks, so once a request shape (kernel row,
-   GPU demand, allowed GPU models) has fitted no node, later pods of that shape in
-   the same pass are skipped: the engine would answer "no node fits" for them too.
-   ``skip_shapes=False`` runs the plain ``Simulation.schedule_pass`` instead; both
-   give the same placements.
-
-Figures at the end, per tenant with demand. The engine's shares
-(``cluster_shares.current_shares``, ``fairness.FairShare.share``) are *weighted*: dominant
-share ÷ tenant weight, the quantity weighted DRF equalises. The tables report
-*unweighted* dominant shares instead, the fraction of the dominant resource a tenant
-holds, so a weight-4 tenant's fair figure is 4× a weight-1 tenant's when both are
-saturated:
-
-* ``share``: the dominant share of the resources bound to the tenant's pods (over
-  the config's DRF dimensions; for this trace GPU, CPU and memory count);
-* ``fair``: the dominant share of its allocation in ``fairness.fair_allocation``
-  over its admitted demand (bound + pending), i.e. ``FairShare.share × weight``;
-* deviation: ``share − fair`` in percentage points, and ``|share ÷ fair − 1|``;
-  Jain's index over ``share ÷ fair`` (1 = every tenant at the same fraction of its
-  fair share).
-
-The fair allocation pools the cluster as if it were divisible, so fragmentation and
-GPU-model constraints leave every policy somewhat below it.
+Saturation protocol (``run_saturation``, ours): the same arrival order, cut so the GPU
+requests add up to ``load`` × capacity; tenants with ``weights`` (``demand="weighted"``:
+the hash picks a tenant with probability weight ÷ Σ weights); every pod admitted before
+any is placed; passes over the pending pods in arrival order until one places nothing
+(within a pass a request shape that fitted nowhere is skipped). The tables report
+*unweighted* dominant shares: ``share`` (bound), ``fair`` (``fairness.fair_allocation``
+over admitted demand), their deviation, and Jain's index over ``share ÷ fair``.
 """
 
 from __future__ import annotations

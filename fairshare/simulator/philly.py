@@ -1,23 +1,14 @@
 """Replay Microsoft's Philly trace (Gavel's per-virtual-cluster form) as gangs.
 
-Each ``<vc>.trace`` file is one virtual cluster of Philly, here one tenant (``vc-<id>``,
-weight 1). One job a line, 7 tab-separated columns: job type, command, steps argument,
-needs a data dir, total steps, arrival (seconds from the trace start), scale factor (the
-number of workers, one GPU each: the job is a gang of that many 1-GPU pods). A job runs
-``total steps ÷ throughput`` seconds once all its pods run; the throughput is the
-``"null"`` entry of ``('<job type>', <scale factor>)`` in ``simulation_throughputs.json``
-for the chosen GPU type (v100 by default); a scale factor without an entry takes the job
-type's single-worker throughput × workers × the median scaling efficiency of the
-table's multi-worker entries (printed with the results).
-
-All virtual clusters share one cluster of ``--nodes`` × ``--gpus-per-node`` GPUs, and
-each job is replayed under the three policies of ``gangsim`` (ours, per-pod, gang-fifo)::
+Each ``<vc>.trace`` file is one tenant (``vc-<id>``, weight 1), one job a line. A job is
+a gang of ``scale factor`` 1-GPU pods and runs ``total steps ÷ throughput`` seconds once
+all its pods run, the throughput from ``simulation_throughputs.json`` for the chosen GPU
+type (a scale factor without an entry: the single-worker throughput × workers × the
+table's median scaling efficiency). All tenants share one cluster of ``--nodes`` ×
+``--gpus-per-node`` GPUs, and the jobs are replayed under ``gangsim``'s three policies::
 
     python -m fairshare.simulator.philly [--trace DIR] [--nodes 64] [--jobs N] [--quick]
         [--yield-band B]
-
-It prints, per policy, the GPU-hours held by incomplete gangs, job waits, and how far
-each tenant's GPU-time is from its weighted fair allocation; progress goes to stderr.
 """
 
 from __future__ import annotations

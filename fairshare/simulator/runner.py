@@ -1,12 +1,8 @@
 """Run a scenario through the simulation and turn the outcome into a report.
 
-Pure apart from the optional PNG plot (matplotlib, imported lazily). Must not import
-aiohttp, kubernetes_asyncio or prometheus_client.
-
-Scenario runs: workload entries are created in listed order at their ``arrival``
-time; after every arrival or departure, pending pods are retried in creation order
-until a pass places nothing. A placed pod with a ``duration`` departs that many
-seconds later. The run ends at the last event.
+Workload entries are created in listed order at their ``arrival`` time; after every
+arrival or departure the pending pods are retried in creation order until a pass places
+nothing; a placed pod with a ``duration`` departs that many seconds later.
 """
 
 from __future__ import annotations

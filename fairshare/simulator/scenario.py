@@ -1,10 +1,5 @@
-"""Scenario files (``kind: Scenario``): a config, nodes and a workload to replay.
-
-Pure: parsing and expansion only. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. Errors are ``ConfigError`` with field paths, the same channel as
-the config itself (``workload[3].requests.cpu: ...``).
-
-Shape::
+"""Scenario files (``kind: Scenario``): a config, nodes and a workload to replay. Errors
+are ``ConfigError`` with field paths (``workload[3].requests.cpu: ...``). Shape::
 
     apiVersion: fairshare.io/v1alpha1
     kind: Scenario
@@ -14,11 +9,8 @@ Shape::
     workload: [{namespace, count, name, requests, annotations, claim, nodeSelector,
                 arrival, duration}]
 
-A node group with ``dra: {gpus, partitionable, shareable}`` is a DRA pool: its nodes have
-no ``nvidia.com/gpu`` allocatable and publish that many whole, MIG-partitionable and
-shareable GPUs in ResourceSlices (``drapool.node_slices``). A workload entry with
-``claim: {gpus, mig, memory}`` uses a ResourceClaim per pod: ``gpus`` full GPUs, or
-``gpus`` MIG partitions of profile ``mig``, or a share of ``memory`` of a shareable GPU.
+A node group with ``dra: {gpus, partitionable, shareable}`` is a DRA pool; a workload
+entry with ``claim: {gpus, mig, memory}`` uses a ResourceClaim per pod.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """Fair-share targets for the saturation protocol, and how far tenants end from them.
 
-Pure: no I/O. Must not import aiohttp, kubernetes_asyncio or prometheus_client.
+Both are *unweighted* dominant shares. **divisible**: weighted DRF over each tenant's
+admitted demand on the cluster pooled as one divisible machine (what the gate aims at).
+**constrained**: each tenant's level also capped by the GPU its tasks can use with the
+cluster to itself (a maximum flow from its task shapes to the pools of nodes they fit,
+``usable_gpu``); an upper bound, since tenants contending for one scarce model are not
+modelled.
 
-Two targets, both as *unweighted* dominant shares (fractions of 1):
-
-* **divisible**: weighted DRF over each tenant's admitted demand, the cluster pooled as
-  if it were one divisible machine (``fairness.fair_allocation``; what the gate aims at);
-* **constrained**: the same weighted water-filling, but each tenant's level is capped by
-  the GPU its tasks can actually use with the cluster to itself: a task may only use
-  nodes of a GPU model it allows, with at least as many GPUs as it asks for and at least
-  its CPU and memory (its *shape*). That cap is a maximum flow from the tenant's tasks to
-  the pools of like nodes they fit (``usable_gpu``). A tenant whose tasks can use only
-  the T4 nodes, 10 % of the GPUs, is capped at 10 %; what it cannot use goes to the
-  others by their weights.
-
-The caps are per tenant, each with the cluster to itself: they do not model two tenants
-contending for the same scarce model (a joint, CMMF-style target would), so the
-constrained target is an upper bound on what the constraints allow. CPU and memory are
-pooled; a cap on GPU lowers the tenant's whole demand vector in proportion, as DRF's
-levels do.
-
-Figures (``deviations``): per tenant ``share ÷ fair − 1``; the max and the mean of its
-absolute value over the tenants with a fair share > 0, the largest gap in percentage
-points, and Jain's index over ``share ÷ fair`` (1 = every tenant at the same fraction
-of its target). ``deviation_bound``: the max relative deviation no split of what the
-tenants hold together can go below (1 − Σ held ÷ Σ fair).
+``deviations``: per tenant ``share ÷ fair − 1``, the max and mean of its absolute value
+over the tenants with a fair share > 0, the largest gap in percentage points, and Jain's
+index over ``share ÷ fair``. ``deviation_bound``: the max relative deviation no split of
+what the tenants hold together can go below (1 − Σ held ÷ Σ fair).
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """ClusterState: nodes as N×R float arrays, GPU devices as N×D, pods as a ledger.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. The informers (API watches), the ``--state`` file loader and the
-simulator all feed this one class, so the extender and the simulator see the same
-arrays.
-
-One module (about 720 lines) because it is one class: the arrays and the ledger are
-updated together by each method, and splitting them would expose their invariants.
-
-Design choices:
-
-* Arrays are kept hot and updated in place by ``add_node``/``bind``/``unbind``; they
-  are never rebuilt per scheduling call. Removing a node swaps the last row into its
-  slot, so rows stay dense and ``index`` stays a plain dict.
-* Amounts are kernel floats in canonical integral units (see ``resources``), so
-  repeated add/subtract is exact. GPU amounts may be fractions of a milli-GPU (a MIG
-  partition through DRA is 1000/7, a consumable-capacity share 1000 x consumed /
-  capacity): the GPU column, the device slots and the GPU usage sums then keep the exact
-  rational beside the float (``exact_amount``, ``_moved``), so six 1/7 partitions leave
-  exactly 1000/7 of a device and a GPU given back is whole again, never 999.9999.
-* A pod bound on a node is recorded with its row and device assignment; unbinding
-  gives back exactly what binding took, whatever the config says by then.
+The informers, the ``--state`` file loader and the simulator all feed this one class, so
+the extender and the simulator see the same arrays. The arrays are updated in place,
+never rebuilt per call; amounts are kernel floats in integral canonical units, with the
+exact rational kept beside fractional GPU amounts, so unbinding gives back exactly what
+binding took. One module because it is one class: each method updates the arrays and the
+ledger together.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""A pod's GPUs on one node of the state: the devices it takes and its MIG slices.
-
-One rule for both sides of the ledger: ``placement`` and the extender's bind choose a
-pod's devices with ``choose_devices``, and ``state.objects`` restores a pod bound
-without the ``fairshare.io/gpu-devices`` annotation (placed by another scheduler) with
-the same function, so the ledger holds what the extender would have chosen. ``mig_use``
-and ``mig_row`` say what a pod takes on a node with MIG slices, for the filter, the
-bind and the ledger alike. ``placement`` re-exports these names.
-
-Pure: no network, no clock. In the state layer (it reads ``ClusterState``), which must
-not import ``placement``.
+"""A pod's GPUs on one node of the state: the devices it takes (``choose_devices``) and its
+MIG slices (``mig_use``, ``mig_row``). One rule for both sides of the ledger: the
+extender's bind chooses devices with it, and ``state.objects`` restores a pod bound
+without the ``fairshare.io/gpu-devices`` annotation with the same function.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What a source feeds and how it retries: the sink contract (``Sink``, ``EVENT_TYPES``),
-the kinds a source may deliver, and the list/watch ``BackoffPolicy``.
-
-Below both ``fairshare.state.sources`` (the sources) and ``fairshare.state.informers``
-(the reflector an ``ApiSource`` runs), so neither has to import the other for these; the
-sources module re-exports every name. Standard library only.
+the kinds a source may deliver, and the list/watch ``BackoffPolicy``. Below both
+``state.sources`` (which re-exports every name) and ``state.informers``, so neither
+imports the other for these.
 """
 
 from __future__ import annotations

@@ -1,39 +1,17 @@
 """List + watch of one kind (``Reflector``), and the kubernetes_asyncio calls that feed it.
 
-An adapter: the only module of ``fairshare.state`` that imports kubernetes_asyncio (with
-``fairshare.config.reloading``, as the import-linter contracts allow). Must not import
-aiohttp directly, nor prometheus_client; counters are plain attributes a caller may export.
+A ``Reflector`` runs as client-go's does: list, hand the whole list to ``sink.on_resync``,
+then watch from its resourceVersion, every event (bookmarks too) moving it on; when a
+watch ends, watch again from the latest resourceVersion; on 410 Gone list again (a second
+410 in a row backs off first); on any other error, a watch that ends at once without an
+event included, back off with jitter and retry the same step. A sink that raises is
+logged and skipped.
 
-How a ``Reflector`` runs (after client-go's reflector):
-
-1. **list**, remember ``metadata.resourceVersion``, hand the whole list to
-   ``sink.on_resync`` (the consumer replaces that kind) and mark the kind synced;
-2. **watch** from that resourceVersion with ``allowWatchBookmarks=true`` and
-   ``timeoutSeconds``; ADDED / MODIFIED / DELETED go to ``sink.on_event``; every event,
-   BOOKMARKs included, advances the resourceVersion;
-3. when the server closes the stream (the normal end of ``timeoutSeconds``), watch again
-   from the latest resourceVersion, without a list;
-4. **410 Gone** (an ERROR event with ``code: 410`` or an HTTP 410, raised as ``GoneError``
-   or any exception with ``status == 410``, e.g. ``ApiException``): the resourceVersion
-   has been compacted away, so list again: a fresh resync, never duplicates or gaps.
-   A second 410 in a row, with no event between, waits a backoff step first;
-5. any other error (connection refused, 5xx, a non-410 ERROR event, a stream that ends
-   at once without an event): wait ``min(maximum, initial * factor**n)`` stretched by a
-   random jitter and capped, then retry the same step (a failed watch re-watches from the
-   last resourceVersion). Any success resets ``n``.
-
-Design choices: the list and watch calls are injected functions (``ListFn``,
-``WatchFn``) returning plain API JSON, so unit tests drive a ``Reflector`` with a fake
-stream and a fake ``sleep``. ``api_calls`` builds the real ones with
-``_preload_content=False`` and decodes the JSON itself, so objects stay camelCase dicts
-exactly as the API sent them (no client models, no ``sanitize_for_serialization`` round
-trip), and the watch body is split on newlines by us (aiohttp's ``readline`` refuses
-lines over 128 KiB, and a pod with large managedFields can exceed that). A sink that
-raises is logged and skipped: one bad object must not stall the watch.
-
-One file of about 600 lines on purpose: the reflector's loop and the real calls share one
-watch protocol (the ``WATCH_ANSWERED`` marker, 410 as ``GoneError``, the decoded JSON
-lines), which reads best next to the loop that depends on it.
+The list and watch calls are injected (``ListFn``, ``WatchFn``); ``api_calls`` builds the
+real ones, which return the API's JSON as plain camelCase dicts and split the watch body
+themselves (aiohttp's ``readline`` refuses lines over 128 KiB). One module because the
+loop and the real calls share one watch protocol (``WATCH_ANSWERED``, 410 as
+``GoneError``).
 """
 
 from __future__ import annotations
@@ -85,12 +63,12 @@ WatchFn = Callable[[str, int], AsyncIterator[Mapping[str, Any]]]
 """``watch_fn(resource_version, timeout_seconds)`` -> watch events ``{"type", "object"}``."""
 
 MIN_WATCH_SECONDS: Final = 1.0
-WATCH_ANSWERED: Final = {"type": "ANSWERED"}
-"""What a ``WatchFn`` may yield first, once the API answered the watch with 200: the
-reflector is no longer failing then, even if the kind stays quiet (else a server that
-watched a quiet kind through an API outage stayed unready until its next event)."""
 """A watch that ends sooner than this without any event counts as a failure (backs off),
 so a proxy that closes streams at once cannot make the reflector spin."""
+WATCH_ANSWERED: Final = {"type": "ANSWERED"}
+"""What a ``WatchFn`` may yield first, once the API answered the watch with 200: the
+reflector is no longer failing then, even if the kind stays quiet (else a server watching
+a quiet kind through an API outage would stay unready until the kind's next event)."""
 _PAGE_SIZE: Final = 500
 _LIST_TIMEOUT_SECONDS: Final = 60.0
 _CONNECT_TIMEOUT_SECONDS: Final = 10.0

@@ -1,11 +1,9 @@
 """Node objects → rows of the ``ClusterState``: capacity, GPU health, taints, MIG slices.
 
-``apply_node`` adds or updates a node (``status.allocatable``, GPU feature discovery
-labels, HAMi's registered devices, MIG slices, GPUs published through DRA);
-``node_gpu_health`` reads GPU health from the Node itself: a condition whose ``type`` is
-listed in ``health.unhealthyConditions`` with ``status: "True"`` (Node Problem Detector /
-DCGM style), or a taint whose ``key`` is in ``health.unhealthyTaints`` (any effect).
-Pure: no network, no clock. ``state.objects`` re-exports the public names.
+``apply_node`` adds or updates a node (allocatable, GPU feature discovery labels, HAMi's
+registered devices, MIG slices, GPUs published through DRA); ``node_gpu_health`` reads GPU
+health from the Node's conditions and taints. ``state.objects`` re-exports the public
+names.
 """
 
 from __future__ import annotations

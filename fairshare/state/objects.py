@@ -1,37 +1,17 @@
 """Kubernetes objects → ``ClusterState``: nodes, bound pods, GPU health and device ledger.
 
-Pure: no network, no clock; reads dicts shaped like API JSON (camelCase). The one
-exception is ``load_state_file`` given a path, which reads that file (startup only, like
-``config.loading.load_config_file``). Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. The API informers (an adapter), the
-``--state`` file and the tests all go through these functions, so the extender's arrays
-are built the same way whatever feeds them.
+The informers, the ``--state`` file (``load_state_file``, the one function that reads a
+file) and the tests all build the state through these functions. ``state.readers`` (pod
+identity and phase) and ``state.nodes`` (nodes, GPU health) are re-exported here.
 
-The entry point of the state model, in three modules: ``state.readers`` (a Pod's
-identity and phase, the slim pod), ``state.nodes`` (Node objects and GPU health) and
-this one (pods: their requests, shared GPUs and device ledger; a whole ``List``). Every
-public name of the other two is re-exported here.
-
-Design choices:
-
-* **GPU health** is read from the Node itself (``state.nodes``): a condition whose
-  ``type`` is listed in ``health.unhealthyConditions`` with ``status: "True"`` (Node
-  Problem Detector / DCGM style), or a taint whose ``key`` is in
-  ``health.unhealthyTaints`` (any effect).
-* **Device ledger from annotations.** The device(s) a pod holds are written by the
-  extender's bind in the annotation ``fairshare.io/gpu-devices`` with the format
-  ``"<device>:<milli-GPU>[,<device>:<milli-GPU>...]"``: device indexes are integers
-  >= 0 (the node's GPU order), milli-GPU are integers in 1..1000 (1000 = the whole
-  device), entries sorted by device, no spaces, e.g. ``"0:1000,1:1000"`` (two whole
-  GPUs) or ``"3:250"`` (a quarter of GPU 3). A pod placed by another scheduler has no
-  annotation: its devices are chosen as the extender would (``choose_devices``), so the
-  ledger still accounts for it. An annotation is the truth about where a pod runs: it is
-  restored even if it oversubscribes a device (the ledger must not hide a real overload).
-* **Order matters when loading**: nodes first, then namespaces (tenants), then pods with
-  an annotation, then pods without, so a guessed placement never takes a device that an
-  annotated pod already holds.
-* Bound non-terminal pods (``spec.nodeName`` set, phase not Succeeded/Failed) are placed;
-  unbound non-terminal pods are the pending queue the fair-share gate looks at.
+The devices a pod holds are in its ``fairshare.io/gpu-devices`` annotation, written by the
+extender's bind: ``"<device>:<milli-GPU>[,...]"``, device indexes >= 0 in the node's GPU
+order, milli-GPU in 1..1000, sorted by device, no spaces (``"0:1000,1:1000"``,
+``"3:250"``). An annotation is restored even if it oversubscribes a device; a pod without
+one (placed by another scheduler) gets the devices the extender would choose. So a List
+loads nodes, then namespaces, then annotated pods, then the rest: a guessed placement
+never takes a device an annotated pod holds. Bound non-terminal pods are placed; unbound
+ones are the pending queue.
 """
 
 from __future__ import annotations

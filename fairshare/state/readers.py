@@ -2,9 +2,8 @@
 
 Identity (``pod_uid``), phase (``is_terminal``, ``is_bound``), kube-scheduler's last
 verdict on a pending pod (``unschedulable_message``) and ``slim_pod``, the smaller dict
-every later reader gives the same answers on. ``metadata`` and ``str_map`` are the
-tolerant accessors the other readers of API objects share. Pure: no network, no clock.
-``state.objects`` re-exports the public names.
+every later reader gives the same answers on; ``metadata`` and ``str_map`` are the
+tolerant accessors the other readers share. ``state.objects`` re-exports the public names.
 """
 
 from __future__ import annotations

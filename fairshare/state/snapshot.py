@@ -1,12 +1,8 @@
-"""One list of the cluster, for the ``status`` and ``explain`` commands.
-
-An adapter (it talks to the API through ``informers``): reads the fairshare config
-ConfigMap and lists every kind the servers watch, once, with the same list calls their
-reflectors make (``informers.api_calls``). The caller hands each list to the servers'
-own trackers through ``on_resync``, so the numbers come from the code the servers run.
-
-Errors a user can cause become one clear ``FairshareError`` line: no kubeconfig, an API
-that cannot be reached, a cluster without the fairshare ConfigMap, an invalid config.
+"""One list of the cluster for ``status`` and ``explain``: the fairshare ConfigMap and
+every kind the servers watch, listed once with their reflectors' list calls and handed to
+the servers' own trackers (``on_resync``), so the numbers are the servers'. Errors a user
+can cause (no kubeconfig, an unreachable API, no ConfigMap, an invalid config) become one
+``FairshareError`` line.
 """
 
 from __future__ import annotations

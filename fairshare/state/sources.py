@@ -1,30 +1,13 @@
-"""Cluster state sources: the one interface the webhook and the extender read the cluster through.
+"""Cluster state sources: the one interface the webhook and the extender read the cluster
+through. A source pushes objects into a sink (``start(sink)``, ``stop()``, ``ready``):
 
-A *source* pushes Kubernetes objects into a *sink*. Two sources sit behind the same shape
-(``start(sink)``, ``stop()``, ``ready``):
+* ``FileSource``: a Kubernetes ``List`` file (YAML or JSON), ready at once;
+* ``ApiSource``: one ``informers.Reflector`` per kind, ready once every kind is listed.
 
-* ``FileSource(path)``: a Kubernetes ``List`` file (YAML or JSON, the shape of
-  ``kubectl get nodes,pods,namespaces,pvc -A -o yaml``) for offline use and what-if runs.
-  One ``on_resync`` per kind, ready at once.
-* ``ApiSource(api_client_factory, ...)``: one ``informers.Reflector`` per kind (list, then
-  watch from the list's resourceVersion; relist on 410 Gone; capped, jittered backoff on
-  other errors). ``ready`` is set once every kind has been listed (``/readyz``).
-
-The sink contract (``Sink``) is deliberately tiny: ``on_resync(kind, objects)`` hands over
-the *complete* current list of a kind after a (re)list and the consumer replaces what it
-had for that kind; ``on_event(kind, type, obj)`` is one ADDED / MODIFIED / DELETED. Objects
-are plain dicts in API JSON form (camelCase, ``metadata.name``), never kubernetes client
-models, so consumers are the same pure functions whatever the source. A relist after 410
-is just another resync, which is why consumers never see duplicate or lost objects.
-
-``Store`` is a ready-made sink that keeps the latest object per kind and key; tests and
-simple consumers (namespace labels, the config ConfigMap) use it. The sink contract, the
-kind names and the backoff policy live one level down, in ``fairshare.state.feed``, which
-``fairshare.state.informers`` imports too (re-exported here).
-
-Must not import aiohttp, and must not import kubernetes_asyncio at module level:
-``fairshare.state.informers`` (the adapter that does) is imported inside
-``ApiSource.start`` only, so ``--state FILE`` runs never load the Kubernetes client.
+A sink gets ``on_resync(kind, objects)``, the complete list of a kind after a (re)list
+(the consumer replaces what it had), and ``on_event(kind, type, obj)``; objects are plain
+API JSON dicts. ``Store`` is a ready-made sink. kubernetes_asyncio is imported only
+inside ``ApiSource.start``, so ``--state FILE`` runs never load it.
 """
 
 from __future__ import annotations
@@ -148,7 +131,7 @@ class Store:
         return self.objects.get(kind, {}).get(key)
 
     def keys(self, kind: str) -> list[str]:
-        """Keys held for ``kind``, sorted (deterministic order, STYLE habit 8)."""
+        """Keys held for ``kind``, sorted (a deterministic order)."""
         return sorted(self.objects.get(kind, {}))
 
 

@@ -1,30 +1,12 @@
 """Per-tenant usage kept up to date from cluster events: what the webhook counts.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client. ``UsageTracker`` is a state-source sink (``on_resync`` /
-``on_event`` with API-JSON dicts) and answers the webhook's ``TenantUsageView``
-questions: namespace labels, a tenant's usage summed over all of its namespaces, the
-namespaces counted, and the largest GPU device memory seen on a node.
-
-Design choices:
-
-* Usage is kept **per namespace**, incrementally (a pod's contribution is remembered
-  by uid, so MODIFIED and DELETED events subtract exactly what was added). A tenant's
-  usage is the sum over its namespaces, so a config reload that moves a namespace to
-  another tenant needs no recount.
-* A pod counts by ``resources.pod_usage``, the rule admission and reservations use: a
-  ``fairshare.io/gpu-memory`` request is a share of its node's device (of the largest
-  device before it is bound, a whole GPU when no device size is known), recounted when
-  a node's device memory changes.
-* A pod counts while it is non-terminal (phase not Succeeded/Failed), bound or not:
-  admission must count pods that are still pending, as ResourceQuota does.
-* ``storage`` comes from PVCs (their ``spec.resources.requests.storage``), per
-  namespace, whether or not a pod mounts them yet.
-* GPUs requested through DRA ResourceClaims of a GPU device class (``dra.claim_gpus``)
-  count in ``nvidia.com/gpu``, per claim from creation to deletion, as ResourceQuota
-  counts claims; a pod that references a claim adds nothing more (no double count).
-* A pod whose resources cannot be read counts as nothing and is remembered in
-  ``unreadable`` so it can be reported, never crashing the event loop.
+``UsageTracker`` is a state-source sink and answers the webhook's ``TenantUsageView``.
+Usage is kept per namespace (a pod's contribution remembered by uid, so an event
+subtracts exactly what was added) and a tenant's is the sum over its namespaces, so a
+reload that moves a namespace needs no recount. Counted: non-terminal pods, bound or not
+(``resources.pod_usage``; GPU-memory pods again when device memory changes), PVC
+``storage`` requests, and the GPUs of DRA claims, once per claim from creation to
+deletion. A pod that cannot be read counts as nothing and is listed in ``unreadable``.
 """
 
 from __future__ import annotations

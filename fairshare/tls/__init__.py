@@ -1,20 +1,8 @@
-"""TLS for the webhook and the extender: certificates, server contexts, hot reload, and
-storing the certificates in the cluster.
-
-kube-apiserver only calls admission webhooks over HTTPS, and it checks the serving
-certificate against the ``caBundle`` of the webhook configuration and the service DNS name
-it dials (``NAME.NS.svc``). This package covers that whole path, one job a module:
-
-- ``fairshare.tls.certs``: make certificates (``cryptography``) and write / read them as
-  files; no network.
-- ``fairshare.tls.serving``: the server ``SSLContext`` and ``CertReloader``, which swaps a
-  rotated certificate into new handshakes without a restart.
-- ``fairshare.tls.secrets``: write Secrets and patch the webhook configurations'
-  ``caBundle`` through the API (``kubernetes_asyncio``, imported inside the functions).
-
-Every public name is re-exported here, so ``from fairshare import tls`` keeps working.
-Adapter package: file I/O and (lazily) ``kubernetes_asyncio`` are allowed. It must not
-import ``aiohttp``, ``webhook`` or ``extender``.
+"""TLS for the webhook and the extender: certificates (``certs``), the server context and
+its hot reload (``serving``), and storing certificates in the cluster (``secrets``: the
+Secrets and the webhook configurations' ``caBundle``). kube-apiserver calls admission
+webhooks over HTTPS only, checking the certificate against the ``caBundle`` and the
+Service DNS name. Every public name is re-exported here.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Certificates for the webhook and the extender: make them, write them to files, read
-them back. No network: ``fairshare.tls.secrets`` stores them through the API.
-
-- ``make_ca`` / ``make_serving_cert`` / ``make_client_cert`` build PEM pairs. They are pure
-  functions of their arguments *except* for key material and serial numbers, which must be
-  random; ``now`` is a parameter, so validity windows are reproducible and testable.
-- ``write_certs`` is the thin file adapter behind ``fairshare certs`` (reads the clock,
-  writes ``ca.crt``, ``tls.crt``, ``tls.key``; the key file is 0600); ``write_client_certs``
-  / ``read_client_certs`` the same for ``fairshare client-certs``, with the kube-apiserver
-  admission files (``admission_kubeconfig``, ``admission_configuration``).
-
-Design choices:
-
-- ECDSA P-256 keys: accepted by kube-apiserver and every TLS 1.2+ client, and a handshake
-  costs a fraction of RSA-2048's, which matters when the apiserver opens many connections.
-- The serving certificate's ``notBefore`` is backdated by ``CLOCK_SKEW`` so that an
-  apiserver whose clock lags ours a little still accepts a freshly minted certificate.
-- ``write_certs`` does not keep the CA key: each run mints a fresh CA, and the bundle is
-  re-patched into the webhook configurations. Less secret material lies on disk.
+them back (``fairshare.tls.secrets`` stores them through the API). Keys are ECDSA P-256;
+certificates are valid from ``now - CLOCK_SKEW``, so a peer whose clock lags a little
+accepts a fresh one; ``write_certs`` mints a fresh CA each run and keeps no CA key.
 """
 
 from __future__ import annotations

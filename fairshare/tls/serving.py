@@ -1,13 +1,7 @@
-"""Serving TLS: the server ``SSLContext`` and its hot reload.
-
-- ``server_ssl_context`` builds the server ``SSLContext``: TLS 1.2 minimum, ECDHE + AEAD
-  ciphers for TLS 1.2 (TLS 1.3 suites are all AEAD), no compression.
-- ``CertReloader`` re-reads the certificate and key when a mounted Secret rotates, and swaps
-  them into *new* handshakes through the context's ``sni_callback``, so the server never
-  restarts. A half-written rotation keeps the last good pair.
-
-The apps hand ``CertReloader.context`` to ``aiohttp.web.TCPSite(ssl_context=...)``
-themselves: this module must not import ``aiohttp``.
+"""Serving TLS: the server ``SSLContext`` (TLS 1.2 minimum, ECDHE + AEAD ciphers) and
+``CertReloader``, which swaps a rotated certificate into new handshakes without a restart
+(a half-written rotation keeps the last good pair). The apps hand
+``CertReloader.context`` to aiohttp themselves.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""Refuse a ConfigMap update that carries an invalid FairShareConfig.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-When the validating webhook is registered for the fairshare ConfigMap, a bad edit is
-refused at admission with every field-path error (``tenants[2].weight: must be > 0``),
-so it never reaches the scheduler; the hot-reload path still keeps the last good config
-for edits that bypass the webhook. Only the ConfigMap named by ``ConfigMapRef`` is
-judged: other ConfigMaps may well have a ``config.yaml`` key of their own.
-
-A valid config that sets a tenant's ``limit`` below what the tenant uses now is admitted
-(running pods are never evicted for it: the limit only refuses new ones) but answered
-with an admission warning per such limit (``check_limits_below_usage``), so whoever
-applies it sees at once that the tenant will be refused until its usage falls. A parent's
-limit is compared with the usage of its whole subtree. Usage is the webhook's current view,
-counted under the config in force: a tenant new in this edit has none yet.
+"""Refuse a ConfigMap update that carries an invalid FairShareConfig (only the ConfigMap
+named by ``ConfigMapRef``), with every field-path error. A valid config that sets a limit
+below what the tenant (a parent: its subtree) uses now is admitted with a warning per
+such limit: running pods are never evicted for it.
 """
 
 from __future__ import annotations

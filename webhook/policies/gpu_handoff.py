@@ -1,28 +1,13 @@
 """GPU handoffs at admission: prepare a fractional pod's GPU container for its shared GPU.
 
 Handoff ``hami``: the container gets ``nvidia.com/gpu: 1`` (``hami_ops``). Handoff
-``reservation`` (the rest of this docstring) points it at a ConfigMap.
-
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-A pod that asks for part of a GPU (``fairshare.io/gpu-fraction`` or
-``fairshare.io/gpu-memory``) requests no ``nvidia.com/gpu``, so the device plugin gives its
-containers no GPU. The extender binds it to a shared GPU whose physical UUID a reservation
-pod reports, and writes that UUID into a ConfigMap of the pod's namespace. Pod env cannot
-change after creation, so the webhook prepares the pod at create:
-
-* the annotation ``fairshare.io/gpu-configmap`` names the ConfigMap:
-  ``<pod name or generateName>-<5 hex>-gpu``, at most 63 characters, the hex derived from
-  the admission request's UID (a fresh value per create, and the same on reinvocation,
-  where the annotation already present is kept);
-* the GPU container (the first, or the one ``fairshare.io/gpu-container`` names) gets
-  ``NVIDIA_VISIBLE_DEVICES`` and ``GPU_PORTION`` from required ``configMapKeyRef``s to it,
-  so the nvidia container runtime injects that GPU;
-* the pod gets an unmounted ConfigMap volume of it, so the kubelet does not start the
-  pod's containers before the extender wrote it;
-* with ``gpuSharing.reservation.runtimeClassName`` set, a pod without a
-  ``runtimeClassName`` gets that one (the NVIDIA runtime reads the variable).
+``reservation``: a fractional pod requests no ``nvidia.com/gpu``, and pod env cannot
+change after creation, so at create the pod gets ``fairshare.io/gpu-configmap`` naming a
+ConfigMap (``<pod name or generateName>-<5 hex>-gpu``, the hex from the request UID, kept
+on reinvocation); its GPU container gets ``NVIDIA_VISIBLE_DEVICES`` and ``GPU_PORTION``
+from required ``configMapKeyRef``s to it; the pod gets an unmounted volume of it, so the
+kubelet starts no container before the extender wrote it; and, with
+``gpuSharing.reservation.runtimeClassName`` set, that runtime class when it has none.
 """
 
 from __future__ import annotations

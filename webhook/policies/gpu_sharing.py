@@ -1,32 +1,14 @@
 """GPU-sharing annotations: validate them against ``config.gpu_sharing`` and normalise them.
 
-Pure: no network, no clock. Must not import aiohttp, kubernetes_asyncio or
-prometheus_client.
-
-A pod asks for part of a GPU with exactly one of
-
-* ``fairshare.io/gpu-fraction``: a fraction in (0, 1), a whole multiple of
-  ``gpuSharing.fractionStep`` and at least ``gpuSharing.minFraction``
-  (``"0.25"``, ``"1/4"`` and ``".25"`` are the same request);
-* ``fairshare.io/gpu-memory``: a positive quantity, at most the largest device's memory
-  when that is known;
-
-and never together with a whole ``nvidia.com/gpu`` or a MIG resource. MIG resources must
-name a profile of ``config.mig``. ``fairshare.io/gpu-models`` restricts a GPU pod (whole,
-shared or MIG) to GPU products: ``nvidia.com/gpu.product`` label values separated by
-``|``; refused on a pod that asks for no GPU, since there it would restrict nothing.
-Any other ``fairshare.io/`` annotation is refused, so a typo (``gpu-fration``) does not
-silently give a pod a whole GPU; ``fairshare.io/gpu-devices`` is written by the extender
-at bind time and refused on create.
-
-Canonical forms (what the mutating webhook writes back): the fraction as a plain decimal
-(``"0.25"``; ``"2/7"`` when no finite decimal exists), the memory rounded up to
-``gpuSharing.memoryUnit`` in the largest exact binary unit (``"8Gi"``), the GPU models
-sorted, each once, without blanks (``"NVIDIA-A100-SXM4-80GB|Tesla-T4"``). Normalising twice
-gives no ops, so the webhook stays idempotent under reinvocation.
-
-Design choice: the first problem found is returned as a structured ``Rejection``
-(field, value, problem, allowed values); ``render_rejection`` makes the text.
+A pod asks for part of a GPU with exactly one of ``fairshare.io/gpu-fraction`` (in (0, 1),
+a multiple of ``fractionStep``, at least ``minFraction``) and ``fairshare.io/gpu-memory``
+(a positive quantity, at most the largest device's memory when known), never with a whole
+``nvidia.com/gpu`` or a MIG resource; MIG resources must name a profile of ``config.mig``.
+``fairshare.io/gpu-models`` (``|``-separated product labels) needs a GPU request. Any
+other ``fairshare.io/`` annotation is refused, so a typo cannot give a pod a whole GPU.
+The mutating webhook writes canonical forms (``"0.25"``, memory rounded up to
+``memoryUnit`` as ``"8Gi"``, models sorted, each once); normalising twice gives no ops.
+The first problem found is returned as a ``Rejection``.
 """
 
 from __future__ import annotations

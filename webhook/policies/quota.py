@@ -1,9 +1,7 @@
 """The text of the tenant quota check (``fairshare.limits``): the deny message for the
-limits a pod would go past and the warning for a pod admitted close to one.
-
-The decision is data (STYLE habit 7): ``limits.check_limits`` returns ``Insufficient`` and
-``NearLimit`` items, which tests assert on; the user-facing text is made here only.
-Amounts are shown as Kubernetes quantities, in the order the items come.
+limits a pod would go past and the warning for a pod admitted close to one. The decision
+stays data (``Insufficient`` and ``NearLimit`` items, which tests assert on); the text is
+made here only, amounts shown as Kubernetes quantities.
 """
 
 from __future__ import annotations
