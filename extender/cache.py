@@ -5,7 +5,9 @@ Binding is POSTed, ``forget`` it when the POST fails, ``reserve`` / ``release`` 
 group's room); out goes a frozen ``Snapshot`` for the verbs (a write after a snapshot
 copies the ``ClusterState`` first). A pod whose node is not known yet waits for it; an
 object that cannot be read is listed in ``unreadable``, never fatal. A config with other
-resource columns is followed live (``extender.columns``).
+resource columns is followed live (``extender.columns``). One module because the cache
+is the one writer: a pod read in, a claim carried, a bind assumed each update the arrays,
+the queue and the ledgers together; its ledgers (``claims``, ``volumes``) are apart.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ protects the whole group, one that refuses a later member only that member. With
 (``usagehistory.RecordedHistory``), so reclaim and the gate agree. ``time.monotonic``
 drives the cool-down, the rate limit and the restore timer; wall time is used only for
 Lease and Event timestamps, history decay and hold end times (another process reads them).
+One module: the controller, its API adapter and the process that runs it (``serve``), which
+nothing else shares.
 """
 
 from __future__ import annotations

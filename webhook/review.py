@@ -11,7 +11,8 @@
 
 Both phases repeat the validity checks (the mutating webhook may fail open, a mutation may
 be skipped). Denials carry structured reasons, rendered in ``render_reasons``: code 400
-for invalid input, 403 for policy refusals. Validating answers never carry a patch.
+for invalid input, 403 for policy refusals. Validating answers never carry a patch. One
+module because both phases run the same checks in the same order over one request.
 """
 
 from __future__ import annotations
