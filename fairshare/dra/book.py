@@ -1,6 +1,6 @@
 """``SliceBook``: the GPU capacity of a cluster's ResourceSlices, kept up to date slice
 event by slice event (only the changed slice's pool is recombined), for the extender's
-tracker and the webhook.
+cache and the webhook.
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ def with_claim_gpus(
     bound: bool,
 ) -> tuple[PodRequest, str | None]:
     """``req`` plus the GPUs of its DRA claims as devices of its own row (the extender's
-    tracker and the simulator both use it): ``whole`` devices and ``parts`` of physical
+    cache and the simulator both use it): ``whole`` devices and ``parts`` of physical
     GPUs (by GPU key; a pending pod's unallocated part under any key); and the shared GPU
     the parts take when bound (one GPU's parts alone: ``dra:<gpu>``, so several pods'
     parts of one GPU land on one slot). Parts of several GPUs, or parts besides whole
