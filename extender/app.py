@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -146,6 +147,16 @@ class ExtenderDeps:
         grouped = self.gangs is not None and self.cache.has_groups
         facts = self.gangs.podgroup_facts() if self.gangs is not None and grouped else None
         return self.cache.snapshot(config or self.config(), feedback=self.feedback, podgroups=facts)
+
+    @contextmanager
+    def reading(self, config: FairShareConfig | None = None) -> Iterator[Snapshot]:
+        """``snapshot`` for the length of a ``with`` block, given back to the cache at its
+        end (a later write then needs no copy of the state)."""
+        snap = self.snapshot(config)
+        try:
+            yield snap
+        finally:
+            self.cache.give_back(snap)
 
     @property
     def sink(self) -> Fanout:
@@ -287,15 +298,15 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     # A pod group's member is answered for its whole group (``ganging``); others as ever.
     gang = None
     if deps.gangs is not None and (deps.gangs.plans or deps.cache.group_of(uid) is not None):
-        gang = await deps.gangs.filter(args, config, lambda: deps.snapshot(config))
+        gang = await deps.gangs.filter(args, config, lambda: deps.reading(config))
     if gang is not None:
         result = gang.result
     else:
         req = _read(deps, args.pod, config)
-        snap = deps.snapshot(config)
-        answer = verbs.filter_answer(args, snap, config, pick=deps.pick_in_filter, req=req)
-        if answer.req is not None:
-            deps.feedback.note_filter(answer.req, answer.gate, snap.pending)
+        with deps.reading(config) as snap:
+            answer = verbs.filter_answer(args, snap, config, pick=deps.pick_in_filter, req=req)
+            if answer.req is not None:
+                deps.feedback.note_filter(answer.req, answer.gate, snap.pending)
         result = answer.result
     # kube-scheduler asks only about pods its own plugins passed some node for: the pod's
     # last Unschedulable verdict is out of date (``Feedback.note_asked``).
@@ -310,7 +321,8 @@ async def _prioritize(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_extender_args, body)
     config = deps.config()
     req = _read(deps, args.pod, config)
-    names, scores = verbs.prioritize_scores(args, deps.snapshot(config), config, req)
+    with deps.reading(config) as snap:
+        names, scores = verbs.prioritize_scores(args, snap, config, req)
     return wire.Scores(names, scores)
 
 
@@ -322,8 +334,8 @@ async def _preempt(deps: ExtenderDeps, body: bytes) -> Any:
     config = deps.config()
     _take_in(deps, args.pod)
     req = _read(deps, args.pod, config)
-    snap = deps.snapshot(config)
-    answer = verbs.preempt_answer(args, snap, config, deps.cache.pods, req)
+    with deps.reading(config) as snap:
+        answer = verbs.preempt_answer(args, snap, config, deps.cache.pods, req)
     if answer.note and answer.preemptor is not None and deps.on_preempt is not None:
         deps.on_preempt(answer.preemptor, answer.note)
     result = answer.result
@@ -337,7 +349,7 @@ async def _bind(deps: ExtenderDeps, body: bytes) -> Any:
     args = _decode(wire.decode_binding_args, body)
     if deps.gangs is not None:  # a planned member of a pod group: bound with its group
         out = await deps.gangs.bind(
-            args, lambda a, before: _bind_now(deps, a, started, before), deps.snapshot
+            args, lambda a, before: _bind_now(deps, a, started, before), deps.reading
         )
         if out is not None:
             return out
@@ -362,11 +374,11 @@ async def _bind_now(
         config = deps.config()
         if before is not None:
             before()
-        snap = deps.snapshot(config)
-        decision = verbs.bind_decision(args, snap, config, judge_gate=before is None)
-        plan, req = decision.plan, decision.req
-        if decision.gate is not None and req is not None:
-            deps.feedback.note_filter(req, decision.gate, snap.pending)  # held: gated
+        with deps.reading(config) as snap:
+            decision = verbs.bind_decision(args, snap, config, judge_gate=before is None)
+            plan, req = decision.plan, decision.req
+            if decision.gate is not None and req is not None:
+                deps.feedback.note_filter(req, decision.gate, snap.pending)  # held: gated
         if plan is None or decision.error:
             if plan is not None:
                 log.warning("bind refused: %s", decision.error)
@@ -428,7 +440,7 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
     serving.add_ops_routes(app, ready=lambda: deps.ready(), registry=deps.registry)
     statuspage.add_routes(  # GET /status, /status.json
         app,
-        deps.snapshot,
+        deps.reading,
         deps.config,
         unreadable=lambda: deps.cache.unreadable,
         usage_history=lambda: deps.usage_history,

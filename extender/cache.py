@@ -118,8 +118,11 @@ class Cache:
     queue_version: int = 0
     """Counts changes of the pending queue."""
     _state: ClusterState = field(init=False, repr=False)
-    _shared: bool = field(default=False, init=False, repr=False)
-    """A snapshot holds ``_state``: the next write copies it first."""
+    _lent: int = field(default=0, init=False, repr=False)
+    """Snapshots of ``_state`` handed out and not given back (``give_back``): while any is
+    out, the next write copies the state first."""
+    copies: int = field(default=0, init=False, repr=False)
+    """How many times a write copied the state (a snapshot was still being read)."""
     _columns_of: FairShareConfig | None = field(default=None, init=False, repr=False)
     _gone: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False, repr=False)
     _read: dict[str, tuple[FairShareConfig, tuple[Any, ...], bool]] = field(
@@ -167,12 +170,22 @@ class Cache:
         return self._state
 
     def writable(self) -> ClusterState:
-        """The arrays, to write: copied first when a snapshot holds them."""
+        """The arrays, to write. A write makes the last snapshot stale; the arrays are
+        copied first while a snapshot of them is out (not given back), so no snapshot
+        changes under its reader."""
         state = self.state
-        if self._shared:
+        self._snap = None
+        if self._lent:
             state = self._state = state.copy()
-            self._shared = False
+            self._lent = 0
+            self.copies += 1
         return state
+
+    def give_back(self, snap: Snapshot) -> None:
+        """Give back a snapshot the caller no longer reads (a later write need not copy
+        the state for it). A snapshot never given back stays valid: it costs one copy."""
+        if snap.state is self._state and self._lent > 0:
+            self._lent -= 1
 
     def _declare_capacity(self, config: FairShareConfig) -> None:
         """The config's ``capacity`` stands in for resources no node reports (``storage``)."""
@@ -693,7 +706,7 @@ class Cache:
         )
         held = self._snap
         if held is not None and held[0] == key:
-            self._shared = True
+            self._lent += 1
             return held[1]
         if feedback is not None and feedback.verdicts:
             served = eligibility.served_schedulers(config.scheduler_name)
@@ -724,9 +737,10 @@ class Cache:
             MappingProxyType(gang_pods),
             MappingProxyType(members),
             when,
+            key,
         )
         self._snap = (key, snap)
-        self._shared = True
+        self._lent += 1
         return snap
 
 

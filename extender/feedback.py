@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairshare import dra, eligibility, gangs
+from fairshare import dra, eligibility, gangs, verdicts
 from fairshare.gate import GateDecision
 from fairshare.placement import PodRequest
 from fairshare.state import objects
@@ -127,7 +127,7 @@ class Feedback:
     # -- verdicts -----------------------------------------------------------------------
 
     def _judge(self, uid: str, message: str | None) -> None:
-        if message is not None and eligibility.refused_for_dra_devices(message):
+        if message is not None and verdicts.refused_for_dra_devices(message):
             self.dra_refused.add(uid)
         else:
             self.dra_refused.discard(uid)
@@ -136,7 +136,7 @@ class Feedback:
             self._set(uid, None)
         elif uid in self._asked and self._asked[uid] == message:
             return  # kube-scheduler asked the extender since it wrote this verdict
-        elif eligibility.rejected_by_kube_scheduler(
+        elif verdicts.rejected_by_kube_scheduler(
             message, self._answers.get(uid, ()), dra_gpus_checked=self._dra_gpus.get(uid, False)
         ):
             self._asked.pop(uid, None)

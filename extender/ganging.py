@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,8 +57,8 @@ OnWait = Callable[[gangs.GroupKey, Sequence[Member], str], None]
 """Told that a group waits for something its owner can change: the members not bound
 yet and the text (``events.gang_recorder`` writes it as an Event on each)."""
 
-TakeSnapshot = Callable[[], Snapshot]
-"""The cache's snapshot now (the app's ``_snapshot``)."""
+TakeSnapshot = Callable[[], AbstractContextManager[Snapshot]]
+"""The cache's snapshot now, for a ``with`` block (``ExtenderDeps.reading``)."""
 PodGroupFacts = tuple[
     Mapping[gangs.GroupKey, int | None], Mapping[gangs.GroupKey, Mapping[str, Any] | None]
 ]
@@ -243,7 +244,8 @@ class GangCoordinator:
         the gate's decision when the group was judged. Plans that are over are dropped
         first, whatever the pod (their room is then free for it)."""
         if self.plans:
-            self.expire(snapshot())
+            with snapshot() as snap:
+                self.expire(snap)
         key = gangs.group_of(args.pod)
         if key is None:
             return None
@@ -252,23 +254,23 @@ class GangCoordinator:
         live = self.plans.get(key)
         if live is None:
             n = await self.min_count(key, args.pod)
-            snap = snapshot()
             if isinstance(n, str):
-                self._tell(
-                    key,
-                    n,
-                    (
-                        f"Create PodGroup {key} ({gangs.NATIVE_GROUP}/{gangs.NATIVE_VERSION}) "
-                        "with spec.schedulingPolicy.gang.minCount"
-                        if key.native
-                        else f"Create PodGroup {key} ({gangs.PODGROUP_GROUP}/"
-                        f"{gangs.PODGROUP_VERSION}) with spec.minMember, or give its pods "
-                        f"the {gangs.ANN_MIN_MEMBERS} annotation"
-                    ),
-                    snap,
-                )
+                with snapshot() as snap:
+                    self._tell(
+                        key,
+                        n,
+                        (
+                            f"Create PodGroup {key} ({gangs.NATIVE_GROUP}/{gangs.NATIVE_VERSION}) "
+                            "with spec.schedulingPolicy.gang.minCount"
+                            if key.native
+                            else f"Create PodGroup {key} ({gangs.PODGROUP_GROUP}/"
+                            f"{gangs.PODGROUP_VERSION}) with spec.minMember, or give its pods "
+                            f"the {gangs.ANN_MIN_MEMBERS} annotation"
+                        ),
+                        snap,
+                    )
                 return verbs.FilterAnswer(_refuse(args, names, n, unresolvable=True))
-            live_or_answer = self._plan(args, key, n, config, names, snap)
+            live_or_answer = self._plan(args, key, n, config, names, snapshot)
             if not isinstance(live_or_answer, LivePlan):
                 return live_or_answer
             live = live_or_answer
@@ -306,17 +308,20 @@ class GangCoordinator:
         min_count: int,
         config: FairShareConfig,
         names: tuple[str, ...],
-        snap: Snapshot,
+        snapshot: TakeSnapshot,
     ) -> LivePlan | verbs.FilterAnswer | None:
-        decided = plan_group(
-            snap, config, key, min_count, args.pod, names, self.topology_key(key, args.pod)
-        )
+        """Judge the group on a snapshot (``plan_group``), given back before its room is
+        reserved in the cache."""
+        with snapshot() as snap:
+            decided = plan_group(
+                snap, config, key, min_count, args.pod, names, self.topology_key(key, args.pod)
+            )
+            if decided is not None and decided.tell is not None:
+                self._tell(key, *decided.tell, snap)
         if decided is None:
             return None
         if decided.req is not None and self.on_gate is not None and decided.judged:
             self.on_gate(decided.req, decided.gate)
-        if decided.tell is not None:
-            self._tell(key, *decided.tell, snap)
         if isinstance(decided.planned, gangs.Refusal):
             return verbs.FilterAnswer(
                 _refuse(args, names, decided.reason, unresolvable=decided.unresolvable)
@@ -342,7 +347,8 @@ class GangCoordinator:
     ) -> dict[str, Any] | None:
         """The bind answer for a planned member (None: not a planned member)."""
         if self.plans:
-            self.expire(snapshot())
+            with snapshot() as snap:
+                self.expire(snap)
         key = self.member_of.get(args.pod_uid)
         live = self.plans.get(key) if key is not None else None
         if key is None or live is None:

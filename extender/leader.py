@@ -21,8 +21,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes_asyncio import client
-
 from fairshare.errors import FairshareError
 
 log = logging.getLogger("fairshare.leader")
@@ -328,6 +326,7 @@ class KubeLeaseApi:
     """``LeaseApi`` over a kubernetes_asyncio ``ApiClient`` (raw JSON in and out)."""
 
     def __init__(self, api_client: Any) -> None:
+        from kubernetes_asyncio import client  # only with the API: a --state run needs none
 
         # Raw JSON (``_preload_content=False``): the generated models are not used.
         self.coordination: Any = client.CoordinationV1Api(api_client)
@@ -364,6 +363,7 @@ class KubePodLabel:
     """Sets or removes one label on one pod (merge patch): a replica's own pod."""
 
     def __init__(self, api_client: Any, namespace: str, name: str, key: str) -> None:
+        from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.name, self.key = namespace, name, key

@@ -39,6 +39,7 @@ from extender.leader import (
     micro_time,
     parse_time,
 )
+from extender.snapshot import Snapshot
 from extender.usagehistory import RecordedHistory, read_recorded
 from fairshare import gangs
 from fairshare import metrics as metrics_mod
@@ -191,8 +192,23 @@ class Reclaimer:
         }
         if self.history is not None:
             config = self.history.config(config, state, snap.queue, wall)
+        try:
+            return self._plan(snap, config, now, created, selectors, groups, given)
+        finally:
+            self.cache.give_back(snap)
+
+    def _plan(
+        self,
+        snap: Snapshot,
+        config: FairShareConfig,
+        now: float,
+        created: dict[str, float],
+        selectors: dict[str, dict[str, str]],
+        groups: dict[str, str],
+        given: dict[str, Any],
+    ) -> reclaim.ReclaimPlan:
         return reclaim.plan_reclaim(
-            state,
+            snap.state,
             config=config,
             pending=list(snap.queue),
             now=now,

@@ -24,6 +24,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -101,7 +102,7 @@ class Requeuer:
     def __init__(
         self,
         *,
-        snapshot: Callable[[FairShareConfig], Snapshot],
+        snapshot: Callable[[FairShareConfig], AbstractContextManager[Snapshot]],
         feedback: Feedback,
         config: Callable[[], FairShareConfig],
         patch: Patch,
@@ -136,13 +137,14 @@ class Requeuer:
         """One look at the gate (and at the pods DynamicResources refused: ``ring_round``);
         returns how many held pods were nudged."""
         fb, config = self.feedback, self.config()
-        snap = self.snapshot(config)
-        key = (snap, len(fb.gated - fb.requeued), fb.dra_released)
-        if key == self._seen:
-            return 0
-        self._seen = key
-        await self.ring_round(snap)
-        pods = lifted(snap, fb, config)[:BATCH]
+        with self.snapshot(config) as snap:
+            key = (snap.version, len(fb.gated - fb.requeued), fb.dra_released)
+            if key == self._seen:
+                return 0
+            self._seen = key
+            rung = self._ring_pods(snap)
+            pods = lifted(snap, fb, config)[:BATCH]
+        await self._ring(rung)
         if not pods:
             return 0
         body = requeue_patch(dt.datetime.now(dt.UTC))
@@ -166,20 +168,28 @@ class Requeuer:
         self._seen = None if done < len(pods) else self._seen
         return done
 
-    async def ring_round(self, snap: Snapshot | None = None) -> int:
+    async def ring_round(self) -> int:
         """Requeue the pods DynamicResources refused that an allocated claim's deletion
         may let through (module docstring): one annotation of fairshare's DeviceClass.
         Returns how many such pods there were (0: no ring)."""
-        snap = snap if snap is not None else self.snapshot(self.config())
+        with self.snapshot(self.config()) as snap:
+            pods = self._ring_pods(snap)
+        return await self._ring(pods)
+
+    def _ring_pods(self, snap: Snapshot) -> list[PodRequest]:
+        """The pods to requeue through the DeviceClass now (each marked as rung)."""
         for uid in [u for u in self._rung if u not in snap.pending]:
             del self._rung[uid]
         if self.ring is None:
-            return 0
+            return []
         pods = dra_refused(snap, self.feedback, self._rung)
-        if not pods:
-            return 0
         for req in pods:  # once per pod and deleted claim, answered or not
             self._rung[req.uid] = self.feedback.dra_released
+        return pods
+
+    async def _ring(self, pods: list[PodRequest]) -> int:
+        if not pods or self.ring is None:
+            return 0
         try:
             await self.ring(requeue_patch(dt.datetime.now(dt.UTC)))
         except Exception as exc:  # no such DeviceClass, no right to patch it, an API hiccup

@@ -18,16 +18,7 @@ from aiohttp import web
 
 import _native
 import serving
-from extender import (
-    binding,
-    events,
-    hami_hooks,
-    lastgood,
-    leader,
-    requeue,
-    reserving,
-    usagehistory,
-)
+from extender import leader, usagehistory
 from extender.app import (
     LEADER_LABEL,
     Binder,
@@ -46,7 +37,7 @@ from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
 from fairshare.placement import cluster_fragmentation
 from fairshare.runtime import parse_ref
-from fairshare.state import informers, objects, sources
+from fairshare.state import objects, sources
 
 log = logging.getLogger("fairshare.extender")
 
@@ -130,9 +121,12 @@ def lead(
 
 def publish_metrics(deps: ExtenderDeps, *, seconds: float) -> None:
     """Per-tenant shares, gated pods, cluster figures and chargeback (called periodically)."""
-
     config = deps.config()
-    snap = deps.snapshot(config)
+    with deps.reading(config) as snap:
+        _publish(deps, config, snap, seconds)
+
+
+def _publish(deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, seconds: float) -> None:
     state = snap.state
     shares = cluster_shares.current_shares(state, config)
     fair = snap.fair if snap.fair is not None else {}
@@ -238,6 +232,10 @@ async def serve(
     binder: Binder = bind_locally
     api_binder = None
     if state_file is None:
+        # The API's modules only with the API: a --state run needs no API client.
+        from extender import binding
+        from fairshare.state import informers
+
         api_client = await informers.make_api_client(opts.kubeconfig)
         timeout = binding.bind_timeout(
             election.lease_duration if election else None,
@@ -271,6 +269,8 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
+        from extender import events, hami_hooks, lastgood, requeue, reserving
+
         controller = reserving.HandoffController(
             api_client=api_client,
             cache=deps.cache,
@@ -286,7 +286,7 @@ async def serve(
         deps.background.append(controller.background())
 
         requeuer = requeue.Requeuer(
-            snapshot=deps.snapshot,
+            snapshot=deps.reading,
             feedback=deps.feedback,
             config=feed.config,
             patch=requeue.api_patch(api_client),
@@ -312,7 +312,7 @@ async def serve(
                 api_client=api_client,
                 namespace=parse_ref(opts.configmap)[0],
                 feed=feed,
-                snapshot=deps.snapshot,
+                snapshot=deps.reading,
                 synced=rt.source.ready,
                 is_leader=lambda: deps.leading(),
                 metrics=deps.metrics,

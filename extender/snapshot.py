@@ -72,6 +72,9 @@ class Snapshot:
     group_members: Mapping[str, tuple[Any, tuple[str, ...]]] = field(default_factory=_empty)
     """Each pod of a group -> (its group, the uids of the group's known pods)."""
     taken_at: float = 0.0
+    version: tuple[Any, ...] = ()
+    """What the cache made it from (versions and identities): equal versions, equal
+    snapshots."""
 
     @classmethod
     def of(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aiohttp import web
@@ -28,7 +29,7 @@ class StatusPage:
 
     def __init__(
         self,
-        snapshot: Callable[[], Snapshot],
+        snapshot: Callable[[], AbstractContextManager[Snapshot]],
         config: Callable[[], FairShareConfig],
         *,
         unreadable: Callable[[], Mapping[str, str]] = dict,
@@ -52,7 +53,10 @@ class StatusPage:
 
     def _report(self) -> dict[str, Any]:
         config = self.config()
-        snap = self.snapshot()
+        with self.snapshot() as snap:
+            return self._report_of(config, snap)
+
+    def _report_of(self, config: FairShareConfig, snap: Snapshot) -> dict[str, Any]:
         coordinator = self.gangs() if self.gangs is not None else None
         plans = tuple(
             (k, v.arrived, v.complete)
@@ -87,7 +91,7 @@ class StatusPage:
 
 def add_routes(
     app: web.Application,
-    snapshot: Callable[[], Snapshot],
+    snapshot: Callable[[], AbstractContextManager[Snapshot]],
     config: Callable[[], FairShareConfig],
     *,
     unreadable: Callable[[], Mapping[str, str]] = dict,

@@ -19,9 +19,8 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Final
-
-from kubernetes_asyncio import client
 
 import serving
 from extender.leader import call_raw, write_configmap
@@ -150,12 +149,14 @@ class UsageHistoryKeeper:
         api_client: Any,
         namespace: str,
         feed: UsageHistoryFeed,
-        snapshot: Callable[[], Snapshot],
+        snapshot: Callable[[], AbstractContextManager[Snapshot]],
         synced: asyncio.Event,
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
         metrics: metrics_mod.Metrics | None = None,
     ) -> None:
+
+        from kubernetes_asyncio import client  # the keeper alone needs the API
 
         self.core: Any = client.CoreV1Api(api_client)
         self.namespace, self.feed, self.snapshot = namespace, feed, snapshot
@@ -188,8 +189,8 @@ class UsageHistoryKeeper:
             self.feed.load(await self.read(), self.clock())
             self._loaded = True
             self._written_at = -float("inf")
-        snap = self.snapshot()
-        self.feed.step(self.clock(), snap.state, snap.queue)
+        with self.snapshot() as snap:
+            self.feed.step(self.clock(), snap.state, snap.queue)
         self._publish()
         if time.monotonic() - self._written_at >= PERSIST_EVERY:
             await self.write()

@@ -63,7 +63,7 @@ class PodRequest:
     not found unschedulable by kube-scheduler for a reason fairshare does not check."""
     unschedulable: str = ""
     """kube-scheduler's verdict when it found the pod unschedulable for a reason fairshare
-    does not check (``eligibility.rejected_by_kube_scheduler``); ``waiting`` is then False."""
+    does not check (``verdicts.rejected_by_kube_scheduler``); ``waiting`` is then False."""
 
     @cached_property
     def shape(self) -> RequestShape:

@@ -4,7 +4,8 @@ kube-scheduler's feedback fed the same events, and the snapshot the verbs read."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from extender.cache import Cache, PodGroupFacts
@@ -66,6 +67,15 @@ class Side:
         return self.cache.snapshot(
             config or self.cache.config(), feedback=self.feedback, podgroups=facts, now=now
         )
+
+    @contextmanager
+    def reading(self, config: FairShareConfig | None = None) -> Iterator[Snapshot]:
+        """``snapshot`` for a ``with`` block, given back to the cache at its end."""
+        snap = self.snapshot(config)
+        try:
+            yield snap
+        finally:
+            self.cache.give_back(snap)
 
     @property
     def state(self) -> ClusterState:

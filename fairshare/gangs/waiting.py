@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from fairshare import cluster_shares, eligibility, fairness, gate
+from fairshare import cluster_shares, fairness, gate, verdicts
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import GroupKey, annotated_min_count, group_of
 from fairshare.gangs.plan import Gang, Refusal, gang_from, plan_gang, topology_key
@@ -47,7 +47,7 @@ def is_group_refusal(message: str) -> bool:
     refusal of the pod's group (``gang ns/name has 2 of its 3 members ...``, ``gang
     ns/name (...) does not fit whole: ...``)? Such a member still waits with its group:
     the group, judged whole here, decides whether it holds anyone back."""
-    reasons = eligibility.verdict_reasons(message)
+    reasons = verdicts.verdict_reasons(message)
     return bool(reasons) and all(_GROUP_REFUSAL.match(r) for r in reasons or ())
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from extender import verbs, wire
 from extender.snapshot import Snapshot
-from fairshare import cluster_shares, dra
+from fairshare import cluster_shares, dra, verdicts
 from fairshare.config.loading import config_from_mapping
 from fairshare.resources import GPU
 from fairshare.state import objects
@@ -271,10 +271,9 @@ def test_dra_capacity_verdicts_of_kep5004_pods_are_checked_by_fairshare():
     in-flight pods held the DRA GPUs: for such a pod it means "not enough free GPUs", which
     fairshare checks itself, so the pod keeps waiting (and the gate at bind holds the
     tenant that took them); a pod with claims of its own stays judged by kube-scheduler."""
-    from fairshare import eligibility
 
-    assert eligibility.rejected_by_kube_scheduler(DRA_VERDICT)
-    assert not eligibility.rejected_by_kube_scheduler(DRA_VERDICT, dra_gpus_checked=True)
+    assert verdicts.rejected_by_kube_scheduler(DRA_VERDICT)
+    assert not verdicts.rejected_by_kube_scheduler(DRA_VERDICT, dra_gpus_checked=True)
     kep = pod("k", ns="b", gpu=1, phase="Pending")
     with_claim = pod("c", ns="b", phase="Pending")
     with_claim["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]

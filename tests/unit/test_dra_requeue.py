@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from extender import requeue
-from fairshare import dra, eligibility
+from fairshare import dra, verdicts
 from fairshare.resources import ANN_REQUEUED, REQUEUE_DEVICE_CLASS
 from tests import nvidia_dra as nv
 from tests.extender_side import Side
@@ -83,27 +83,27 @@ def requeuer(tr: Side, rings: Calls, patches: Calls) -> requeue.Requeuer:
     synced = asyncio.Event()
     synced.set()
     return requeue.Requeuer(
-        snapshot=tr.snapshot, feedback=tr.feedback, config=lambda: CONFIG,
+        snapshot=tr.reading, feedback=tr.feedback, config=lambda: CONFIG,
         patch=patches.patch, synced=synced, is_leader=lambda: True, ring=rings.ring,
     )  # fmt: skip
 
 
 def test_dra_capacity_verdicts_are_told():
-    assert eligibility.refused_for_dra_devices(DRA_VERDICT)
+    assert verdicts.refused_for_dra_devices(DRA_VERDICT)
     fit = DRA_VERDICT.replace("cannot allocate all claims", "cannot fit resource")
-    assert eligibility.refused_for_dra_devices(fit)
+    assert verdicts.refused_for_dra_devices(fit)
     mixed = (
         "0/5 nodes are available: 1 cannot allocate all claims, 4 node(s) didn't match "
         "Pod's node affinity/selector. still not schedulable, preemption: 0/5 nodes are "
         "available: 5 Preemption is not helpful for scheduling."
     )
-    assert eligibility.refused_for_dra_devices(mixed)
-    assert not eligibility.refused_for_dra_devices(
+    assert verdicts.refused_for_dra_devices(mixed)
+    assert not verdicts.refused_for_dra_devices(
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     )
     gated = "0/1 nodes are available: 1 tenant a above its fair share (1.00 > 0.75) while b waits."
-    assert not eligibility.refused_for_dra_devices(gated)
-    assert not eligibility.refused_for_dra_devices("")
+    assert not verdicts.refused_for_dra_devices(gated)
+    assert not verdicts.refused_for_dra_devices("")
 
 
 def test_the_tracker_counts_allocated_claims_deleted_and_dra_refused_pods():

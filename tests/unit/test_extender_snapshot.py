@@ -185,3 +185,39 @@ def test_the_bind_decision_judges_the_gate_again_unless_told_not_to() -> None:
     # A pod group's member: the gate was judged for the whole group.
     member = verbs.bind_decision(args, t.snapshot(CONFIG), CONFIG, judge_gate=False)
     assert member.plan is not None and not member.error
+
+
+def test_a_snapshot_given_back_costs_no_copy_and_one_kept_costs_one() -> None:
+    t = tracker()
+    with t.reading(CONFIG) as snap:
+        plan = verbs.bind_plan(wire.ExtenderBindingArgs("a0", "a", "a0", "n1"), snap)
+    state = snap.state
+    t.cache.assume(partial(verbs.commit_bind, plan=plan), "a0")
+    assert t.cache.copies == 0 and t.cache.state is state  # written in place
+    kept = t.snapshot(CONFIG)  # never given back: the next write copies
+    t.on_event("Pod", "DELETED", pending("a", 1))  # the queue only: no copy
+    assert t.cache.copies == 0 and "a1" in kept.pending
+    t.on_event("Node", "ADDED", node("n3"))
+    assert t.cache.copies == 1 and kept.state is not t.cache.state
+    assert kept.state.n_nodes == 2 and t.cache.state.n_nodes == 3
+
+
+async def test_the_apps_binds_write_the_state_in_place() -> None:
+    """The bind verb gives its snapshot back before it assumes the bind: a burst of binds
+    copies the state at most once (for a snapshot taken before the burst and kept)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from extender import app as ext_app
+
+    deps = ext_app.build_deps(config=lambda: CONFIG, ready=lambda: True)
+    deps.sink.on_resync("Node", [node("n1"), node("n2")])
+    deps.sink.on_resync("Namespace", [{"metadata": {"name": "a"}}])
+    deps.sink.on_resync("Pod", [pending("a", i) for i in range(6)])
+    async with TestClient(TestServer(ext_app.make_app(deps))) as client:
+        for i in range(6):
+            body = {"PodName": f"a{i}", "PodNamespace": "a", "PodUID": f"a{i}", "Node": "n1"}
+            if i >= 4:
+                body["Node"] = "n2"
+            resp = await client.post("/bind", json=body)
+            assert (await resp.json())["Error"] == ""
+    assert len(deps.cache.state.pods) == 6 and deps.cache.copies == 0

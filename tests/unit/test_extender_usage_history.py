@@ -132,7 +132,7 @@ def _keeper(
         api_client=object(),
         namespace="fairshare-system",
         feed=feed,
-        snapshot=tr.snapshot,
+        snapshot=tr.reading,
         synced=asyncio.Event(),
         is_leader=lambda: leader[0],
         clock=clock,

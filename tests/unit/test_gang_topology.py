@@ -210,7 +210,7 @@ def test_the_extender_plans_inside_one_domain_and_says_why_not():
     def ask(i: int) -> wire.ExtenderFilterResult | None:
         pod = t.pods["a-job-" + str(i)]
         args = wire.ExtenderArgs(pod=pod, nodes=None, node_names=tuple(names))
-        got = asyncio.run(coord.filter(args, CONFIG, lambda: t.snapshot(CONFIG)))
+        got = asyncio.run(coord.filter(args, CONFIG, lambda: t.reading(CONFIG)))
         return got.result if got is not None else None
 
     first = ask(0)
@@ -228,7 +228,7 @@ def test_the_extender_plans_inside_one_domain_and_says_why_not():
         coord2.filter(
             wire.ExtenderArgs(pod=pod, nodes=None, node_names=tuple(names)),
             CONFIG,
-            lambda: t2.snapshot(CONFIG),
+            lambda: t2.reading(CONFIG),
         )
     )
     assert answer is not None

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from extender import app as ext_app
 from extender import requeue
-from fairshare import eligibility, report
+from fairshare import report, verdicts
 from fairshare.resources import ANN_REQUEUED
 from fairshare.state import objects
 from tests.extender_side import Side
@@ -89,13 +89,13 @@ VERDICTS = [
 
 @pytest.mark.parametrize(("message", "rejected"), VERDICTS)
 def test_kube_scheduler_verdicts_are_told_from_fairshares(message: str, rejected: bool) -> None:
-    assert eligibility.rejected_by_kube_scheduler(message) is rejected
+    assert verdicts.rejected_by_kube_scheduler(message) is rejected
 
 
 def test_the_filters_own_answers_mark_a_verdict_as_fairshares() -> None:
     custom = "0/1 nodes are available: 1 held for reasons of its own."
-    assert eligibility.rejected_by_kube_scheduler(custom)
-    assert not eligibility.rejected_by_kube_scheduler(custom, {"held for reasons of its own"})
+    assert verdicts.rejected_by_kube_scheduler(custom)
+    assert not verdicts.rejected_by_kube_scheduler(custom, {"held for reasons of its own"})
 
 
 def test_histogram_reasons_keep_commas_inside_a_reason() -> None:
@@ -103,7 +103,7 @@ def test_histogram_reasons_keep_commas_inside_a_reason() -> None:
         "0/3 nodes are available: 1 no 2 GPU device(s) with 0.5 free (free per device: "
         "gpu0=0.25, gpu1=0.25), 2 node(s) didn't match pod affinity rules. preemption: x"
     )
-    assert eligibility.verdict_reasons(msg) == (
+    assert verdicts.verdict_reasons(msg) == (
         "no 2 GPU device(s) with 0.5 free (free per device: gpu0=0.25, gpu1=0.25)",
         "node(s) didn't match pod affinity rules",
     )
@@ -231,7 +231,7 @@ def requeuer(deps: ext_app.ExtenderDeps, patches: Patches) -> requeue.Requeuer:
     synced = asyncio.Event()
     synced.set()
     return requeue.Requeuer(
-        snapshot=deps.snapshot, feedback=deps.feedback, config=lambda: CONFIG,
+        snapshot=deps.reading, feedback=deps.feedback, config=lambda: CONFIG,
         patch=patches, synced=synced, is_leader=lambda: True,
     )  # fmt: skip
 

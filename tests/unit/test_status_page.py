@@ -59,7 +59,7 @@ async def test_status_is_public_like_metrics() -> None:
 def test_report_is_cached_briefly_while_the_state_is_unchanged() -> None:
     d = deps()
     clock = [100.0]
-    page = statuspage.StatusPage(d.snapshot, lambda: CONFIG, now=lambda: clock[0])
+    page = statuspage.StatusPage(d.reading, lambda: CONFIG, now=lambda: clock[0])
     first = page.report()
     assert page.report() is first
     clock[0] += statuspage.MIN_INTERVAL
