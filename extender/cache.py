@@ -22,7 +22,7 @@ from typing import Any
 from extender import columns, handoff
 from extender.claims import ClaimLedger, ClaimRefs, claim_key
 from extender.feedback import Feedback
-from extender.snapshot import Snapshot
+from extender.snapshot import FairMemo, LazyFair, Snapshot
 from extender.volumes import KIND_PVC, VolumeLedger
 from fairshare import cluster_shares, dra, eligibility, fairness, gangs, resources
 from fairshare.config.schema import FairShareConfig
@@ -150,7 +150,7 @@ class Cache:
     """Pods that ask by GPU memory: their rows depend on the nodes' device memory."""
     _demand_version: int = field(default=0, init=False, repr=False)
     """Counts pending pods read again with another row."""
-    _fair_inputs: tuple[Any, ...] | None = field(default=None, init=False, repr=False)
+    _fair: FairMemo = field(default_factory=FairMemo, init=False, repr=False)
     _snap: tuple[tuple[Any, ...], Snapshot] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -487,13 +487,7 @@ class Cache:
             self._sync_carried(self.claims.set_pod(uid, refs), uid)
         share = False
         try:
-            req = objects.pod_request(
-                pod,
-                config=config,
-                tenant=tenant,
-                index=self.state.index,
-                device_memory=self.largest_device_memory,
-            )
+            req = self._read_pod(pod, config, tenant)
             share = objects.is_share(req)
             if req.demand.gpu.memory is not None:
                 self._memory_uids.add(uid)
@@ -545,13 +539,7 @@ class Cache:
         if held is not None and fresh and held[2] == stamp:
             got: PodRequest = held[3]
             return got
-        req = objects.pod_request(
-            pod,
-            config=config,
-            tenant=tenant,
-            index=self.state.index,
-            device_memory=self.largest_device_memory,
-        )
+        req = self._read_pod(pod, config, tenant)
         names = dra.pod_claim_names(pod)
         if names and not objects.is_bound(pod):
             refs: ClaimRefs = (str(_meta(pod).get("namespace") or "default"), names)
@@ -559,6 +547,18 @@ class Cache:
             req = self.claims.devices(uid, req, bound=False, state=self.state, refs=refs)[0]
         self._keep_read(pod, config, tenant, req)
         return req
+
+    def _read_pod(
+        self, pod: Mapping[str, Any], config: FairShareConfig, tenant: str | None
+    ) -> PodRequest:
+        """The pod's ``PodRequest`` on the current columns (raises ``DemandError``)."""
+        return objects.pod_request(
+            pod,
+            config=config,
+            tenant=tenant,
+            index=self.state.index,
+            device_memory=self.largest_device_memory,
+        )
 
     def _keep_read(
         self, pod: Mapping[str, Any], config: FairShareConfig, tenant: str | None, req: PodRequest
@@ -597,21 +597,10 @@ class Cache:
     def fair_shares(
         self, config: FairShareConfig, queue: tuple[PodRequest, ...] | None = None
     ) -> Mapping[str, fairness.FairShare]:
-        """The fair allocation over bound + pending demand, computed again only when the
-        demand rows, the capacity, the columns or the config changed."""
-        state = self.state
-        rows = cluster_shares.demand_rows(
-            state, queue if queue is not None else self.pending.values()
-        )
-        held = self._fair_inputs
-        key = (state._nodes_version, state.index, config)
-        same = held is not None and held[0] == key[0] and held[1] is key[1]
-        if held is not None and same and held[2] is config and held[3] == rows:
-            kept: Mapping[str, fairness.FairShare] = held[4]
-            return kept
-        fair = MappingProxyType(cluster_shares.fair_shares_for(state, config, rows))
-        self._fair_inputs = (*key, rows, fair)
-        return fair
+        """The fair allocation over bound + pending demand (``FairMemo``: computed again
+        only when the demand rows, the capacity, the columns or the config changed)."""
+        pending = queue if queue is not None else tuple(self.pending.values())
+        return self._fair.allocation(self.state, config, pending)
 
     def group_members(self) -> dict[str, tuple[gangs.GroupKey, tuple[str, ...]]]:
         """Each known pod of a pod group -> (its group, the uids of its known pods)."""
@@ -717,7 +706,7 @@ class Cache:
         else:
             by_uid = dict(self.pending)
         queue = tuple(by_uid.values())
-        fair = self.fair_shares(config, queue)
+        fair = LazyFair(self._fair, state, config, queue)
         members = self.group_members()
         gang_pods = {uid: self.pods[uid] for uid in members if uid in self.pods}
         pending = MappingProxyType(by_uid)

@@ -53,6 +53,25 @@ def slim_claim(claim: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def settle_usage(
+    write: Callable[[], ClusterState],
+    col: int,
+    want: Mapping[str, float],
+    had: Mapping[str, float],
+) -> dict[str, float]:
+    """Move each tenant's usage in column ``col`` from what was added for it (``had``) to
+    what should be (``want``), for what no bound pod's row carries (claims, volumes);
+    ``write()`` is asked only when a figure changes. Returns the new ``had``."""
+    for tenant in sorted(set(want) | set(had)):
+        delta = want.get(tenant, 0.0) - had.get(tenant, 0.0)
+        if delta:
+            state = write()
+            row = state.tenant_usage.setdefault(tenant, [0.0] * state.n_res)
+            row[col] += delta
+            state._pod_changes += 1  # cached shares depend on usage
+    return {t: v for t, v in want.items() if v}
+
+
 @dataclass
 class ClaimLedger:
     """Claims, slices, classes and carriers (module docstring)."""
@@ -261,15 +280,7 @@ class ClaimLedger:
                     continue  # held as devices by the pod carrying it (its row)
                 milli = float(self.resource_claims.get(key, 0) * MILLI_GPU)
                 want[bound.tenant] = want.get(bound.tenant, 0.0) + milli
-        col = state.gpu_col
-        for tenant in sorted(set(want) | set(self.dra_usage)):
-            delta = want.get(tenant, 0.0) - self.dra_usage.get(tenant, 0.0)
-            if delta:
-                state = write()
-                row = state.tenant_usage.setdefault(tenant, [0.0] * state.n_res)
-                row[col] += delta
-                state._pod_changes += 1  # cached shares depend on usage
-        self.dra_usage = {t: v for t, v in want.items() if v}
+        self.dra_usage = settle_usage(write, state.gpu_col, want, self.dra_usage)
 
     # -- slices -----------------------------------------------------------------------
 

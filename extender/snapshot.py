@@ -8,12 +8,12 @@ write it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from fairshare import fairness
+from fairshare import cluster_shares, fairness
 from fairshare.config.schema import FairShareConfig
 from fairshare.gate import GroupFits
 from fairshare.placement import PodRequest, ScoreContext, WorkloadMix
@@ -22,6 +22,68 @@ from fairshare.state import objects
 from fairshare.state.cluster import ClusterState
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
+
+
+class FairMemo:
+    """The last fair allocation a cache's snapshots computed and what from: equal demand
+    rows on the same nodes, columns and config give the same allocation (a bind moves a
+    pod's demand from pending to bound, which mostly leaves every tenant's as it was)."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Any, ...] | None = None
+
+    def allocation(
+        self, state: ClusterState, config: FairShareConfig, queue: Sequence[PodRequest]
+    ) -> Mapping[str, fairness.FairShare]:
+        rows = cluster_shares.demand_rows(state, queue)
+        held = self._held
+        if (
+            held is not None
+            and held[0] == state._nodes_version
+            and held[1] is state.index
+            and held[2] is config
+            and held[3] == rows
+        ):
+            kept: Mapping[str, fairness.FairShare] = held[4]
+            return kept
+        fair = MappingProxyType(cluster_shares.fair_shares_for(state, config, rows))
+        self._held = (state._nodes_version, state.index, config, rows, fair)
+        return fair
+
+
+class LazyFair(Mapping[str, "fairness.FairShare"]):
+    """A snapshot's fair allocation, computed at its first read and kept (a bind of a pod
+    group's member, and prioritize, never read it)."""
+
+    __slots__ = ("_args", "_value")
+
+    def __init__(
+        self,
+        memo: FairMemo,
+        state: ClusterState,
+        config: FairShareConfig,
+        queue: tuple[PodRequest, ...],
+    ) -> None:
+        self._args: tuple[Any, ...] | None = (memo, state, config, queue)
+        self._value: Mapping[str, fairness.FairShare] = {}
+
+    def _get(self) -> Mapping[str, fairness.FairShare]:
+        if self._args is not None:
+            memo, state, config, queue = self._args
+            self._value = memo.allocation(state, config, queue)
+            self._args = None
+        return self._value
+
+    def __getitem__(self, key: str) -> fairness.FairShare:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 

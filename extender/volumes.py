@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.claims import settle_usage
 from fairshare import resources, tenancy
 from fairshare.config.schema import FairShareConfig
 from fairshare.state import usage
@@ -58,11 +59,4 @@ class VolumeLedger:
             if owner is not None:
                 want[owner] = want.get(owner, 0.0) + size
         col = state.index.column(resources.STORAGE)
-        for tenant in sorted(set(want) | set(self.storage_usage)):
-            delta = want.get(tenant, 0.0) - self.storage_usage.get(tenant, 0.0)
-            if delta:
-                state = write()
-                row = state.tenant_usage.setdefault(tenant, [0.0] * state.n_res)
-                row[col] += delta
-                state._pod_changes += 1  # cached shares depend on usage
-        self.storage_usage = {t: v for t, v in want.items() if v}
+        self.storage_usage = settle_usage(write, col, want, self.storage_usage)

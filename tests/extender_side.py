@@ -94,9 +94,8 @@ class Side:
         return list(self.snapshot().queue)
 
     def fair_shares(self, config: FairShareConfig) -> Mapping[str, fairness.FairShare]:
-        fair = self.snapshot(config).fair
-        assert fair is not None
-        return fair
+        """The allocation the snapshot's ``fair`` reads (the cache's memo of it)."""
+        return self.cache.fair_shares(config, self.snapshot(config).queue)
 
     def mix(self) -> WorkloadMix | None:
         return self.cache.mix()

@@ -80,23 +80,18 @@ async def one_round(deps: app.ExtenderDeps, r: int, size: int, names: list[str])
     key = gangs.GroupKey(NS, f"train-{r}")
     # The parts of a plan, timed alone first (they change nothing).
     config = deps.config()
-    state = deps.cache.state
-    lookup, gang = timed(
-        lambda: gangs.gang_of(
-            key, size, pods=deps.cache.pods, pending=deps.snapshot().pending, bound=state.pods
+    with deps.reading(config) as snap:
+        state = snap.state
+        lookup, gang = timed(
+            lambda: gangs.gang_of(
+                key, size, pods=deps.cache.pods, pending=snap.pending, bound=state.pods
+            )
         )
-    )
-    gate, _ = timed(
-        lambda: gangs.gang_gate(
-            state,
-            config,
-            gang,
-            pending=list(deps.snapshot().queue),
-            fair=deps.snapshot(config).fair,
+        gate, _ = timed(
+            lambda: gangs.gang_gate(state, config, gang, pending=list(snap.queue), fair=snap.fair)
         )
-    )
-    rows = [i for i in state.rows_of(names) if i >= 0]
-    plan_s, plan = timed(lambda: gangs.plan_gang(state, gang, rows=rows))
+        rows = [i for i in state.rows_of(names) if i >= 0]
+        plan_s, plan = timed(lambda: gangs.plan_gang(state, gang, rows=rows))
     assert isinstance(plan, gangs.GangPlan), plan
     # kube-scheduler's calls.
     bodies = [json.dumps({"Pod": p, "Nodes": None, "NodeNames": names}).encode() for p in pods]
