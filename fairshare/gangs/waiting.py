@@ -24,7 +24,14 @@ from typing import Any, Final, Literal
 from fairshare import cluster_shares, fairness, gate, verdicts
 from fairshare.config.schema import FairShareConfig
 from fairshare.gangs.identity import GroupKey, annotated_min_count, group_of
-from fairshare.gangs.plan import Gang, Refusal, gang_from, plan_gang, topology_key
+from fairshare.gangs.plan import (
+    RESERVATION_PREFIX,
+    Gang,
+    Refusal,
+    gang_from,
+    plan_gang,
+    topology_key,
+)
 from fairshare.placement import PodRequest
 from fairshare.state.cluster import ClusterState
 
@@ -151,6 +158,8 @@ def fits_whole(state: ClusterState, gang: Gang) -> bool:
     """Would ``gangs.plan_gang`` place the group now (on the nodes its first member may
     use)? Asked once per group shape and state; ``state`` is left as it was, versions
     included (the plan is tried on a twin)."""
+    if any(RESERVATION_PREFIX + p.uid in state.pods for p in gang.waiting):
+        return True  # planned: its room is held in the state (``plan.reserve``)
     memo: dict[tuple[frozenset[tuple[object, int]], int, str | None], bool] = state.memo(
         "gangs.waiting.fits"
     )

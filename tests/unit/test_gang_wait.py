@@ -139,6 +139,21 @@ def test_the_probe_leaves_the_state_and_its_versions_alone():
     assert (state.version, state.room_version, list(state.free), dict(state.pods)) == before
 
 
+def test_a_planned_group_counts_as_fitting_and_is_not_planned_again():
+    """A group whose plan holds its room in the state (the extender reserved it) fits:
+    planning it again on a probe would try to hold its members' room twice."""
+    pods = [member("b", "jb", i, min_members=2) for i in range(2)]
+    t = tracker(NODES, pods)
+    gang = gangs.gang_of(
+        gangs.GroupKey("b", "jb"), 2, pods=t.pods, pending=t.pending, bound=t.state.pods
+    )
+    plan = gangs.plan_gang(t.state, gang)
+    assert isinstance(plan, gangs.GangPlan)
+    t.cache.reserve(plan)
+    for rule in ("whole", gangs.waiting.RULE):
+        assert gangs.waiting.counts(t.state, CONFIG, gang, fair=t.fair_shares(CONFIG), rule=rule)
+
+
 def test_group_row_is_min_count_times_the_member():
     members = [member("b", "jb", i, min_members=2) for i in range(3)]
     t = tracker(NODES, members)
