@@ -67,22 +67,10 @@ def fit(
 # -- gate --------------------------------------------------------------------------------
 
 
-def gate(
-    state: ClusterState,
-    *,
-    config: FairShareConfig,
-    req: PodRequest,
-    pending: Sequence[PodRequest],
-    fair: Mapping[str, fairness.FairShare] | None = None,
-    groups: GroupFits | None = None,
-    held: HeldOff | None = None,
-) -> GateDecision | None:
-    """The fair-share gate's decision for ``req`` against the ``pending`` pods (None: it
-    does not apply); ``gate.check_fair_gate``. Asked only once ``fit`` found a row: a
-    pod that fits nowhere waits anyway."""
-    return check_fair_gate(
-        state, config=config, req=req, pending=pending, fair=fair, groups=groups, held=held
-    )
+gate = check_fair_gate
+"""The fair-share gate's decision for a pod against the pending pods (None: it does not
+apply): ``fairshare.gate.check_fair_gate`` itself. Asked only once ``fit`` found a row:
+a pod that fits nowhere waits anyway."""
 
 
 # -- score -------------------------------------------------------------------------------
