@@ -80,6 +80,7 @@ __all__ = [
     "PositiveWeight",
     "PreemptionPolicy",
     "Quantity",
+    "Quarantine",
     "ReservationHandoff",
     "ResourceName",
     "ResourceSpec",
@@ -105,13 +106,36 @@ DEFAULT_MIG_PROFILES: Final = {
     "1g.10gb": "1/7", "2g.20gb": "2/7", "3g.40gb": "3/7", "4g.40gb": "4/7", "7g.80gb": "1",
     "1g.5gb": "1/7", "2g.10gb": "2/7", "3g.20gb": "3/7",
 }  # fmt: skip
-# Condition types that GPU health reporters set to "True" on a Node: Node Problem Detector
-# custom plugins and DCGM/Xid-based detectors use these names.
+# GPU health signals, by the tool that writes them (sources: docs/health.md). Condition
+# types a reporter sets to "True" only for a fatal fault: fairshare's own earlier names,
+# NVSentinel's platform connectors (DCGM, syslog and NVSwitch checks) and the AKS Node
+# Problem Detector GPU plugin.
 DEFAULT_UNHEALTHY_CONDITIONS: Final = (
     "GpuUnhealthy", "GPUUnhealthy", "XidCriticalError", "GpuXidError", "GpuEccError",
     "DCGMHealthCheckFailed",
+    "GpuMemWatch", "GpuThermalWatch", "GpuPcieWatch", "GpuPowerWatch", "GpuInforomWatch",
+    "GpuSmWatch", "GpuNvlinkWatch", "GpuMcuWatch", "GpuPmuWatch", "GpuDriverWatch",
+    "GpuCpusetWatch", "SysLogsXIDError", "SysLogsSXIDError", "SysLogsGPUFallenOff",
+    "NVSwitchFatalError", "NVSwitchDown",
+    "GPUMissing", "GPUXIDErrors",
 )  # fmt: skip
-DEFAULT_UNHEALTHY_TAINTS: Final = ("nvidia.com/gpu.unhealthy", "fairshare.io/gpu-unhealthy")
+# Conditions that say something is off without a fatal fault: a score penalty only.
+DEFAULT_WARNING_CONDITIONS: Final = (
+    "NVSwitchNonFatalError", "DCGMError", "SyslogError", "CSPMaintenance",
+)  # fmt: skip
+# Conditions whose status "False" means the node's accelerators failed (EKS node
+# monitoring agent).
+DEFAULT_NOT_READY_CONDITIONS: Final = ("AcceleratedHardwareReady",)
+DEFAULT_UNHEALTHY_TAINTS: Final = (
+    "nvidia.com/gpu.unhealthy", "fairshare.io/gpu-unhealthy",
+    "nvidia.com/gpu-xid-error", "nvidia.com/gpu-nvlink-error", "nvidia.com/syslog-xid-error",
+    "nvidia.com/gpu-error",
+)  # fmt: skip
+# Labels a remediator sets on the nodes it cordons or works on (NVSentinel): fairshare's
+# quarantine leaves such nodes to it.
+DEFAULT_REMEDIATOR_LABELS: Final = (
+    "k8saas.nvidia.com/cordon-by", "dgxc.nvidia.com/nvsentinel-state",
+)  # fmt: skip
 
 
 def _amounts(values: dict[str, str]) -> dict[str, Fraction]:
@@ -333,15 +357,65 @@ class ScoringWeights(_Model):
         return {name: getattr(self, name) for name in type(self).model_fields}
 
 
+class Quarantine(_Model):
+    """Quarantine of failed GPU nodes, for clusters without a remediator (opt-in)."""
+
+    enabled: bool = False
+    """Cordon a node whose GPUs report a fatal signal, drain its pods (gangs whole, within
+    PodDisruptionBudgets), and uncordon it when the signal clears; only nodes fairshare
+    cordoned are ever uncordoned (default false: fairshare reads health and acts on
+    nothing)."""
+
+    max_nodes: PodCount = 1
+    """Circuit breaker: at most this many nodes quarantined within ``window`` (default 1).
+    Past it fairshare quarantines no more nodes and says so (status, metric, alert)."""
+
+    max_fraction: Band = 0.1
+    """Circuit breaker: at most this fraction of the GPU nodes quarantined within
+    ``window`` (default 0.1). The tighter of the two limits holds."""
+
+    window: Duration = Field(default="1h", examples=["1h", "30m"])
+    """The circuit breaker's sliding window (default 1h)."""
+
+    drain: bool = True
+    """Evict the pods of a quarantined node (default true; false: cordon only)."""
+
+
 class HealthPolicy(_Model):
-    """Node signals that mean "GPU unhealthy"; such nodes get no new GPU pods."""
+    """GPU health signals, and what fairshare does when GPUs fail."""
 
     unhealthy_conditions: tuple[ConditionType, ...] = DEFAULT_UNHEALTHY_CONDITIONS
-    """Node condition types that, when status is "True", mark the node's GPUs unhealthy
-    (default: the names used by Node Problem Detector GPU plugins and DCGM/Xid detectors)."""
+    """Node condition types that, when status is "True", mean a fatal GPU fault: the
+    node's GPUs leave service (no new GPU pods, out of the capacity that fair shares
+    divide). Default: the names NVSentinel, the AKS Node Problem Detector GPU plugin
+    and fairshare's earlier defaults use."""
+
+    warning_conditions: tuple[ConditionType, ...] = DEFAULT_WARNING_CONDITIONS
+    """Node condition types that, when status is "True", are a non-fatal warning: the
+    node stays in service with a score penalty (``scoring.health``)."""
+
+    not_ready_conditions: tuple[ConditionType, ...] = DEFAULT_NOT_READY_CONDITIONS
+    """Node condition types that, when status is "False", mean a fatal GPU fault (EKS's
+    ``AcceleratedHardwareReady``)."""
 
     unhealthy_taints: tuple[TaintKey, ...] = DEFAULT_UNHEALTHY_TAINTS
-    """Taint keys that mark the node's GPUs unhealthy, whatever their effect."""
+    """Taint keys that mark the node's GPUs failed, whatever their value and effect
+    (NVSentinel's documented taints and fairshare's own)."""
+
+    remediator_labels: tuple[TaintKey, ...] = DEFAULT_REMEDIATOR_LABELS
+    """Node label keys a remediator (NVSentinel) sets on nodes it cordons: such a node
+    cordoned counts as failed, and fairshare's quarantine leaves it to the remediator."""
+
+    recover_gangs: bool = True
+    """When a member of a gang is lost to a hardware fault, evict the rest of the gang so
+    that it restarts whole (default true). Lone pods are left to their controllers."""
+
+    forgive_faults: bool = True
+    """Run time lost to a hardware fault is not charged to the tenant's usage history,
+    and the pods restarted after it keep their place in the queue (default true)."""
+
+    quarantine: Quarantine = Field(default_factory=Quarantine)
+    """Cordon and drain failed GPU nodes (opt-in, off by default)."""
 
 
 class DraPolicy(_Model):

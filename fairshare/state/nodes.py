@@ -15,39 +15,18 @@ from typing import Any, Final
 
 from fairshare import mig, resources
 from fairshare.config.schema import FairShareConfig, HealthPolicy
+from fairshare.hardware import read_node_health
 from fairshare.state.cluster import BoundPod, ClusterState, StateError, allocatable_from_node
 from fairshare.state.readers import metadata, str_map
 
 
 def node_gpu_health(node: Mapping[str, Any], health: HealthPolicy) -> tuple[bool, str]:
-    """``(healthy, reason)`` of a Node's GPUs under ``health``.
-
-    Unhealthy when a condition listed in ``unhealthy_conditions`` has status ``"True"``
-    or a taint key is listed in ``unhealthy_taints``. The reason names every match,
-    conditions first, e.g. ``condition XidCriticalError=True (Xid79)``. Healthy nodes
-    have the reason ``""``.
-    """
-    status = node.get("status")
-    spec = node.get("spec")
-    reasons: list[str] = []
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for cond in conditions if isinstance(conditions, list) else ():
-        if not isinstance(cond, Mapping):
-            continue
-        ctype = cond.get("type")
-        if ctype in health.unhealthy_conditions and cond.get("status") == "True":
-            why = cond.get("reason") or cond.get("message")
-            reasons.append(f"condition {ctype}=True" + (f" ({why})" if why else ""))
-    taints = spec.get("taints") if isinstance(spec, Mapping) else None
-    for taint in taints if isinstance(taints, list) else ():
-        if not isinstance(taint, Mapping):
-            continue
-        key = taint.get("key")
-        if key in health.unhealthy_taints:
-            value = f"={taint['value']}" if taint.get("value") else ""
-            effect = f":{taint['effect']}" if taint.get("effect") else ""
-            reasons.append(f"taint {key}{value}{effect}")
-    return (not reasons, "; ".join(reasons))
+    """``(healthy, reason)`` of a Node's GPUs under ``health``: healthy when no fatal
+    signal is on the node (``fairshare.hardware.read_node_health``); the reason names
+    every fatal signal, conditions first, e.g. ``condition GpuMemWatch=True (…)``.
+    Healthy nodes have the reason ``""``."""
+    reading = read_node_health(node, health)
+    return (reading.healthy, reading.reason)
 
 
 def apply_node(

@@ -63,10 +63,16 @@ def test_defaults_filled() -> None:
     assert config.gpu_sharing.max_pods_per_gpu == 8
     assert config.gpu_sharing.memory_unit_bytes() == 2**20
     assert "GpuUnhealthy" in config.health.unhealthy_conditions
-    assert config.health.unhealthy_taints == (
-        "nvidia.com/gpu.unhealthy",
-        "fairshare.io/gpu-unhealthy",
+    # Every reporter's names: NVSentinel, AKS's NPD plugin, EKS, fairshare's earlier ones.
+    assert {"SysLogsGPUFallenOff", "GpuMemWatch", "GPUXIDErrors", "GpuUnhealthy"} <= set(
+        config.health.unhealthy_conditions
     )
+    assert config.health.not_ready_conditions == ("AcceleratedHardwareReady",)
+    assert {"nvidia.com/gpu-error", "nvidia.com/gpu.unhealthy"} <= set(
+        config.health.unhealthy_taints
+    )
+    assert config.health.recover_gangs and config.health.forgive_faults
+    assert not config.health.quarantine.enabled
     assert config.pricing is None
     assert config.capacity is None
     assert config.capacity_amounts() is None
