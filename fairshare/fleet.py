@@ -107,11 +107,17 @@ def fleet_health(state: ClusterState, config: FairShareConfig) -> FleetHealth:
                     on_failed[tenant] = on_failed.get(tenant, 0.0) + milli / MILLI
         else:
             devices += info.unhealthy_gpus
+        reason = info.health_reason
+        if not failed and info.unhealthy_gpus:
+            reason = (
+                f"{info.unhealthy_gpus} GPU(s) out of service one by one (device plugin "
+                "unhealthy devices or DRA device taints)"
+            )
         nodes.append(
             FailedNode(
                 info.name,
                 failed,
-                info.health_reason,
+                reason,
                 state.capacity[i * state.n_res + g] / MILLI if failed else info.unhealthy_gpus,
                 info.health_warning,
                 holders,

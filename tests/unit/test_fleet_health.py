@@ -3,6 +3,7 @@ capacity fair shares divide, and whether the guarantees are still covered."""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -282,3 +283,25 @@ def test_apply_node_turns_dra_counts_into_health() -> None:
     assert info.health_warning == "1 GPU(s) with an informational DRA device taint"
     assert state.healthy[0] == 2
     assert state.total_capacity()[state.gpu_col] == 3000
+
+
+def test_status_text_and_page_show_the_failed_node_and_uncovered_guarantees() -> None:
+    from fairshare import report
+    from fairshare.report_render import render_status_html, render_status_text
+
+    cfg = config(a="6", b="4")
+    state = cluster(cfg, node("n1"), node("n2"))
+    row = state.index.kernel_vector({"nvidia.com/gpu": Fraction(2)})
+    state.bind(uid="p1", node="n2", row=row, devices=[(0, 1000), (1, 1000)], tenant="b")
+    healthy = report.build_status(config=cfg, state=state, pending=[], mix=None)
+    assert "HEALTH" not in render_status_text(healthy)
+    assert "GPU health" not in render_status_html(healthy)
+    state.set_health("n2", False, "condition SysLogsGPUFallenOff=True")
+    data = report.build_status(config=cfg, state=state, pending=[], mix=None)
+    assert data["health"]["tenantsOnFailedHardware"] == {"b": 2.0}
+    text = render_status_text(data)
+    assert "HEALTH  8 GPU(s) in service, 8 failed" in text
+    assert re.search(r"n2 +failed +8 +b 2 +condition SysLogsGPUFallenOff=True", text), text
+    assert "guarantees of nvidia.com/gpu not covered: 10 guaranteed, 8 in service (80%)" in text
+    page = render_status_html(data)
+    assert "<b class=bad id=gpus-failed>8</b>" in page and "id=guarantees-uncovered" in page
