@@ -35,6 +35,7 @@ from fairshare import __version__, cluster_shares, runtime
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
+from fairshare.fleet import fleet_health
 from fairshare.placement import cluster_fragmentation
 from fairshare.runtime import parse_ref
 from fairshare.state import objects, sources
@@ -158,6 +159,14 @@ def _publish(deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, second
     deps.metrics.set_cluster_figures(
         gpu_allocation_ratio=(cap - free) / cap if cap > 0 else 0.0,
         gpu_fragmentation_ratio=frag / cap if cap > 0 else 0.0,
+    )
+    fleet = fleet_health(state, config)
+    deps.metrics.set_fleet_health(
+        in_service=fleet.gpus_in_service,
+        failed=fleet.gpus_failed,
+        unhealthy_devices=fleet.unhealthy_devices,
+        coverage={c.resource: c.ratio for c in fleet.coverage},
+        on_failed=fleet.tenants_on_failed,
     )
     deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
 

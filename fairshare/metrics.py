@@ -75,6 +75,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._labelled: dict[int, set[str]] = {}
         r = registry
         self.gpu_handoff_seconds = Histogram(
             "fairshare_gpu_handoff_seconds",
@@ -246,6 +247,36 @@ class Metrics:
         self.cluster_gpu_fragmentation = Gauge(
             "fairshare_cluster_gpu_fragmentation_ratio",
             "Share of free GPU capacity the observed workload mix cannot use (0..1).",
+            registry=r,
+        )
+        self.gpus_in_service = Gauge(
+            "fairshare_gpus_in_service",
+            "GPUs in service: every GPU the nodes report minus those of nodes with a fatal "
+            "GPU signal (the capacity fair shares divide).",
+            registry=r,
+        )
+        self.gpus_failed = Gauge(
+            "fairshare_gpus_failed",
+            "GPUs of nodes with a fatal GPU signal (out of service).",
+            registry=r,
+        )
+        self.gpu_unhealthy_devices = Gauge(
+            "fairshare_gpu_unhealthy_devices",
+            "GPUs of healthy nodes out of service one by one (device plugin unhealthy "
+            "devices, DRA devices tainted NoSchedule/NoExecute).",
+            registry=r,
+        )
+        self.guarantee_coverage = Gauge(
+            "fairshare_guarantee_coverage_ratio",
+            "In-service capacity over the sum of the top-level tenants' guarantees, per "
+            "resource with guarantees (below 1: the guarantees cannot all be honoured).",
+            ["resource"],
+            registry=r,
+        )
+        self.tenant_gpus_on_failed = Gauge(
+            "fairshare_tenant_gpus_on_failed_hardware",
+            "GPUs the tenant's bound pods hold on nodes with a fatal GPU signal.",
+            ["tenant"],
             registry=r,
         )
         self.tenant_resource_seconds = Counter(
@@ -424,6 +455,33 @@ class Metrics:
         """Set the cluster-wide GPU allocation and fragmentation ratios (0..1)."""
         self.cluster_gpu_allocation.set(gpu_allocation_ratio)
         self.cluster_gpu_fragmentation.set(gpu_fragmentation_ratio)
+
+    def set_fleet_health(
+        self,
+        *,
+        in_service: float,
+        failed: float,
+        unhealthy_devices: int,
+        coverage: Mapping[str, float],
+        on_failed: Mapping[str, float],
+    ) -> None:
+        """Export the healthy fleet (``fairshare.fleet``); resources and tenants absent
+        from ``coverage`` / ``on_failed`` lose their series (a tenant at 0 on failed
+        hardware is exported as 0 while it is in ``on_failed``)."""
+        self.gpus_in_service.set(in_service)
+        self.gpus_failed.set(failed)
+        self.gpu_unhealthy_devices.set(unhealthy_devices)
+        self._replace_series(self.guarantee_coverage, coverage)
+        self._replace_series(self.tenant_gpus_on_failed, on_failed)
+
+    def _replace_series(self, gauge: Gauge, values: Mapping[str, float]) -> None:
+        known = self._labelled.setdefault(id(gauge), set())
+        for gone in known - set(values):
+            with contextlib.suppress(KeyError):
+                gauge.remove(gone)
+        for label, value in values.items():
+            gauge.labels(label).set(value)
+        self._labelled[id(gauge)] = set(values)
 
     # ----------------------------------------------------------------- reclaim
 
