@@ -167,29 +167,32 @@ def fleet_gpus(state: ClusterState) -> list[tuple[str, int]]:
 
 @dataclass
 class FleetState(ClusterState):
-    """The cluster state of the simulator: a failed GPU or node is held by a placeholder
-    pod (no tenant) so nothing is placed on it, and what the placeholders hold leaves the
-    capacity the shares and the fair allocation divide (``total_capacity``), while
-    ``total_free`` still counts it as taken."""
+    """The cluster state of the simulator, where GPUs fail.
+
+    A node taken out of service is marked GPU-failed (``set_health``), as a fatal health
+    signal marks it: ``ClusterState`` then leaves its GPUs out of the capacity the shares
+    divide and out of the free room, and no GPU pod is placed there (its CPU and memory
+    still serve, as they do in the product). A single GPU taken out of service is held
+    by a placeholder pod (no tenant) on its device, so nothing is placed on it, and
+    leaves the capacity here (``total_capacity``) while ``total_free`` counts it taken."""
 
     out_row: list[float] = field(default_factory=list)
+    """What the single-GPU placeholders hold (kernel units by column)."""
 
-    def total_capacity(self, *, healthy_only: bool = False) -> list[float]:
-        cap = super().total_capacity(healthy_only=healthy_only)
-        if self.out_row:
+    def total_capacity(self, *, include_failed: bool = False) -> list[float]:
+        cap = super().total_capacity(include_failed=include_failed)
+        if self.out_row and not include_failed:
             for k, v in enumerate(self.out_row):
                 cap[k] -= v
         return cap
-
-    def total_free(self) -> list[float]:
-        cap = super().total_capacity()
-        return [c - u for c, u in zip(cap, self._used, strict=True)]
 
     # -- failures ------------------------------------------------------------------
 
     def out_of_service(self, node: str, slot: int) -> bool:
         """Whether GPU ``slot`` of ``node`` (or the whole node) is out of service."""
-        return OUT_OF_SERVICE + node in self.pods or f"{OUT_OF_SERVICE}{node}/{slot}" in self.pods
+        return (
+            not self.healthy[self.node_index[node]] or f"{OUT_OF_SERVICE}{node}/{slot}" in self.pods
+        )
 
     def pods_hit(self, node: str, slot: int | None) -> list[BoundPod]:
         """The pods a fault loses: those using GPU ``slot`` of ``node`` (every pod on the
@@ -203,34 +206,29 @@ class FleetState(ClusterState):
         ]
 
     def take_out(self, node: str, slot: int | None) -> str:
-        """Hold GPU ``slot`` of ``node`` out of service; its pods must be gone. With
-        ``slot`` None the whole node, which is also marked GPU-unhealthy (``set_health``),
-        as a health signal marks it. Returns the placeholder's uid (``bring_back`` takes
-        it)."""
-        i = self.node_index[node]
-        r, d, g = self.n_res, self.max_dev, self.gpu_col
-        row = [0.0] * r
-        if slot is None:
-            uid = OUT_OF_SERVICE + node
-            row = list(self.free[i * r : (i + 1) * r])
-            devs = [(s, v) for s, v in enumerate(self.dev_free[i * d : (i + 1) * d]) if v > 0]
-        else:
-            uid = f"{OUT_OF_SERVICE}{node}/{slot}"
-            row[g] = 1000.0
-            devs = [(slot, 1000.0)]
-        self.bind(uid=uid, node=node, row=row, devices=devs, name=uid)
-        self._add_out(row, 1.0)
+        """Take GPU ``slot`` of ``node`` out of service (its pods must be gone): a
+        placeholder holds it. With ``slot`` None, the whole node's GPUs: the node is
+        marked GPU-failed (``set_health``), as a fatal health signal marks it. Returns
+        the uid ``bring_back`` takes."""
         if slot is None:
             self.set_health(node, False, "fatal GPU fault (simulated)")
+            return OUT_OF_SERVICE + node
+        uid = f"{OUT_OF_SERVICE}{node}/{slot}"
+        row = [0.0] * self.n_res
+        row[self.gpu_col] = 1000.0
+        self.bind(uid=uid, node=node, row=row, devices=[(slot, 1000.0)], name=uid)
+        self._add_out(row, 1.0)
         return uid
 
     def bring_back(self, uid: str) -> None:
         """A repaired GPU or node returns to service."""
+        node = uid.removeprefix(OUT_OF_SERVICE)
+        if "/" not in node:
+            self.set_health(node, True)
+            return
         pod = self.unbind(uid)
         if pod is not None:
             self._add_out(pod.row, -1.0)
-            if uid == OUT_OF_SERVICE + pod.node:
-                self.set_health(pod.node, True)
 
     def _add_out(self, row: Sequence[float], sign: float) -> None:
         if not self.out_row:
@@ -239,9 +237,9 @@ class FleetState(ClusterState):
             self.out_row[k] += sign * v
             if abs(self.out_row[k]) < 1e-6:
                 self.out_row[k] = 0.0
-        self._cap_cache = None
         self._nodes_version += 1  # shares and fair allocations depend on capacity
 
     def out_gpus(self) -> float:
-        """GPUs out of service now."""
-        return self.out_row[self.gpu_col] / 1000.0 if self.out_row else 0.0
+        """GPUs out of service now (failed nodes' and single GPUs')."""
+        held = self.out_row[self.gpu_col] if self.out_row else 0.0
+        return (held + self.failed_gpus()) / 1000.0
