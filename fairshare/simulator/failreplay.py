@@ -327,16 +327,17 @@ def render(kind: str, figures: Sequence[dict[str, Any]], header: str) -> str:
     if kind == "philly":
         out.append(
             "| variant | faults (fatal) | jobs restarted | GPU-h lost | GPU-h held by broken "
-            "gangs | GPU-h out of service | JCT mean / p95 (h) | wait mean / p95 (h) | run "
-            "ends (h) | GPU-time off fair | Jain |"
+            "gangs | GPU-h out of service | jobs not ended | JCT mean / p95 (h) | wait mean / "
+            "p95 (h) | run ends (h) | GPU-time off fair | Jain |"
         )
-        out.append("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
         for f in figures:
             j, w = f["jctHours"], f["waitHours"]
             out.append(
                 f"| {f['variant']} | {f['faults']} ({f['fatalFaults']}) | {f['restarts']} "
                 f"| {_f(f['lostGpuHours'])} | {_f(f['brokenGangGpuHours'])} "
-                f"| {_f(f['outOfServiceGpuHours'])} | {_f(j['mean'], 2)} / {_f(j['p95'], 2)} "
+                f"| {_f(f['outOfServiceGpuHours'])} | {f['unfinished']} "
+                f"| {_f(j['mean'], 2)} / {_f(j['p95'], 2)} "
                 f"| {_f(w['mean'], 2)} / {_f(w['p95'], 2)} | {_f(f['endHours'], 0)} "
                 f"| {100 * (f['offFair'] or 0):.1f} % | {_f(f['jain'], 3)} |"
             )

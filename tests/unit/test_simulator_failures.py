@@ -5,8 +5,10 @@ jobs written here: no trace, no network, fixed seeds."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import hypothesis
 import hypothesis.strategies as st
@@ -310,3 +312,53 @@ def test_a_replay_with_failures_is_deterministic():
 
     first = once()
     assert first[2] > 0 and first == once()
+
+
+# -- the command on small traces written here ------------------------------------------
+
+
+def tiny_openb(folder: Path) -> Path:
+    """Two nodes of 4 GPUs and 12 pods of one GPU (openb's CSV columns)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nodes = ["sn,cpu_milli,memory_mib,gpu,model"]
+    nodes += [f"openb-node-{i:04d},32000,262144,4,V100M16" for i in range(2)]
+    (folder / "openb_node_list_gpu_node.csv").write_text("\n".join(nodes) + "\n")
+    pods = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"]
+    pods += [f"openb-pod-{k:04d},2000,8192,1,1000," for k in range(12)]
+    (folder / "openb_pod_list_default.csv").write_text("\n".join(pods) + "\n")
+    return folder
+
+
+def test_openb_failure_replay_loses_work_and_repeats_itself(tmp_path, capsys):
+    trace = tiny_openb(tmp_path / "openb")
+    argv = ["openb", "--trace", str(trace), "--hours", "200", "--rate", "0.01"]
+    argv += ["--fault-seed", "5", "--workers", "1", "--json", "--quiet"]
+    assert failreplay.main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert failreplay.main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    for doc in (first, again):
+        for v in doc["variants"]:
+            v.pop("seconds")
+    assert first["variants"] == again["variants"]
+    base, keep, back = first["variants"]
+    assert [base["variant"], keep["variant"], back["variant"]] == list(failreplay.OPENB_VARIANTS)
+    assert base["faults"] == base["lostGpuHours"] == base["outOfServiceGpuHours"] == 0
+    # 8 GPUs × 0.01 × 200 h: about 16 faults; each fatal one takes a node for 24 h
+    assert 5 <= keep["faults"] == back["faults"] <= 40
+    assert keep["lostGpuHours"] > 0 and keep["outOfServiceGpuHours"] > 0
+    assert keep["outOfServiceGpuHours"] <= keep["fatalFaults"] * 4 * 24
+
+
+def test_philly_failure_replay_reports_every_variant(tmp_path, capsys):
+    from tests.unit.test_simulator_gangs import write_trace
+
+    rows = [(20 * 3600, k * 1800.0, 1 + k % 4) for k in range(12)]
+    trace = write_trace(tmp_path / "philly", {"aa": rows, "bb": rows})
+    argv = ["philly", "--trace", str(trace), "--nodes", "2", "--gpus-per-node", "4"]
+    argv += ["--rate", "0.02", "--workers", "1", "--quiet"]
+    assert failreplay.main(argv) == 0
+    table = capsys.readouterr().out
+    for name in failreplay.PHILLY_VARIANTS:
+        assert f"| {name} |" in table
+    assert "GPU-h held by broken gangs" in table and "JCT mean / p95 (h)" in table
