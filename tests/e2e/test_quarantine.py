@@ -1,0 +1,216 @@
+"""Quarantine of failed GPU nodes (``health.quarantine``), on the real control plane.
+
+Four kwok nodes of 4 GPUs. A pod group of two 4-GPU members runs on ``-0`` and ``-1``
+(the only nodes of its pool), a CPU pod beside it on ``-0``, another on ``-2``. Node
+``-3`` was cordoned by hand, with a fatal GPU signal, before the quarantine was enabled.
+Then, with ``enabled: true`` and ``maxNodes: 1``:
+
+* a NoSchedule taint ``nvidia.com/gpu-xid-error`` on ``-0``: fairshare cordons and marks
+  it, records an Event on it, and drains it: the CPU pod and both members of the pod group
+  (the one on ``-1`` too: the group goes whole) are evicted, with Events saying why;
+* a condition ``SysLogsGPUFallenOff=True`` on ``-2`` within the window: not cordoned, its
+  pod keeps running, the circuit breaker is open (``/quarantine.json``, the metric
+  ``fairshare_quarantine_breaker_open``, an Event on the node);
+* the taint on ``-0`` removed: fairshare uncordons it (the label goes, the time stays);
+* ``-3``, cordoned by hand, stays cordoned throughout, even once its signal clears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from .conftest import (
+    CONFIG_HEAD,
+    GPU,
+    PAUSE_IMAGE,
+    POOL,
+    FairshareDev,
+    MakeNode,
+    cluster_module,
+    unique,
+    wait_event,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+MIN_MEMBERS = "fairshare.io/gang-min-members"
+XID_TAINT = "nvidia.com/gpu-xid-error"
+QUARANTINE_LABEL = "fairshare.io/quarantine"
+QUARANTINED_AT = "fairshare.io/quarantined-at"
+BREAKER_METRIC = "fairshare_quarantine_breaker_open"
+QUARANTINE_CONFIG = (
+    "health:\n  quarantine:\n    enabled: true\n    maxNodes: 1\n    maxFraction: 1.0\n"
+    "    window: 1h\n"
+)
+
+
+@pytest.fixture(autouse=True)
+async def fairshare(fairshare: FairshareDev) -> FairshareDev:
+    """A freshly started extender (no plans or pending pods of earlier tests)."""
+    await asyncio.to_thread(fairshare.restart_extender)
+    return fairshare
+
+
+def quarantine_status(fairshare: FairshareDev) -> dict[str, Any]:
+    """The extender's ``GET /quarantine.json``."""
+    h = fairshare.handles
+    ctx = ssl.create_default_context(cafile=h.ca("extender"))
+    code, body = cluster_module().http_get(h.url("extender", "/quarantine.json"), ctx)
+    assert code == 200, f"/quarantine.json answered {code}: {body[:200]}"
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def pod(name: str, *, gpus: int, selector: dict[str, str], group: str | None = None) -> Any:
+    meta: dict[str, Any] = {"name": name}
+    if group:
+        meta["labels"] = {GROUP_LABEL: group}
+        meta["annotations"] = {MIN_MEMBERS: "2"}
+    limits = {"cpu": "100m", "memory": "128Mi"}
+    if gpus:
+        limits[GPU] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"limits": limits}}],
+            "nodeSelector": selector,
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+async def test_quarantine_cordons_drains_trips_and_uncordons(
+    api: client.ApiClient, make_gpu_node: MakeNode, namespace: str, fairshare: FairshareDev
+) -> None:
+    core = client.CoreV1Api(api)
+    pool = unique("qr")
+    gang_pool = f"{pool}-gang"
+    names = [f"{pool}-{k}" for k in range(4)]
+    await asyncio.gather(
+        *(
+            make_gpu_node(n, gpus=4, labels={POOL: gang_pool if k < 2 else pool})
+            for k, n in enumerate(names)
+        )
+    )
+    # Cordoned by hand, with a fatal signal, before the quarantine was on.
+    await core.patch_node(
+        names[3],
+        {"spec": {"unschedulable": True, "taints": [{"key": XID_TAINT, "effect": "NoSchedule"}]}},
+    )
+    for k in range(2):
+        await core.create_namespaced_pod(
+            namespace, pod(f"job-{k}", gpus=4, selector={POOL: gang_pool}, group="job")
+        )
+    await core.create_namespaced_pod(
+        namespace, pod("lone-0", gpus=0, selector={"kubernetes.io/hostname": names[0]})
+    )
+    await core.create_namespaced_pod(
+        namespace, pod("lone-2", gpus=0, selector={"kubernetes.io/hostname": names[2]})
+    )
+
+    async def running() -> dict[str, str]:
+        pods = (await core.list_namespaced_pod(namespace)).items
+        return {
+            p.metadata.name: p.spec.node_name
+            for p in pods
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        }
+
+    async def all_run() -> dict[str, str] | None:
+        now = await running()
+        return now if len(now) == 4 else None
+
+    where = await wait_for(all_run, timeout=90, what="the pod group and the lone pods running")
+    assert {where["job-0"], where["job-1"]} == {names[0], names[1]}, where
+    sys.stderr.write(f"\n[e2e] quarantine: pods on {where}\n")
+
+    await fairshare.set_config(api, CONFIG_HEAD + "tenants: []\n" + QUARANTINE_CONFIG)
+
+    # 1. A fatal taint on node 0: cordoned, marked, drained (the pod group whole).
+    await core.patch_node(names[0], {"spec": {"taints": [{"key": XID_TAINT, "value": "79",
+                                                          "effect": "NoSchedule"}]}})  # fmt: skip
+
+    async def node(name: str) -> client.V1Node:
+        return await core.read_node(name)
+
+    async def quarantined() -> bool:
+        n = await node(names[0])
+        return (
+            bool(n.spec.unschedulable)
+            and (n.metadata.labels or {}).get(QUARANTINE_LABEL) == "cordoned"
+        )
+
+    await wait_for(quarantined, timeout=30, what=f"{names[0]} cordoned by the quarantine")
+    await wait_event(
+        api, "default", involved_name=names[0], reason="FairShareQuarantined", contains=XID_TAINT
+    )
+
+    async def drained() -> bool:
+        return set(await running()) == {"lone-2"}
+
+    await wait_for(drained, timeout=60, what=f"{names[0]} drained, the pod group whole")
+    await wait_event(
+        api, namespace, involved_name="lone-0", reason="FairShareNodeQuarantined",
+        contains=names[0],
+    )  # fmt: skip
+    member_off_node = "job-1" if where["job-1"] == names[1] else "job-0"
+    await wait_event(
+        api, namespace, involved_name=member_off_node, reason="FairShareNodeQuarantined",
+        contains="pod group job goes whole",
+    )  # fmt: skip
+    assert not (await node(names[1])).spec.unschedulable
+
+    # 2. A second node fails within the window: the breaker holds it back.
+    fallen = {"type": "SysLogsGPUFallenOff", "status": "True", "reason": "XID79",
+              "message": "GPU has fallen off the bus"}  # fmt: skip
+    await core.patch_node_status(names[2], {"status": {"conditions": [fallen]}})
+
+    async def breaker_open() -> dict[str, Any] | None:
+        status = await asyncio.to_thread(quarantine_status, fairshare)
+        breaker = status.get("breaker") or {}
+        return status if breaker.get("open") and names[2] in breaker.get("heldBack", []) else None
+
+    status = await wait_for(breaker_open, timeout=30, what="the circuit breaker open")
+    sys.stderr.write(f"[e2e] quarantine: {json.dumps(status['breaker'])}\n")
+    assert status["breaker"]["used"] == [names[0]]
+    assert await asyncio.to_thread(fairshare.metric, "extender", BREAKER_METRIC) == 1
+    await wait_event(
+        api, "default", involved_name=names[2], reason="FairShareQuarantineBreakerOpen"
+    )
+    await asyncio.sleep(6)  # more than one round: still not cordoned, its pod still runs
+    assert not (await node(names[2])).spec.unschedulable
+    assert "lone-2" in await running()
+
+    # 3. Node 0's signal clears: uncordoned, the label gone, the time kept (the window).
+    await core.patch_node(names[0], {"spec": {"taints": None}})
+
+    async def lifted() -> bool:
+        n = await node(names[0])
+        labels = n.metadata.labels or {}
+        return not n.spec.unschedulable and QUARANTINE_LABEL not in labels
+
+    await wait_for(lifted, timeout=30, what=f"{names[0]} uncordoned once its signal cleared")
+    assert QUARANTINED_AT in ((await node(names[0])).metadata.annotations or {})
+    await wait_event(api, "default", involved_name=names[0], reason="FairShareQuarantineLifted")
+    # Still within the window: node 2 stays held back.
+    assert not (await node(names[2])).spec.unschedulable
+
+    # 4. The node cordoned by hand stays cordoned, unmarked, even once its signal clears.
+    hand = await node(names[3])
+    assert hand.spec.unschedulable and QUARANTINE_LABEL not in (hand.metadata.labels or {})
+    await core.patch_node(names[3], {"spec": {"taints": None}})
+    await asyncio.sleep(6)
+    hand = await node(names[3])
+    assert hand.spec.unschedulable, f"{names[3]}, cordoned by hand, was uncordoned"
+    assert QUARANTINE_LABEL not in (hand.metadata.labels or {})
