@@ -7,7 +7,8 @@ Then, with ``enabled: true`` and ``maxNodes: 1``:
 
 * a NoSchedule taint ``nvidia.com/gpu-xid-error`` on ``-0``: fairshare cordons and marks
   it, records an Event on it, and drains it: the CPU pod and both members of the pod group
-  (the one on ``-1`` too: the group goes whole) are evicted, with Events saying why;
+  (the one on ``-1`` too: the group goes whole) are evicted, with Events saying why; a pod
+  a PodDisruptionBudget protects stays (a Warning Event says so) until the budget goes;
 * a condition ``SysLogsGPUFallenOff=True`` on ``-2`` within the window: not cordoned, its
   pod keeps running, the circuit breaker is open (``/quarantine.json``, the metric
   ``fairshare_quarantine_breaker_open``, an Event on the node);
@@ -118,6 +119,17 @@ async def test_quarantine_cordons_drains_trips_and_uncordons(
     await core.create_namespaced_pod(
         namespace, pod("lone-2", gpus=0, selector={"kubernetes.io/hostname": names[2]})
     )
+    # A pod a PodDisruptionBudget protects, on node 0: the drain waits for it, never forces.
+    guarded = pod("guarded", gpus=0, selector={"kubernetes.io/hostname": names[0]})
+    guarded["metadata"]["labels"] = {"app": "guarded"}
+    await core.create_namespaced_pod(namespace, guarded)
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    await client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(namespace, pdb)
 
     async def running() -> dict[str, str]:
         pods = (await core.list_namespaced_pod(namespace)).items
@@ -129,7 +141,7 @@ async def test_quarantine_cordons_drains_trips_and_uncordons(
 
     async def all_run() -> dict[str, str] | None:
         now = await running()
-        return now if len(now) == 4 else None
+        return now if len(now) == 5 else None
 
     where = await wait_for(all_run, timeout=90, what="the pod group and the lone pods running")
     assert {where["job-0"], where["job-1"]} == {names[0], names[1]}, where
@@ -157,9 +169,21 @@ async def test_quarantine_cordons_drains_trips_and_uncordons(
     )
 
     async def drained() -> bool:
-        return set(await running()) == {"lone-2"}
+        return set(await running()) == {"lone-2", "guarded"}
 
     await wait_for(drained, timeout=60, what=f"{names[0]} drained, the pod group whole")
+    await wait_event(
+        api, namespace, involved_name="guarded", reason="FairShareQuarantineDrainBlocked",
+        contains="PodDisruptionBudget",
+    )  # fmt: skip
+    await asyncio.sleep(6)  # more than a round: the budget still holds, nothing forced
+    assert "guarded" in await running()
+    await client.PolicyV1Api(api).delete_namespaced_pod_disruption_budget("guarded", namespace)
+
+    async def guarded_gone() -> bool:
+        return set(await running()) == {"lone-2"}
+
+    await wait_for(guarded_gone, timeout=60, what="the guarded pod evicted once its budget went")
     await wait_event(
         api, namespace, involved_name="lone-0", reason="FairShareNodeQuarantined",
         contains=names[0],
