@@ -430,3 +430,38 @@ async def test_api_errors_do_not_escape_a_round() -> None:
     await c.tick()
     assert sample(registry, "fairshare_quarantine_actions_total", action="cordon",
                   outcome="failed") == 1  # fmt: skip
+
+
+async def test_quarantine_json_route_is_public_and_shows_the_breaker() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    import serving
+    from extender import app as ext_app
+
+    async def binder(plan: Any) -> None:
+        return None
+
+    cfg = config(max_nodes=1)
+    d = ext_app.build_deps(config=lambda: cfg, ready=lambda: True, binder=binder)
+    async with TestClient(TestServer(ext_app.make_app(d))) as client:
+        assert await (await client.get("/quarantine.json")).json() == {"state": "disabled"}
+        c, _, _, _ = controller(cfg, ours("a", T0 - 30, taints=[XID]), gpu_node("b", taints=[XID]))
+        d.quarantine = c.status
+        await c.tick()
+        data = await (await client.get("/quarantine.json")).json()
+    assert "/quarantine.json" in serving.PUBLIC_PATHS
+    assert data["state"] == "active" and data["draining"] == ["a"]
+    assert data["breaker"] == {
+        "open": True, "limit": 1, "used": ["a"], "room": 0, "heldBack": ["b"],
+        "gpuNodes": 2, "windowSeconds": 3600.0,
+    }  # fmt: skip
+
+
+async def test_uncordoned_by_hand_is_released_not_fought() -> None:
+    c, api, _, _ = controller(config(), ours("a", T0 - 30, unschedulable=False, taints=[XID]))
+    await c.tick()
+    [(name, body)] = api.patches
+    assert name == "a" and "spec" not in body  # never cordoned again
+    assert body["metadata"]["labels"] == {q.LABEL: None}
+    assert q.ANN_OVERRIDDEN in body["metadata"]["annotations"]
+    assert ("a", ctl.REASON_OVERRIDDEN) in api.events
