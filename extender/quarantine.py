@@ -139,6 +139,8 @@ class Quarantiner:
     """pod uid -> monotonic time until which a PodDisruptionBudget refusal protects it."""
     in_flight: dict[str, float] = field(default_factory=dict)
     told_breaker: set[str] = field(default_factory=set)
+    told_blocked: set[str] = field(default_factory=set)
+    """Pods already told that a PodDisruptionBudget holds their eviction (told once)."""
     drained: set[str] = field(default_factory=set)
     last: q.QuarantinePlan | None = None
     state: str = "disabled"
@@ -205,6 +207,7 @@ class Quarantiner:
             for name in sorted(set(plan.drain) | set(newly)):
                 await self._drain(name)
         self.drained &= set(plan.drain) | {n for n, _ in plan.cordon}
+        self.told_blocked &= set(self.cache.pods)
         return plan
 
     def _export(self, plan: q.QuarantinePlan) -> None:
@@ -404,6 +407,7 @@ class Quarantiner:
             if outcome == "evicted":
                 went += 1
                 self.in_flight[uid] = now
+                self.told_blocked.discard(uid)
                 if result.outcome == "gone":
                     continue
                 where = str((pod.get("spec") or {}).get("nodeName") or node)
@@ -425,9 +429,14 @@ class Quarantiner:
             else:
                 self.protected[uid] = now + PDB_BACKOFF
             log.info("quarantine eviction of %s/%s refused: %s", ns, name, result.message)
+            if uid in self.told_blocked:
+                if went == 0:
+                    return
+                continue
+            self.told_blocked.add(uid)
             text = (
                 f"fairshare could not evict this pod from quarantined node {node}: a "
-                f"PodDisruptionBudget refused it ({result.message}); tried again in "
+                f"PodDisruptionBudget refused it ({result.message}); tried again every "
                 f"{PDB_BACKOFF:.0f}s, never forced"
             )
             await self.api.event(event_body(ns, name, uid, REASON_BLOCKED, text, warning=True))

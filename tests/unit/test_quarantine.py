@@ -371,6 +371,11 @@ async def test_pdb_refusal_on_the_first_member_keeps_the_group_whole() -> None:
     assert api.evicted == []
     assert ("m0", ctl.REASON_BLOCKED) in api.events
     assert sample(registry, "fairshare_quarantine_evictions_total", outcome="blocked") == 1
+    # After the back-off it is asked again; refused again, it is not told twice.
+    c.clock = lambda: 1e9
+    await c.tick()
+    assert api.evicted == [] and api.events.count(("m0", ctl.REASON_BLOCKED)) == 1
+    assert sample(registry, "fairshare_quarantine_evictions_total", outcome="blocked") == 2
     # Within the back-off it is not asked again; after it, it is (and now allowed).
     api.refuse = set()
     await c.tick()
