@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import ssl
 import sys
 from typing import Any
@@ -32,9 +34,11 @@ from .conftest import (
     GPU,
     PAUSE_IMAGE,
     POOL,
+    STATE_DIR,
     FairshareDev,
     MakeNode,
     cluster_module,
+    dev_module,
     unique,
     wait_event,
     wait_for,
@@ -238,3 +242,113 @@ async def test_quarantine_cordons_drains_trips_and_uncordons(
     hand = await node(names[3])
     assert hand.spec.unschedulable, f"{names[3]}, cordoned by hand, was uncordoned"
     assert QUARANTINE_LABEL not in (hand.metadata.labels or {})
+
+
+# -- only the elected leader acts ------------------------------------------------------------
+
+# Short timings keep the failover quick (as in test_extender_replicas.py).
+TIMINGS = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5")
+
+
+def replica_get(port: int, path: str) -> str:
+    dev = dev_module()
+    ctx = ssl.create_default_context(cafile=str(dev.Layout(STATE_DIR).certs("extender") / "ca.crt"))
+    code, body = cluster_module().http_get(f"https://127.0.0.1:{port}{path}", ctx)
+    assert code == 200, f"{path} on {port} answered {code}"
+    return str(body)
+
+
+def replica_metric(port: int, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in replica_get(port, "/metrics").splitlines():
+        if (
+            line.startswith(name)
+            and line[len(name) : len(name) + 1] in (" ", "{")
+            and all(f'{k}="{v}"' in line for k, v in labels.items())
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def replica_state(port: int) -> str:
+    return str(json.loads(replica_get(port, "/quarantine.json"))["state"])
+
+
+async def test_only_the_leader_quarantines_and_a_new_leader_lifts(
+    api: client.ApiClient, make_gpu_node: MakeNode, fairshare: FairshareDev
+) -> None:
+    """Two elected extender replicas read a config with the quarantine on (their own
+    ConfigMap; the dev extender keeps the quarantine off): one cordons the failed node,
+    the other stands by; the leader is killed, the signal clears, and the new leader
+    uncordons the node the old one cordoned (the mark is on the node, not in memory)."""
+    dev, mod = dev_module(), cluster_module()
+    core = client.CoreV1Api(api)
+    cm_name, lease = unique("qr-config"), unique("qr-lease")
+    config_text = CONFIG_HEAD + "tenants: []\n" + QUARANTINE_CONFIG
+    await core.create_namespaced_config_map(
+        dev.SYSTEM_NAMESPACE,
+        {"metadata": {"name": cm_name}, "data": {dev.CONFIG_KEY: config_text}},
+    )
+    pool = unique("ql")
+    names = [f"{pool}-{k}" for k in range(2)]
+    await asyncio.gather(*(make_gpu_node(n, gpus=4, labels={POOL: pool}) for n in names))
+    ports: list[int] = []
+    while len(ports) < 2:
+        port = mod.free_port()
+        if port not in ports:
+            ports.append(port)
+    pids: list[int] = []
+    try:
+        for i, port in enumerate(ports):
+            args = (
+                "--lease", f"{dev.SYSTEM_NAMESPACE}/{lease}", *TIMINGS,
+                "--identity", f"replica-{i}",
+                f"--configmap={dev.SYSTEM_NAMESPACE}/{cm_name}",
+            )  # fmt: skip
+            pids.append(
+                await asyncio.to_thread(
+                    dev.start_extra_extender, STATE_DIR, port, extra_args=args,
+                    name=f"quarantine-replica-{i}",
+                )
+            )  # fmt: skip
+
+        async def one_active() -> list[str] | None:
+            states = [await asyncio.to_thread(replica_state, p) for p in ports]
+            return states if sorted(states) == ["active", "standby"] else None
+
+        states = await wait_for(one_active, timeout=30, what="one replica leading")
+        leader = states.index("active")
+        follower = 1 - leader
+
+        await core.patch_node(
+            names[0], {"spec": {"taints": [{"key": XID_TAINT, "effect": "NoSchedule"}]}}
+        )
+
+        async def cordoned() -> bool:
+            n = await core.read_node(names[0])
+            return bool(n.spec.unschedulable)
+
+        await wait_for(cordoned, timeout=30, what=f"{names[0]} cordoned by the leader")
+        done = {"action": "cordon", "outcome": "done"}
+        cordon_metric = "fairshare_quarantine_actions_total"
+        assert await asyncio.to_thread(replica_metric, ports[leader], cordon_metric, **done) == 1
+        assert await asyncio.to_thread(replica_metric, ports[follower], cordon_metric, **done) == 0
+        assert await asyncio.to_thread(replica_state, ports[follower]) == "standby"
+
+        os.kill(pids[leader], signal.SIGKILL)
+        await core.patch_node(names[0], {"spec": {"taints": None}})
+
+        async def lifted() -> bool:
+            n = await core.read_node(names[0])
+            return not n.spec.unschedulable and QUARANTINE_LABEL not in (n.metadata.labels or {})
+
+        await wait_for(lifted, timeout=45, what=f"the new leader to uncordon {names[0]}")
+        assert await asyncio.to_thread(replica_state, ports[follower]) == "active"
+        undone = {"action": "uncordon", "outcome": "done"}
+        assert (
+            await asyncio.to_thread(replica_metric, ports[follower], cordon_metric, **undone) == 1
+        )
+    finally:
+        for pid in pids:
+            await asyncio.to_thread(dev.stop_server, "extender-replica", pid)
+        await core.delete_namespaced_config_map(cm_name, dev.SYSTEM_NAMESPACE)
