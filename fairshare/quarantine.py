@@ -19,7 +19,9 @@ The rules:
 * The circuit breaker: a node counts against it when fairshare quarantined it within the
   last ``window`` (``ANN_AT`` stays on the node after it is uncordoned, so a failover or
   restart keeps the count). At most ``breaker_limit`` nodes count at once: the smaller of
-  ``max_nodes`` and ``floor(max_fraction x GPU nodes)``. A failed node past that limit is
+  ``max_nodes`` and ``floor(max_fraction x GPU nodes)``, but at least one node while
+  ``max_fraction`` is above 0 (a small cluster can still quarantine its first failed
+  node). A failed node past that limit is
   held back and the breaker is open until the window frees room.
 """
 
@@ -136,12 +138,16 @@ def read_node(node: Mapping[str, Any], policy: HealthPolicy) -> NodeView | None:
 
 def breaker_limit(max_nodes: int, max_fraction: float, gpu_nodes: int) -> int:
     """Nodes the breaker lets fairshare quarantine within one window: the smaller of
-    ``max_nodes`` and ``max_fraction`` of ``gpu_nodes`` rounded down (so a fraction of a
-    small cluster can allow none)."""
+    ``max_nodes`` and ``max_fraction`` of ``gpu_nodes`` rounded down, at least 1 while
+    ``max_fraction`` and ``gpu_nodes`` are above 0 (the defaults, 1 node and 10 %, then
+    quarantine one node of a 4-node cluster rather than none); ``max_fraction`` 0
+    allows none."""
     if max_nodes < 0 or gpu_nodes < 0 or not 0.0 <= max_fraction <= 1.0:
         raise ValueError("breaker_limit: counts must be >= 0 and the fraction in [0, 1]")
     # The product is rounded down with a small tolerance, so that 0.3 x 10 is 3 as written.
     by_fraction = math.floor(max_fraction * gpu_nodes + 1e-9)
+    if max_fraction > 0 and gpu_nodes > 0:
+        by_fraction = max(1, by_fraction)
     return max(0, min(max_nodes, by_fraction))
 
 

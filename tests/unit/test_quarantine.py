@@ -89,13 +89,19 @@ def test_condition_counts_as_fatal() -> None:
     assert [n for n, _ in plan.cordon] == ["a"]
 
 
-def test_defaults_quarantine_nothing_below_ten_gpu_nodes() -> None:
-    # maxFraction 0.1 of 9 GPU nodes rounds down to 0: the breaker holds and says so.
-    nodes = [gpu_node("a", taints=[XID])] + [gpu_node(f"h{k}") for k in range(8)]
+def test_defaults_quarantine_one_node_of_a_small_cluster_and_hold_the_second() -> None:
+    # maxFraction 0.1 of 4 GPU nodes rounds down to 0, raised to one node: the first
+    # failed node is quarantined, the second is held back by the breaker.
+    nodes = [gpu_node("a", taints=[XID])] + [gpu_node(f"h{k}") for k in range(3)]
     plan = q.plan_quarantine(nodes, policy(), T0)
-    assert plan.cordon == () and plan.breaker.open and plan.breaker.limit == 0
-    nodes.append(gpu_node("h8"))
-    assert [n for n, _ in q.plan_quarantine(nodes, policy(), T0).cordon] == ["a"]
+    assert [n for n, _ in plan.cordon] == ["a"] and not plan.breaker.open
+    assert plan.breaker.limit == 1
+    nodes.append(gpu_node("b", conditions=[FALLEN]))
+    plan = q.plan_quarantine(nodes, policy(), T0)
+    assert [n for n, _ in plan.cordon] == ["a"] and plan.breaker.held_back == ("b",)
+    # maxFraction 0 quarantines nothing.
+    plan = q.plan_quarantine(nodes, policy(max_fraction=0.0), T0)
+    assert plan.cordon == () and plan.breaker.limit == 0
 
 
 def test_breaker_holds_the_second_node_within_the_window() -> None:
@@ -196,7 +202,9 @@ def test_breaker_limit_arithmetic() -> None:
     assert q.breaker_limit(1, 0.1, 100) == 1
     assert q.breaker_limit(20, 0.1, 100) == 10
     assert q.breaker_limit(5, 0.3, 10) == 3  # not 2 by a rounding error
-    assert q.breaker_limit(5, 0.1, 9) == 0
+    assert q.breaker_limit(5, 0.1, 9) == 1  # a small cluster still quarantines one node
+    assert q.breaker_limit(5, 0.0, 9) == 0
+    assert q.breaker_limit(0, 0.5, 9) == 0
     assert q.breaker_limit(3, 1.0, 0) == 0
     with pytest.raises(ValueError):
         q.breaker_limit(1, 1.5, 10)
