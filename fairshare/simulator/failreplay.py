@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from fairshare import fairness
+from fairshare.config.loading import config_from_mapping
+from fairshare.config.schema import API_VERSION, KIND, FairShareConfig
+from fairshare.errors import ConfigError
 from fairshare.simulator import openb, philly
 from fairshare.simulator.engine import Simulation
 from fairshare.simulator.failures import (
@@ -104,10 +107,12 @@ def philly_one(
     limit: int | None,
     policy: str = "ours",
     quiet: bool = False,
+    half_life: str | None = None,
 ) -> dict[str, Any]:
-    """One variant of the Philly replay, summarised (a worker process runs one)."""
+    """One variant of the Philly replay, summarised (a worker process runs one);
+    ``half_life`` turns ``usageHistory`` on with that half-life."""
     jobs, _, _ = philly.load_jobs(folder, limit=limit)
-    config = philly.make_config(sorted({j.namespace for j in jobs}))
+    config = history_config(sorted({j.namespace for j in jobs}), half_life)
     prog = None if quiet else philly.Progress(f"{variant.name}")
     t0 = time.monotonic()
     replay = Replay(
@@ -135,6 +140,7 @@ def philly_one(
         fatalFaults=result.fatal_faults,
         restarts=result.restarts,
         unfinished=result.unfinished,
+        refundedGpuHours=round(replay.refunded / HOUR, 1),
         jctHours={
             "mean": round(statistics.fmean(jcts) / HOUR, 2) if jcts else None,
             "p95": round(philly.percentile(jcts, 95) / HOUR, 2) if jcts else None,
@@ -148,6 +154,21 @@ def philly_one(
         print(f"failreplay: philly {variant.name}: done in {out['seconds']:.0f} s",
               file=sys.stderr, flush=True)  # fmt: skip
     return out
+
+
+def history_config(tenants: Sequence[str], half_life: str | None) -> FairShareConfig:
+    """The Philly replay's config (``philly.make_config``), with ``usageHistory`` at
+    ``half_life`` (a duration such as ``24h``) when given; ConfigError when it is bad."""
+    if half_life is None:
+        return philly.make_config(tenants)
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "resources": {"nvidia.com/gpu": {}, "cpu": {}, "memory": {}},
+        "tenants": [{"name": t, "namespaces": [t], "weight": 1} for t in sorted(tenants)],
+        "usageHistory": {"halfLife": half_life},
+    }
+    return config_from_mapping(doc)
 
 
 # -- openb -----------------------------------------------------------------------------
@@ -425,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--gpus-per-node", type=int, default=8)
     g.add_argument("--jobs", type=int, help="the first N jobs by arrival (default: all)")
     g.add_argument("--policy", default="ours", help="ours or gang-fifo (default ours)")
+    g.add_argument(
+        "--half-life", help="turn usageHistory on with this half-life (e.g. 24h; default off)"
+    )
     o = ap.add_argument_group("openb")
     o.add_argument("--pods", default="default", help="pod list (default: default)")
     o.add_argument("--seed", type=int, default=42, help="arrival order seed (default 42)")
@@ -455,6 +479,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise FailureModelError(
                     f"--policy: unknown {args.policy!r}; choose ours or gang-fifo"
                 )
+            if args.half_life is not None:
+                try:
+                    history_config(["t"], args.half_life)
+                except ConfigError as exc:
+                    why = str(exc).replace("\n", "; ")
+                    raise FailureModelError(f"--half-life {args.half_life!r}: {why}") from None
         elif not (args.hours > 0 and args.load > 0):
             raise FailureModelError("--hours and --load must be numbers > 0")
     except FailureModelError as exc:
@@ -467,12 +497,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures = _run(
                 philly_one, folder, variants, model, args.workers, nodes=args.nodes,
                 gpus_per_node=args.gpus_per_node, limit=args.jobs, policy=args.policy,
-                quiet=args.quiet,
+                quiet=args.quiet, half_life=args.half_life,
             )  # fmt: skip
             jobs = figures[0]["jobs"]
             header = (
                 f"Philly (Gavel, seed 0), {jobs:,} jobs, {args.nodes} × {args.gpus_per_node} "
-                f"GPUs, policy {args.policy}; faults: {model.describe()}"
+                f"GPUs, policy {args.policy}"
+                + (f", usageHistory half-life {args.half_life}" * bool(args.half_life))
+                + f"; faults: {model.describe()}"
             )
         else:
             folder = args.trace or Path(OPENB_TRACE)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from fairshare import gangs, pipeline
+from fairshare import gangs, history, pipeline
 from fairshare.config.schema import FairShareConfig
 from fairshare.gate import GateDecision, GroupFits
 from fairshare.placement import PodRequest
@@ -293,6 +293,14 @@ class Replay:
         self._next_order = len(self.jobs)
         self.lost = self.broken = self.out = 0.0
         self.faults = self.fatal_faults = self.restarts = 0
+        # usageHistory: the gate's weights follow the tenants' decayed usage, stepped
+        # at every event as the scenario runner steps it
+        self.keeper = (
+            history.Keeper(config, self.sim.index.names)
+            if config.usage_history is not None
+            else None
+        )
+        self.refunded = 0.0  # GPU-seconds of lost work taken out of the history (no-penalty)
 
     # -- events ------------------------------------------------------------------------
 
@@ -369,6 +377,8 @@ class Replay:
         if was_running:
             assert rec.start is not None
             work = rec.gpus_each * len(rec.uids) * (now - rec.start)
+            if self.no_penalty and self.keeper is not None and tenant is not None:
+                self._refund(tenant, rec, now - rec.start)
             self.lost += work
             rec.finish_seq = -1  # its finish event is stale
             rec.start = None
@@ -401,6 +411,35 @@ class Replay:
             self._next_order += 1
         self.waiting[rec.order] = rec
         bisect.insort(self.queues.setdefault(self._key(rec), []), rec.order)
+
+    def _refund(self, tenant: str, rec: JobRecord, ran: float) -> None:
+        """No-penalty: take the lost run out of the tenant's usage history. The history
+        was stepped to now; a run of row u over the last ``ran`` seconds added
+        u × T ÷ ln 2 × (1 − 2^(−ran ÷ T)) to it."""
+        assert self.keeper is not None
+        hist = self.keeper.history
+        row = hist.usage.get(tenant)
+        if row is None:
+            return
+        gain = (1.0 - 0.5 ** (ran / hist.half_life)) * hist.half_life / history.LN2
+        pods = self.sim.state.pods
+        for uid in rec.uids:
+            pod = pods.get(uid)
+            if pod is None:
+                continue
+            for k, v in enumerate(pod.row):
+                row[k] = max(0.0, row[k] - v * gain)
+        self.refunded += rec.gpus_each * len(rec.uids) * ran
+
+    def _step_history(self, now: float) -> None:
+        if self.keeper is None:
+            return
+        state = self.sim.state
+        used = {t: list(u) for t, u in state.tenant_usage.items()}
+        config = self.keeper.step(now, used, state.total_capacity(), self.sim.admitted)
+        if config is not self.sim.config:
+            self.sim.config = config
+            self.sim._fair = None
 
     # -- placing -----------------------------------------------------------------------
 
@@ -574,6 +613,7 @@ class Replay:
                 break
             self._account(t - now)
             now = t
+            self._step_history(now)
             while events and events[0][0] == now:
                 _, kind, s, i = heapq.heappop(events)
                 if kind == 1:

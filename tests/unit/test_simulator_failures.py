@@ -362,3 +362,31 @@ def test_philly_failure_replay_reports_every_variant(tmp_path, capsys):
     for name in failreplay.PHILLY_VARIANTS:
         assert f"| {name} |" in table
     assert "GPU-h held by broken gangs" in table and "JCT mean / p95 (h)" in table
+
+
+def test_no_penalty_takes_the_lost_run_out_of_the_usage_history():
+    # usageHistory with a 4 h half-life; one 8-GPU job of tenant t (alone, so both runs
+    # place alike), stopped by a non-fatal fault at 1 h and run again to 11 h. With the
+    # rule, t's history is lighter by exactly the lost hour's 8 GPUs as decayed to the
+    # end: 8,000 milli-GPU × T ÷ ln 2 × (1 − 2^(−1/4)) × 2^(−10/4), T = 4 h.
+    jobs = [job("big", "t", 0.0, 10, 8)]
+    cfg = failreplay.history_config(["t", "u"], "4h")
+    fault = [Fault(1 * HOUR, "gpu-000", 0, False)]
+    model = FailureModel(rate=0.0, repair_hours=1.0, scope="gpu")
+    runs = {}
+    for keep in (True, False):
+        r = gangsim.Replay(
+            cfg, philly.make_nodes(2, 4), jobs, "ours", failures=model, no_penalty=keep,
+            scripted=fault,
+        )  # fmt: skip
+        r.run()
+        assert r.keeper is not None and r.records[0].end == pytest.approx(11 * HOUR)
+        runs[keep] = r
+    g = runs[True].sim.state.gpu_col
+    t_half = 4 * HOUR
+    expected = 8000 * t_half / math.log(2) * (1 - 2 ** (-1 / 4)) * 2 ** (-10 / 4)
+    kept = runs[True].keeper.history.usage["t"][g]  # type: ignore[union-attr]
+    charged = runs[False].keeper.history.usage["t"][g]  # type: ignore[union-attr]
+    assert charged - kept == pytest.approx(expected, rel=1e-6)
+    assert runs[True].refunded == pytest.approx(8 * HOUR)
+    assert runs[False].refunded == 0
