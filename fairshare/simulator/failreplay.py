@@ -347,7 +347,7 @@ def render(kind: str, figures: Sequence[dict[str, Any]], header: str) -> str:
     out = [header, ""]
     if kind == "philly":
         out.append(
-            "| variant | faults (fatal) | jobs restarted | GPU-h lost | GPU-h held by broken "
+            "| variant | faults (fatal) | job restarts | GPU-h lost | GPU-h held by broken "
             "gangs | GPU-h out of service | jobs not ended | JCT mean / p95 (h) | wait mean / "
             "p95 (h) | run ends (h) | GPU-time off fair | Jain |"
         )
