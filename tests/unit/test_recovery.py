@@ -1,0 +1,391 @@
+"""Runs lost to hardware faults: the pure rules (``fairshare.recovery``), the history's
+forgiveness (``History.forgive``), and the extender's tracker and controller over a fake
+API (``extender.recovery``)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from extender import recovery as ext
+from extender.cache import Cache
+from extender.usagehistory import UsageHistoryFeed
+from fairshare import history, recovery
+from fairshare import metrics as metrics_mod
+from fairshare.config.loading import config_from_mapping
+from fairshare.config.schema import FairShareConfig
+from fairshare.hardware import NodeHealth
+from fairshare.recovery import LostPod, LostRun, Member
+from tests.unit.test_state_objects import node, pod
+
+FATAL = {"key": "nvidia.com/gpu-error", "value": "fatal", "effect": "NoExecute"}
+
+
+def config(**health: Any) -> FairShareConfig:
+    return config_from_mapping(
+        {
+            "apiVersion": "fairshare.io/v1alpha1",
+            "kind": "FairShareConfig",
+            "tenants": [{"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]}],
+            "usageHistory": {"halfLife": "1h"},
+            "health": health,
+        }
+    )
+
+
+# -- the pure rules ------------------------------------------------------------------------
+
+
+def test_loss_reason_names_the_signal() -> None:
+    fatal = NodeHealth(fatal=("taint nvidia.com/gpu-error=fatal:NoExecute",), no_execute=True)
+    assert recovery.loss_reason("n1", fatal, node_gone=False, failed=False) == (
+        "node n1: taint nvidia.com/gpu-error=fatal:NoExecute"
+    )
+    assert recovery.loss_reason("n1", None, node_gone=True, failed=False) == "node n1 was deleted"
+    sick = NodeHealth(unhealthy_devices=2)
+    assert "2 of its GPUs were unhealthy" in str(
+        recovery.loss_reason("n1", sick, node_gone=False, failed=True)
+    )
+    # Ended on a healthy node, or succeeded beside unhealthy GPUs: not a hardware loss.
+    assert recovery.loss_reason("n1", NodeHealth(), node_gone=False, failed=True) is None
+    assert recovery.loss_reason("n1", sick, node_gone=False, failed=False) is None
+    assert recovery.loss_reason("n1", None, node_gone=False, failed=True) is None
+
+
+def test_gang_rest_takes_the_members_of_the_lost_run_only() -> None:
+    members = [
+        Member("lost", 10.0, leaving=False),
+        Member("peer", 11.0, leaving=False),
+        Member("going", 11.0, leaving=True),
+        Member("new", 200.0, leaving=False),  # created after the loss: the replacement
+        Member("unknown", None, leaving=False),
+    ]
+    assert recovery.gang_rest(members, ["lost"], lost_at=100.0) == ["peer", "unknown"]
+
+
+def test_forgiven_is_the_history_integral() -> None:
+    # One unit held from 0 to 3600 with a half-life of 3600, seen at 3600:
+    # T/ln2 * (1 - 1/2).
+    got = recovery.forgiven([1.0, 2.0], 0.0, 3600.0, 3600.0, 3600.0)
+    want = 3600.0 / math.log(2.0) * 0.5
+    assert got == pytest.approx([want, 2 * want])
+    assert recovery.forgiven([1.0], 5.0, 5.0, 10.0, 60.0) == [0.0]
+    assert recovery.forgiven([1.0], 8.0, 50.0, 10.0, 60.0) == pytest.approx(
+        recovery.forgiven([1.0], 8.0, 10.0, 10.0, 60.0)
+    )
+    with pytest.raises(ValueError, match="half_life"):
+        recovery.forgiven([1.0], 0.0, 1.0, 1.0, 0.0)
+
+
+@given(
+    usage=st.floats(0.0, 100.0),
+    start=st.floats(0.0, 1000.0),
+    length=st.floats(0.0, 1000.0),
+    after=st.floats(0.0, 1000.0),
+    half=st.floats(60.0, 10_000.0),
+)
+def test_forgiving_a_run_undoes_charging_it(
+    usage: float, start: float, length: float, after: float, half: float
+) -> None:
+    """A history that held a run, and was then told it was lost, holds what a history
+    that never saw it holds (to rounding)."""
+    end = start + length
+    now = end + after
+    with_run = history.History(half, ("gpu",))
+    without = history.History(half, ("gpu",))
+    for h in (with_run, without):
+        h.advance(0.0, {}, [8.0])
+        h.advance(start, {"a": [1.0]}, [8.0])
+    with_run.advance(end, {"a": [1.0 + usage]}, [8.0])
+    without.advance(end, {"a": [1.0]}, [8.0])
+    for h in (with_run, without):
+        h.advance(now, {"a": [1.0]}, [8.0])
+    with_run.forgive("uid", "a", [usage], start, end)
+    held = with_run.usage.get("a", [0.0])[0]
+    assert held == pytest.approx(without.usage.get("a", [0.0])[0], rel=1e-9, abs=1e-6)
+    # Once per pod: a second call takes nothing more.
+    assert with_run.forgive("uid", "a", [usage], start, end) == [0.0]
+
+
+def test_forgiveness_floors_at_zero_and_survives_the_record() -> None:
+    h = history.History(60.0, ("gpu",))
+    h.advance(0.0, {}, [8.0])
+    h.advance(10.0, {"a": [1.0]}, [8.0])
+    taken = h.forgive("p1", "a", [100.0], 0.0, 10.0)
+    assert h.usage["a"] == [0.0] and taken[0] > 0
+    back = history.History.from_dict(h.to_dict(), half_life=60.0, resources=("gpu",))
+    assert back.forgiven == {"p1": 10.0}
+    assert back.forgive("p1", "a", [1.0], 0.0, 10.0) == [0.0]
+    h.prune_forgiven(keep=0.0)
+    assert h.forgiven == {"p1": 10.0}  # lost at the history's time: kept
+    h.advance(20.0, {}, [8.0])
+    h.prune_forgiven(keep=5.0)
+    assert h.forgiven == {}
+
+
+def lost_pod(
+    uid: str, *, group: str = "a/job", evicted: bool = False, at: float = 100.0
+) -> LostPod:
+    return LostPod(
+        uid=uid, name=uid, namespace="a", tenant="a", node="n1", row=(1.0,),
+        bound_at=40.0, lost_at=at, created=30.0, group=group, reason="node n1: taint x",
+        evicted=evicted,
+    )  # fmt: skip
+
+
+def test_a_run_and_its_record() -> None:
+    run = recovery.run_of("a/job", True, [lost_pod("p0"), lost_pod("p1", evicted=True)])
+    assert run.lost == ("p0",) and run.evicted == ("p1",)
+    assert run.queued_at == 30.0 and run.lost_at == 100.0 and run.run_seconds == 120.0
+    back, problems = recovery.runs_from_dict(recovery.runs_to_dict({run.key: run}))
+    assert problems == [] and back == {run.key: run}
+    assert "evicted p1 so that the group restarts whole" in recovery.describe(run)
+    with pytest.raises(ValueError, match="at least one pod"):
+        recovery.run_of("a/job", True, [])
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"runs": {}}, "runs: a list is required"),
+        ({"runs": [3]}, "runs[0]: an object is required"),
+        ({"runs": [{"key": ""}]}, "key: a non-empty string"),
+        ({"runs": [{"key": "k", "reason": "r", "queuedAt": "x", "lostAt": 1}]}, "queuedAt"),
+        (
+            {"runs": [{"key": "k", "reason": "r", "queuedAt": 1, "lostAt": 1, "lost": [1]}]},
+            "lost must be a list of strings",
+        ),
+        ({"runs": [{"key": "k", "reason": 5, "queuedAt": 1, "lostAt": 1}]}, "reason"),
+    ],
+)
+def test_a_bad_record_is_skipped_with_a_clear_problem(data: dict[str, Any], problem: str) -> None:
+    runs, problems = recovery.runs_from_dict(data)
+    assert runs == {} and len(problems) == 1 and problem in problems[0]
+
+
+def test_the_replacing_pods_inherit_the_queue_time() -> None:
+    run = LostRun("a/job", True, "a", queued_at=30.0, lost_at=100.0, reason="r")
+    runs = {run.key: run}
+    assert recovery.inherited_queue_time("a/job", 120.0, runs) is run
+    assert recovery.inherited_queue_time("a/job", 90.0, runs) is None  # the lost run's own
+    assert recovery.inherited_queue_time("a/other", 120.0, runs) is None
+    assert recovery.inherited_queue_time(None, 120.0, runs) is None
+    lone = LostRun("a/p", False, "a", queued_at=30.0, lost_at=100.0, reason="r")
+    assert recovery.inherited_queue_time("a/p", 120.0, {"a/p": lone}) is None
+
+
+def test_runs_are_pruned_by_age_and_count() -> None:
+    runs = {
+        f"a/j{i}": LostRun(f"a/j{i}", True, "a", 0.0, float(i), "r")
+        for i in range(recovery.MAX_RUNS + 5)
+    }
+    kept = recovery.prune_runs(runs, now=float(recovery.MAX_RUNS + 4))
+    assert len(kept) == recovery.MAX_RUNS and "a/j0" not in kept
+    assert recovery.prune_runs(runs, now=1e9) == {}
+
+
+# -- the extender: tracker and controller -------------------------------------------------
+
+
+def member(name: str, node_name: str, *, group: str = "job", ns: str = "a") -> dict[str, Any]:
+    p = pod(name, ns=ns, gpu="4", node_name=node_name)
+    p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+    p["metadata"]["annotations"] = {"fairshare.io/gang-min-members": "2"}
+    p["metadata"]["creationTimestamp"] = "1970-01-01T00:00:00Z"  # the fake clock's 0
+    return p
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.evicted: list[str] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.refuse: set[str] = set()
+        self.written: list[dict[str, Any]] = []
+        self.stored: dict[str, Any] | None = None
+
+    async def evict(self, namespace: str, name: str) -> tuple[str, str]:
+        if name in self.refuse:
+            return "blocked", "Cannot evict pod as it would violate the budget"
+        self.evicted.append(f"{namespace}/{name}")
+        return "evicted", ""
+
+    async def record_event(
+        self, namespace: str, name: str, uid: str, *, reason: str, message: str
+    ) -> None:
+        self.events.append((name, reason, message))
+
+    async def read_runs(self) -> dict[str, Any] | None:
+        return self.stored
+
+    async def write_runs(self, data: dict[str, Any]) -> None:
+        self.written.append(data)
+        self.stored = data
+
+
+class World:
+    """A cache fed through the tracker as the extender's watch feeds them."""
+
+    def __init__(self, cfg: FairShareConfig, clock: list[float]) -> None:
+        self.cfg = cfg
+        self.cache = Cache(lambda: self.cfg)
+        self.tracker = ext.LossTracker(self.cache, lambda: self.cfg, clock=lambda: clock[0])
+        self.api = FakeApi()
+        self.registry = CollectorRegistry()
+        self.metrics = metrics_mod.Metrics(self.registry)
+        self.leading = True
+        self.ctl = ext.Recovery(
+            tracker=self.tracker, config=lambda: self.cfg, api=self.api,
+            metrics=self.metrics, is_leader=lambda: self.leading, clock=lambda: clock[0],
+        )  # fmt: skip
+
+    def feed(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        for sink in (self.tracker, self.cache):
+            sink.on_event(kind, event, copy.deepcopy(obj))
+
+    def resync(self, kind: str, objs: list[dict[str, Any]]) -> None:
+        for sink in (self.tracker, self.cache):
+            sink.on_resync(kind, copy.deepcopy(objs))
+
+    def recovered(self) -> float:
+        v = self.registry.get_sample_value("fairshare_gangs_recovered_total", {"tenant": "a"})
+        return v or 0.0
+
+
+def two_member_world(**health: Any) -> tuple[World, list[float]]:
+    clock = [1000.0]
+    w = World(config(**health), clock)
+    w.resync("Namespace", [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}])
+    w.resync("Node", [node("n1"), node("n2"), node("n3")])
+    w.resync(
+        "Pod",
+        [member("m0", "n1"), member("m1", "n2"), pod("solo", ns="a", gpu="4", node_name="n3")],
+    )
+    return w, clock
+
+
+def test_a_member_lost_to_a_no_execute_taint_evicts_the_rest_of_its_group() -> None:
+    w, clock = two_member_world()
+    clock[0] = 1100.0
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    assert set(w.tracker.lost) == {"uid-m0"}  # a member: lost as its node turned fatal
+    asyncio.run(w.ctl.once())
+    # m0 still runs on the broken node (nothing evicted it yet): it goes too.
+    assert sorted(w.api.evicted) == ["a/m0", "a/m1"]
+    reasons = {(n, r) for n, r, _ in w.api.events}
+    assert ("m1", ext.REASON_RECOVERY) in reasons and ("m0", ext.REASON_LOST) in reasons
+    assert w.recovered() == 1.0
+    run = w.ctl.runs["a/job"]
+    assert run.gang and run.lost == ("m0",) and run.evicted == ("m1",)
+    assert "nvidia.com/gpu-error=fatal:NoExecute" in run.reason
+    assert w.api.written and w.api.written[-1]["runs"][0]["key"] == "a/job"
+    # The second look finds nothing more to do; the lone pod was left alone.
+    asyncio.run(w.ctl.once())
+    assert sorted(w.api.evicted) == ["a/m0", "a/m1"] and w.recovered() == 1.0
+
+
+def test_recovery_switched_off_leaves_the_group_alone() -> None:
+    w, clock = two_member_world(recoverGangs=False)
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    assert w.tracker.lost == {}  # still running: not lost while nothing recovers it
+    clock[0] = 1100.0
+    w.feed("Pod", "DELETED", member("m0", "n1"))
+    asyncio.run(w.ctl.once())
+    assert set(w.tracker.lost) == {"uid-m0"} and w.api.evicted == []
+    assert w.recovered() == 0.0
+
+
+def test_a_lone_pod_is_lost_only_when_it_ends_and_is_left_to_its_controller() -> None:
+    w, clock = two_member_world()
+    w.feed("Node", "MODIFIED", node("n3", taints=[FATAL]))
+    assert w.tracker.lost == {}
+    clock[0] = 1200.0
+    w.feed("Pod", "DELETED", pod("solo", ns="a", gpu="4", node_name="n3"))
+    asyncio.run(w.ctl.once())
+    assert set(w.tracker.lost) == {"uid-solo"} and w.api.evicted == []
+    assert not w.ctl.runs["a/solo"].gang
+
+
+def test_a_deleted_node_loses_its_pods_and_an_ordinary_end_is_no_loss() -> None:
+    w, _ = two_member_world()
+    w.feed("Pod", "DELETED", pod("solo", ns="a", gpu="4", node_name="n3"))
+    assert w.tracker.lost == {}
+    w.feed("Node", "DELETED", node("n2"))
+    assert set(w.tracker.lost) == {"uid-m1"}
+    assert w.tracker.lost["uid-m1"].reason == "node n2 was deleted"
+
+
+def test_a_budget_refusal_is_asked_again_and_a_follower_acts_on_nothing() -> None:
+    w, _ = two_member_world()
+    w.leading = False
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    asyncio.run(w.ctl.once())
+    assert w.api.evicted == [] and w.api.written == []
+    w.leading = True
+    w.api.refuse = {"m1"}
+    asyncio.run(w.ctl.once())  # the loss seen while following is acted on once leading
+    assert w.api.evicted == ["a/m0"] and "a/job" in w.ctl.recovering
+    w.api.refuse = set()
+    asyncio.run(w.ctl.once())
+    assert sorted(w.api.evicted) == ["a/m0", "a/m1"] and w.ctl.recovering == {}
+
+
+def test_a_new_leader_starts_from_the_recorded_runs() -> None:
+    w, _ = two_member_world()
+    run = LostRun("a/old", True, "a", 1.0, 999.0, "node n9 was deleted", lost=("x",))
+    w.api.stored = {"runs": [run.to_dict(), {"key": 5}]}
+    asyncio.run(w.ctl.once())
+    assert w.ctl.runs["a/old"] == run
+
+
+def test_explain_tells_a_replacing_member_from_the_lost_run() -> None:
+    run = LostRun(
+        "a/job", True, "a", 30.0, 1.8e9, "node n1: taint x", lost=("m0",), evicted=("m1",),
+        uids=("uid-m0", "uid-m1"),
+    )  # fmt: skip
+    runs = {run.key: run}
+    fresh = member("m2", "")
+    fresh["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    got = ext.explain_run(fresh, runs)
+    assert got is not None and got["role"] == "replaces" and "uids" not in got
+    assert ext.explain_run(member("m1", "n2"), runs)["role"] == "evicted"  # type: ignore[index]
+    assert ext.explain_run(member("m0", "n1"), runs)["role"] == "lost"  # type: ignore[index]
+    stale = member("m9", "")  # created before the loss: not a replacement
+    stale["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    assert ext.explain_run(stale, runs) is None
+    assert ext.explain_run(pod("other", ns="a"), runs) is None
+
+
+def test_the_history_forgives_the_lost_run_and_stops_charging_it() -> None:
+    w, clock = two_member_world()
+    feed = UsageHistoryFeed(lambda: w.cfg)
+    feed.lost = w.tracker.forgivable
+    told: list[tuple[str, float]] = []
+    feed.on_forgiven = lambda t, s: told.append((t, s))
+    cache = w.cache
+    feed.step(0.0, cache.state, ())  # the history runs since the pods were bound
+    feed.step(1100.0, cache.state, ())
+    assert feed.history is not None
+    charged = list(feed.history.usage["a"])
+    clock[0] = 1100.0
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    asyncio.run(w.ctl.once())  # m0 lost, m1 evicted: both still bound in the cache
+    feed.step(1100.0, cache.state, ())
+    after = feed.history.usage["a"]
+    gpu = cache.state.index.names.index("nvidia.com/gpu")
+    # The solo pod's run stays charged; the group's two members' are taken back.
+    assert after[gpu] == pytest.approx(charged[gpu] / 3, rel=1e-6)
+    assert sorted(told) == [("a", 1100.0), ("a", 1100.0)]
+    feed.step(1200.0, cache.state, ())  # still bound, lost: not charged any more
+    solo_only = feed.history.usage["a"][gpu]
+    w.cfg = config(forgiveFaults=False)
+    feed2 = UsageHistoryFeed(lambda: w.cfg)
+    feed2.lost = w.tracker.forgivable
+    assert w.tracker.forgivable() == {}
+    assert solo_only < charged[gpu]
