@@ -464,6 +464,47 @@ class Recovery:
         if not blocked:
             del self.recovering[key]
 
+    def queue_hold(self, uid: str) -> str | None:
+        """Why pending pod ``uid`` must let a group of its tenant restarted after a
+        hardware fault go first (``recovery.waits_behind``), or None. For the filter, on
+        the leader, with ``forgiveFaults``."""
+        if not self.runs or not self.config().health.forgive_faults or not self.is_leader():
+            return None
+        cache = self.tracker.cache
+        req = cache.pending.get(uid)
+        if req is None or req.tenant is None:
+            return None
+        now = self.clock()
+        live = {
+            k: r
+            for k, r in self.runs.items()
+            if r.gang and r.tenant == req.tenant and 0.0 <= now - r.lost_at <= recovery.QUEUE_HOLD
+        }
+        if not live:
+            return None
+        replaced: dict[str, int] = {}
+        for other, bound in cache.state.pods.items():
+            g = cache.group_of(other)
+            run = live.get(str(g)) if g is not None else None
+            if run is None or bound.tenant != req.tenant:
+                continue
+            created = parse_time(_meta(cache.pods.get(other) or {}).get("creationTimestamp"))
+            if created is None or created >= run.lost_at - 1.0:
+                replaced[run.key] = replaced.get(run.key, 0) + 1
+        group = cache.group_of(uid)
+        created = parse_time(_meta(cache.pods.get(uid) or {}).get("creationTimestamp"))
+        run = recovery.waits_behind(
+            req.tenant, str(group) if group else None, created, live, now, replaced=replaced
+        )
+        if run is None:
+            return None
+        when = dt.datetime.fromtimestamp(run.lost_at, dt.UTC).strftime("%H:%M:%SZ")
+        return (
+            f"pod group {run.key} of tenant {run.tenant} restarts after a hardware fault "
+            f"at {when} and keeps its place ahead of the tenant's newer pods "
+            "(health.forgiveFaults)"
+        )
+
     def _still_running_on_failed_node(self, uid: str) -> bool:
         bound = self.tracker.cache.state.pods.get(uid)
         if bound is None:

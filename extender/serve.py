@@ -309,6 +309,7 @@ async def serve(
             is_leader=lambda: deps.leading(),
         )
         deps.background.append(healer.background(rt.source.ready))
+        deps.queue_hold = healer.queue_hold
 
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:

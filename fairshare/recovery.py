@@ -38,11 +38,16 @@ __all__ = [
     "run_of",
     "runs_from_dict",
     "runs_to_dict",
+    "waits_behind",
 ]
 
 LN2: Final = math.log(2.0)
 RUN_TTL: Final = 3600.0
 """Seconds a lost run is remembered after its loss (explain, the queue place)."""
+QUEUE_HOLD: Final = 120.0
+"""Seconds after a loss during which the tenant's newer pods let the replacing group go
+first (``waits_behind``): time for its controller to recreate it (the Job controller
+backs off 10 s and more) and for kube-scheduler to place it."""
 MAX_RUNS: Final = 500
 """Lost runs remembered at most (the oldest go first)."""
 
@@ -295,6 +300,39 @@ def inherited_queue_time(
     if created is not None and created < run.lost_at:
         return None
     return run
+
+
+def waits_behind(
+    tenant: str | None,
+    group: str | None,
+    created: float | None,
+    runs: Mapping[str, LostRun],
+    now: float,
+    *,
+    replaced: Mapping[str, int],
+) -> LostRun | None:
+    """The lost run of ``tenant`` that a pending pod of that tenant (in ``group``, created
+    at ``created``) must let go first, or None. A run holds the tenant's newer pods back
+    while it is a pod group's, was lost less than ``QUEUE_HOLD`` seconds before ``now``,
+    its replacement is not bound whole yet (``replaced``: group key -> members created
+    after the loss and bound, against the run's pod count), and the pod is not of that
+    group and was created after the run was queued (an older pod keeps its own place).
+    The oldest such run is named."""
+    if tenant is None:
+        return None
+    best: LostRun | None = None
+    for run in runs.values():
+        if not run.gang or run.tenant != tenant or run.key == group:
+            continue
+        if not 0.0 <= now - run.lost_at <= QUEUE_HOLD:
+            continue
+        if replaced.get(run.key, 0) >= max(1, len(run.uids)):
+            continue
+        if created is not None and created <= run.queued_at:
+            continue
+        if best is None or (run.queued_at, run.key) < (best.queued_at, best.key):
+            best = run
+    return best
 
 
 def describe(run: LostRun) -> str:

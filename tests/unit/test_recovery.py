@@ -389,3 +389,53 @@ def test_the_history_forgives_the_lost_run_and_stops_charging_it() -> None:
     feed2.lost = w.tracker.forgivable
     assert w.tracker.forgivable() == {}
     assert solo_only < charged[gpu]
+
+
+def test_a_tenants_newer_pods_wait_behind_its_restarting_group() -> None:
+    run = LostRun("a/job", True, "a", 30.0, 100.0, "r", uids=("u0", "u1"))
+    runs = {run.key: run}
+
+    def behind(**kw: Any) -> LostRun | None:
+        args: dict[str, Any] = {
+            "tenant": "a", "group": None, "created": 50.0, "now": 110.0, "replaced": {},
+        } | kw  # fmt: skip
+        return recovery.waits_behind(
+            args["tenant"], args["group"], args["created"], runs, args["now"],
+            replaced=args["replaced"],
+        )  # fmt: skip
+
+    assert behind() is run  # newer than the run: waits
+    assert behind(created=20.0) is None  # older: keeps its own place
+    assert behind(tenant="b") is None  # another tenant: the gate's business
+    assert behind(group="a/job") is None  # the replacement itself
+    assert behind(replaced={"a/job": 2}) is None  # bound whole again
+    assert behind(replaced={"a/job": 1}) is run
+    assert behind(now=100.0 + recovery.QUEUE_HOLD + 1) is None  # the hold is bounded
+    assert behind(tenant=None) is None
+
+
+def test_the_filter_holds_a_newer_pod_while_the_group_restarts() -> None:
+    w, clock = two_member_world()
+    clock[0] = 1100.0
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    asyncio.run(w.ctl.once())
+    for uid in ("uid-m0", "uid-m1"):
+        w.feed("Pod", "DELETED", member(uid[4:], "n1" if uid == "uid-m0" else "n2"))
+    newer = pod("newer", ns="a", gpu="4")
+    newer["metadata"]["creationTimestamp"] = "1970-01-01T00:10:00Z"
+    w.feed("Pod", "ADDED", newer)
+    why = w.ctl.queue_hold("uid-newer")
+    assert why is not None and "pod group a/job of tenant a restarts" in why
+    # The replacement members: pending, they are not held; once bound whole, nobody is.
+    fresh = [member(f"r{i}", "") for i in range(2)]
+    for p in fresh:
+        p["spec"].pop("nodeName", None)
+        p["metadata"]["creationTimestamp"] = "1970-01-01T00:30:00Z"
+        w.feed("Pod", "ADDED", p)
+    assert w.ctl.queue_hold("uid-r0") is None
+    for p, n in zip(fresh, ("n2", "n3"), strict=True):
+        p["spec"]["nodeName"] = n
+        w.feed("Pod", "MODIFIED", p)
+    assert w.ctl.queue_hold("uid-newer") is None
+    w.cfg = config(forgiveFaults=False)
+    assert w.ctl.queue_hold("uid-newer") is None
