@@ -2,9 +2,11 @@
 ``health.forgiveFaults``; ``fairshare.recovery`` holds the pure rules, docs/recovery.md).
 
 ``LossTracker`` is a sink fed before the cache: it reads each Node's GPU health
-(``hardware.read_node_health``) and, from the pod events, the pods lost to hardware (a
-pod that ends while its node is fatal or gone, or fails on unhealthy GPUs; a pod-group
-member as soon as its node turns fatal), with what they held (the cache's ledger, still
+(``hardware.read_node_health``), the DRA devices with a NoExecute taint (ResourceSlices,
+DeviceTaintRules) and the devices each ResourceClaim holds, and, from the pod events,
+the pods lost to hardware (a pod that ends while its node is fatal or gone or a device
+of its claims has a NoExecute taint it does not tolerate, or fails on unhealthy GPUs; a
+pod-group member as soon as its node turns fatal), with what they held (the cache's ledger, still
 holding them when the tracker runs). Every replica keeps one, so a new leader knows the
 losses its predecessor saw.
 
@@ -31,7 +33,7 @@ from typing import Any, Final, Protocol
 import serving
 from extender.cache import Cache
 from extender.leader import call_raw, parse_time, write_configmap
-from fairshare import gangs, recovery
+from fairshare import dra, gangs, recovery
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
@@ -57,6 +59,9 @@ REASON_RECOVERY: Final = "HardwareRecovery"
 REASON_LOST: Final = "LostToHardware"
 """On a pod lost to a hardware fault."""
 COMPONENT: Final = "fairshare-extender"
+KIND_SLICE: Final = "ResourceSlice"
+KIND_RULE: Final = "DeviceTaintRule"
+KIND_CLAIM: Final = "ResourceClaim"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -81,6 +86,12 @@ class LossTracker:
         """Every pod lost within ``LOST_KEEP``, by uid."""
         self.new: list[LostPod] = []
         """Losses the controller has not looked at yet."""
+        self.slice_taints: dict[str, dict[recovery.DeviceKey, list[Mapping[str, Any]]]] = {}
+        """ResourceSlice name -> its devices with a NoExecute taint."""
+        self.rule_taints: dict[str, Any] = {}
+        """DeviceTaintRule name -> (selector, taint) of its NoExecute taint."""
+        self.claims: dict[str, list[tuple[recovery.DeviceKey, list[Mapping[str, Any]]]]] = {}
+        """``namespace/name`` of an allocated ResourceClaim -> its devices and tolerations."""
 
     # -- the sink ---------------------------------------------------------------------
 
@@ -91,6 +102,12 @@ class LossTracker:
                 self._node(node)
             for name in sorted(set(self.health) - names):
                 self._node_gone(name)
+        elif kind in (KIND_SLICE, KIND_RULE, KIND_CLAIM):
+            {KIND_SLICE: self.slice_taints, KIND_RULE: self.rule_taints, KIND_CLAIM: self.claims}[
+                kind
+            ].clear()
+            for obj in items:
+                self._dra(kind, obj, deleted=False)
         elif kind == "Pod":
             uids = set()
             for pod in items:
@@ -110,6 +127,51 @@ class LossTracker:
                 self._node(obj)
         elif kind == "Pod":
             self._pod(obj, deleted=event_type == "DELETED")
+        elif kind in (KIND_SLICE, KIND_RULE, KIND_CLAIM):
+            self._dra(kind, obj, deleted=event_type == "DELETED")
+
+    def _dra(self, kind: str, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        meta = _meta(obj)
+        name = str(meta.get("name", ""))
+        if kind == KIND_SLICE:
+            taints = {} if deleted else recovery.no_execute_taints(obj)
+            if taints:
+                self.slice_taints[name] = taints
+            else:
+                self.slice_taints.pop(name, None)
+        elif kind == KIND_RULE:
+            rule = None if deleted else recovery.rule_taint(obj)
+            if rule is not None:
+                self.rule_taints[name] = rule
+            else:
+                self.rule_taints.pop(name, None)
+        else:
+            key = f"{meta.get('namespace', '')}/{name}"
+            devices = [] if deleted else recovery.allocated_devices(obj)
+            if devices:
+                self.claims[key] = devices
+            else:
+                self.claims.pop(key, None)
+
+    def _device_loss(self, pod: Mapping[str, Any]) -> str | None:
+        """Why the pod's DRA devices are lost (an untolerated NoExecute taint), or None."""
+        if not self.slice_taints and not self.rule_taints:
+            return None
+        ns = str(_meta(pod).get("namespace", ""))
+        devices = [d for c in dra.pod_claim_names(pod) for d in self.claims.get(f"{ns}/{c}", ())]
+        if not devices:
+            return None
+        taints: dict[recovery.DeviceKey, list[Mapping[str, Any]]] = {}
+        for per_slice in self.slice_taints.values():
+            for key, found in per_slice.items():
+                taints.setdefault(key, []).extend(found)
+        for (driver, pool, device), taint in self.rule_taints.values():
+            for key, _ in devices:
+                if all(want is None or want == got for want, got in zip(
+                    (driver, pool, device), key, strict=True
+                )):  # fmt: skip
+                    taints.setdefault(key, []).append(taint)
+        return recovery.device_loss(devices, taints)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -145,7 +207,11 @@ class LossTracker:
         ending = deleted or bool(meta.get("deletionTimestamp")) or phase == "Failed"
         bound = self.cache.state.pods.get(uid)
         if ending and bound is not None and phase != "Succeeded":
-            self._ended(uid, bound, failed=phase == "Failed")
+            device = self._device_loss(pod)
+            if device is not None and uid not in self.lost:
+                self._lose(uid, bound, device)
+            else:
+                self._ended(uid, bound, failed=phase == "Failed")
         if deleted or phase in ("Failed", "Succeeded"):
             self.bound_at.pop(uid, None)
 

@@ -3,11 +3,13 @@ with them, the run time forgiven and the queue place kept (``health.recover_gang
 ``health.forgive_faults``; docs/recovery.md). Pure: times are arguments, no I/O.
 
 A bound pod is **lost to hardware** when it ends (deleted, being deleted, or failed)
-while its node is marked fatal (``hardware.read_node_health``: a fatal condition, a taint
-of ``health.unhealthyTaints`` of any effect, a remediator's cordon) or gone, or when it
-failed while the device plugin counted some of its node's GPUs unhealthy. A member of a
-pod group is lost as soon as its node turns fatal, even while it still runs: its group
-cannot finish on broken hardware.
+while its node is marked fatal (``hardware.read_node_health``: a fatal condition, a
+taint of ``health.unhealthyTaints`` of any effect, a remediator's cordon) or gone, or
+while a DRA device its claims hold carries a ``NoExecute`` taint its claim does not
+tolerate (in the device's ResourceSlice or by a DeviceTaintRule: kube-controller-manager
+deletes such pods), or when it failed while the device plugin counted some of its
+node's GPUs unhealthy. A member of a pod group is lost as soon as its node turns
+fatal, even while it still runs: its group cannot finish on broken hardware.
 
 A **lost run** is what one loss takes: for a pod group, every member bound before the
 loss (the lost ones and the others, evicted so that the group restarts whole); for a
@@ -28,16 +30,22 @@ from typing import Any, Final
 from fairshare.hardware import NodeHealth
 
 __all__ = [
+    "DeviceKey",
     "LostPod",
     "LostRun",
+    "allocated_devices",
+    "device_loss",
     "forgiven",
     "gang_rest",
     "inherited_queue_time",
     "loss_reason",
+    "no_execute_taints",
     "prune_runs",
+    "rule_taint",
     "run_of",
     "runs_from_dict",
     "runs_to_dict",
+    "tolerates",
     "waits_behind",
 ]
 
@@ -96,6 +104,90 @@ def loss_reason(
     if failed and health.unhealthy_devices > 0:
         n = health.unhealthy_devices
         return f"failed on node {node} while {n} of its GPUs were unhealthy"
+    return None
+
+
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device) of a DRA device."""
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Does a DRA toleration (a claim request's, as Kubernetes matches a pod's) tolerate
+    ``taint``: same effect (or none given), and the key with ``Exists`` (no key: any
+    key) or the key and value with ``Equal`` (the default operator)."""
+    effect = toleration.get("effect")
+    if effect and effect != taint.get("effect"):
+        return False
+    key, op = toleration.get("key"), toleration.get("operator") or "Equal"
+    if op == "Exists":
+        return not key or key == taint.get("key")
+    return bool(
+        key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+    )
+
+
+def no_execute_taints(slice_: Mapping[str, Any]) -> dict[DeviceKey, list[Mapping[str, Any]]]:
+    """A ResourceSlice's devices with a ``NoExecute`` taint, and those taints."""
+    spec = _map(slice_.get("spec"))
+    driver, pool = str(spec.get("driver", "")), str(_map(spec.get("pool")).get("name", ""))
+    out: dict[DeviceKey, list[Mapping[str, Any]]] = {}
+    for device in map(_map, _list(spec.get("devices"))):
+        taints = [
+            t for t in map(_map, _list(device.get("taints"))) if t.get("effect") == "NoExecute"
+        ]
+        if taints:
+            out[(driver, pool, str(device.get("name", "")))] = taints
+    return out
+
+
+def rule_taint(
+    rule: Mapping[str, Any],
+) -> tuple[tuple[str | None, str | None, str | None], Mapping[str, Any]] | None:
+    """A DeviceTaintRule's selector (driver, pool, device; None: any) and its taint, when
+    the taint's effect is ``NoExecute`` (None otherwise)."""
+    spec = _map(rule.get("spec"))
+    taint = _map(spec.get("taint"))
+    if taint.get("effect") != "NoExecute":
+        return None
+    sel = _map(spec.get("deviceSelector"))
+
+    def part(key: str) -> str | None:
+        v = sel.get(key)
+        return str(v) if isinstance(v, str) and v else None
+
+    return (part("driver"), part("pool"), part("device")), taint
+
+
+def allocated_devices(claim: Mapping[str, Any]) -> list[tuple[DeviceKey, list[Mapping[str, Any]]]]:
+    """The devices a ResourceClaim was allocated, each with the tolerations of its result."""
+    alloc = _map(_map(claim.get("status")).get("allocation"))
+    out = []
+    for r in map(_map, _list(_map(alloc.get("devices")).get("results"))):
+        key = (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+        out.append((key, [t for t in map(_map, _list(r.get("tolerations")))]))
+    return out
+
+
+def device_loss(
+    devices: Sequence[tuple[DeviceKey, Sequence[Mapping[str, Any]]]],
+    taints: Mapping[DeviceKey, Sequence[Mapping[str, Any]]],
+) -> str | None:
+    """Why a pod holding ``devices`` (with their tolerations) lost them: the first device
+    with a ``NoExecute`` taint none of its tolerations tolerates; None: no such device."""
+    for key, tolerations in devices:
+        for taint in taints.get(key, ()):
+            if not any(tolerates(t, taint) for t in tolerations):
+                value = taint.get("value")
+                shown = f"{taint.get('key')}" + (f"={value}" if value else "") + ":NoExecute"
+                return f"DRA device {'/'.join(key)}: taint {shown}"
     return None
 
 

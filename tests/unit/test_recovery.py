@@ -439,3 +439,85 @@ def test_the_filter_holds_a_newer_pod_while_the_group_restarts() -> None:
     assert w.ctl.queue_hold("uid-newer") is None
     w.cfg = config(forgiveFaults=False)
     assert w.ctl.queue_hold("uid-newer") is None
+
+
+NO_EXEC = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "ok"),
+    [
+        ({"key": "gpu.nvidia.com/xid", "operator": "Exists"}, True),
+        ({"operator": "Exists"}, True),
+        ({"key": "gpu.nvidia.com/xid", "value": "79"}, True),
+        ({"key": "gpu.nvidia.com/xid", "value": "48"}, False),
+        ({"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}, False),
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+)
+def test_a_device_toleration_matches_as_kubernetes_matches(
+    toleration: dict[str, str], ok: bool
+) -> None:
+    assert recovery.tolerates(toleration, NO_EXEC) is ok
+
+
+def dra_slice(name: str, taints: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "gpu.nvidia.com", "pool": {"name": "n3"},
+            "devices": [{"name": "gpu-0", "taints": taints}, {"name": "gpu-1"}],
+        },
+    }  # fmt: skip
+
+
+def dra_claim(tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"driver": "gpu.nvidia.com", "pool": "n3", "device": "gpu-0"}
+    if tolerations:
+        result["tolerations"] = tolerations
+    return {
+        "metadata": {"name": "c1", "namespace": "a"},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+
+
+def dra_pod() -> dict[str, Any]:
+    p = pod("draw", ns="a", node_name="n3")
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c1"}]
+    return p
+
+
+@pytest.mark.parametrize("source", ["slice", "rule"])
+def test_a_pod_whose_dra_device_gets_a_no_execute_taint_is_lost(source: str) -> None:
+    w, _ = two_member_world()
+    w.feed("ResourceClaim", "ADDED", dra_claim())
+    w.feed("Pod", "ADDED", dra_pod())
+    if source == "slice":
+        w.resync("ResourceSlice", [dra_slice("s1", [NO_EXEC])])
+    else:
+        rule = {
+            "metadata": {"name": "r1"},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "device": "gpu-0"},
+                     "taint": NO_EXEC},
+        }  # fmt: skip
+        w.feed("DeviceTaintRule", "ADDED", rule)
+    w.feed("Pod", "DELETED", dra_pod())
+    lost = w.tracker.lost["uid-draw"]
+    assert (
+        lost.reason == "DRA device gpu.nvidia.com/n3/gpu-0: taint gpu.nvidia.com/xid=79:NoExecute"
+    )
+
+
+def test_a_tolerated_or_informational_device_taint_is_no_loss() -> None:
+    w, _ = two_member_world()
+    w.feed(
+        "ResourceClaim", "ADDED", dra_claim([{"key": "gpu.nvidia.com/xid", "operator": "Exists"}])
+    )
+    w.feed("Pod", "ADDED", dra_pod())
+    w.feed("ResourceSlice", "ADDED", dra_slice("s1", [NO_EXEC]))
+    w.feed("ResourceSlice", "ADDED", dra_slice("s2", [NO_EXEC | {"effect": "None"}]))
+    w.feed("Pod", "DELETED", dra_pod())
+    assert w.tracker.lost == {}
+    assert set(w.tracker.slice_taints) == {"s1"}
+    w.feed("ResourceSlice", "DELETED", dra_slice("s1", [NO_EXEC]))
+    assert w.tracker.slice_taints == {}
