@@ -81,6 +81,8 @@ class LossTracker:
         self.cache, self.config, self.clock = cache, config, clock
         self.health: dict[str, NodeHealth] = {}
         self.gone: set[str] = set()
+        self.to_scan: set[str] = set()
+        """Nodes that failed since the controller's last look (``scan``)."""
         self.bound_at: dict[str, float] = {}
         self.lost: dict[str, LostPod] = {}
         """Every pod lost within ``LOST_KEEP``, by uid."""
@@ -178,14 +180,33 @@ class LossTracker:
     def _node(self, node: Mapping[str, Any]) -> None:
         name = str(_meta(node).get("name", ""))
         health = read_node_health(node, self.config().health)
+        old = self.health.get(name)
         self.health[name] = health
         self.gone.discard(name)
         if health.healthy or not self.config().health.recover_gangs:
             return
-        # A group member on a failed node is lost now: its group cannot finish there.
+        if old is not None and not old.healthy:
+            return  # failed before: its members were lost then (no pod binds there since)
+        self.to_scan.add(name)  # again once the cache holds every pod (``scan``)
+        self._scan(name, health)
+
+    def _scan(self, name: str, health: NodeHealth) -> None:
+        """A group member on a failed node is lost now: its group cannot finish there."""
         for uid, bound in sorted(self.cache.state.pods.items()):
             if bound.node == name and uid not in self.lost and self.cache.group_of(uid):
                 self._lose(uid, bound, f"node {name}: {health.reason}")
+
+    def scan(self) -> None:
+        """The members on the nodes that failed since the last call, looked for again:
+        a node seen failed before the cache knew its pods (the first listing) loses them
+        here."""
+        names, self.to_scan = self.to_scan, set()
+        if not self.config().health.recover_gangs:
+            return
+        for name in sorted(names):
+            health = self.health.get(name)
+            if health is not None and not health.healthy:
+                self._scan(name, health)
 
     def _node_gone(self, name: str) -> None:
         self.health.pop(name, None)
@@ -429,19 +450,22 @@ class Recovery:
             return
         if not self._loaded:
             await self._load()
+        self.tracker.scan()
         new = self.tracker.take()
         policy = self.config().health
+        # Noted before any await: the filter's queue hold reads the runs meanwhile.
         for pod in new:
             self.metrics.count_hardware_lost(pod.tenant or "")
+            if pod.group and policy.recover_gangs:
+                at, why = self.recovering.get(pod.group, (pod.lost_at, pod.reason))
+                self.recovering[pod.group] = (min(at, pod.lost_at), why)
+            self._note(pod.group or f"{pod.namespace}/{pod.name}", bool(pod.group), [pod])
+        for pod in new:
             with contextlib.suppress(Exception):
                 await self.api.record_event(
                     pod.namespace, pod.name, pod.uid, reason=REASON_LOST,
                     message=f"lost to a hardware fault: {pod.reason}",
                 )  # fmt: skip
-            if pod.group and policy.recover_gangs:
-                at, why = self.recovering.get(pod.group, (pod.lost_at, pod.reason))
-                self.recovering[pod.group] = (min(at, pod.lost_at), why)
-            self._note(pod.group or f"{pod.namespace}/{pod.name}", bool(pod.group), [pod])
         if policy.recover_gangs:
             for key in sorted(self.recovering):
                 await self._recover(key)
@@ -534,16 +558,28 @@ class Recovery:
         """Why pending pod ``uid`` must let a group of its tenant restarted after a
         hardware fault go first (``recovery.waits_behind``), or None. For the filter, on
         the leader, with ``forgiveFaults``."""
-        if not self.runs or not self.config().health.forgive_faults or not self.is_leader():
+        if not (self.runs or self.tracker.new) or not self.config().health.forgive_faults:
+            return None
+        if not self.is_leader():
             return None
         cache = self.tracker.cache
         req = cache.pending.get(uid)
         if req is None or req.tenant is None:
             return None
         now = self.clock()
+        # The runs noted, and the losses the watch saw since the last look (a node that
+        # frees up in between must not go to a newer pod first).
+        runs = dict(self.runs)
+        fresh: dict[str, list[LostPod]] = {}
+        for p in self.tracker.new:
+            if p.group and p.tenant == req.tenant:
+                fresh.setdefault(p.group, []).append(p)
+        for key, pods in fresh.items():
+            got = recovery.run_of(key, True, pods)
+            runs[key] = recovery.merge_run(runs[key], got) if key in runs else got
         live = {
             k: r
-            for k, r in self.runs.items()
+            for k, r in runs.items()
             if r.gang and r.tenant == req.tenant and 0.0 <= now - r.lost_at <= recovery.QUEUE_HOLD
         }
         if not live:

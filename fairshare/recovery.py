@@ -389,8 +389,8 @@ def inherited_queue_time(
     run = runs.get(group)
     if run is None or not run.gang:
         return None
-    if created is not None and created < run.lost_at:
-        return None
+    if created is not None and created < math.floor(run.lost_at):
+        return None  # created before the loss (creation times have whole seconds)
     return run
 
 
@@ -420,7 +420,9 @@ def waits_behind(
             continue
         if replaced.get(run.key, 0) >= max(1, len(run.uids)):
             continue
-        if created is not None and created <= run.queued_at:
+        # Creation times have whole seconds: a pod created in the run's own second is
+        # taken as newer (held until the group is whole again, at most ``QUEUE_HOLD``).
+        if created is not None and created < run.queued_at:
             continue
         if best is None or (run.queued_at, run.key) < (best.queued_at, best.key):
             best = run

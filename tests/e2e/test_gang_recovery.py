@@ -14,6 +14,8 @@ deletes that member and the Job controller recreates it.
   counts it and ``fairshare explain`` names the loss on a recreated member.
 * Without one (the recreated group cannot fit): the tenant's usage history, which held
   the run, drops back near nothing once the lost run is forgiven.
+* With the tenant's newer pod waiting for room when the fault frees a node: the
+  restarted group goes first (the newer pod is held), so it is bound whole.
 """
 
 from __future__ import annotations
@@ -247,4 +249,69 @@ async def test_the_run_lost_to_hardware_is_not_charged_to_the_tenant(
     assert after < 0.25 * peak, (
         f"tenant {a}'s usage share is {after:.4f} after the loss, {peak:.4f} at its peak: "
         "the lost run was charged"
+    )
+
+
+async def test_the_restarted_gang_keeps_its_place_ahead_of_the_tenants_newer_pod(
+    api: client.ApiClient,
+    make_gpu_node: MakeNode,
+    tenant_namespace: TenantNamespace,
+    fairshare: FairshareDev,
+) -> None:
+    """Tenant a's job runs on both nodes of its pool; a's newer 4-GPU pod ``late`` waits
+    for room. The fault frees the job's healthy node at once (its member is evicted) and
+    a spare node joins, but the Job controller recreates the members only after its
+    back-off: without the hold, ``late`` takes the freed node first and the restarted job
+    cannot fit whole. With it, the job is bound whole and ``late`` still waits."""
+    a = unique("hwq")
+    await fairshare.set_config(api, CONFIG_HEAD + f"tenants:\n- name: {a}\n")
+    ns = await tenant_namespace(a)
+    pool = unique("hwpool")
+    nodes = [unique("hwq") for _ in range(2)]
+    for n in nodes:
+        await make_gpu_node(n, gpus=4, cpu="16", memory="64Gi", labels={POOL: pool})
+    first = await start_job(api, ns, "train", pool)
+    core = client.CoreV1Api(api)
+    limits = {"cpu": "100m", "memory": "128Mi", GPU: "4"}
+    late = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "late"},
+        "spec": {
+            "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": {"limits": limits}}],
+            "nodeSelector": {POOL: pool},
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+    await core.create_namespaced_pod(ns, late)
+    await asyncio.sleep(2)  # kube-scheduler has tried it: no room
+    assert not (await core.read_namespaced_pod("late", ns)).spec.node_name
+
+    broken = sorted(first.values())[0]
+    await taint(api, broken)
+    await make_gpu_node(unique("hwq-spare"), gpus=4, cpu="16", memory="64Gi", labels={POOL: pool})
+    seen: dict[str, str] = {}
+    late_node: list[str | None] = []
+
+    async def whole_again() -> bool:
+        seen.clear()
+        seen.update(await bound(api, ns, "train"))
+        late_node.append((await core.read_namespaced_pod("late", ns)).spec.node_name)
+        return len(seen) == 2 and not set(seen) & set(first)
+
+    try:
+        await wait_for(whole_again, timeout=120, what="the job bound whole by new pods")
+    except AssertionError:
+        raise AssertionError(
+            f"the restarted job did not get its place back: bound now {seen}; "
+            f"a's newer pod late is on {late_node[-1] if late_node else None}"
+        ) from None
+    assert late_node[-1] is None, f"late was bound to {late_node[-1]} ahead of the job"
+    # The hold told kube-scheduler why late waits.
+    await wait_event(
+        api,
+        ns,
+        involved_name="late",
+        reason="FailedScheduling",
+        contains="restarts after a hardware fault",
     )

@@ -406,6 +406,7 @@ def test_a_tenants_newer_pods_wait_behind_its_restarting_group() -> None:
 
     assert behind() is run  # newer than the run: waits
     assert behind(created=20.0) is None  # older: keeps its own place
+    assert behind(created=30.0) is run  # the run's own second: taken as newer
     assert behind(tenant="b") is None  # another tenant: the gate's business
     assert behind(group="a/job") is None  # the replacement itself
     assert behind(replaced={"a/job": 2}) is None  # bound whole again
@@ -418,6 +419,11 @@ def test_the_filter_holds_a_newer_pod_while_the_group_restarts() -> None:
     w, clock = two_member_world()
     clock[0] = 1100.0
     w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    early = pod("early", ns="a", gpu="4")
+    early["metadata"]["creationTimestamp"] = "1970-01-01T00:10:00Z"
+    w.feed("Pod", "ADDED", early)
+    # Held from the loss on, before the controller's next look noted the run.
+    assert w.ctl.runs == {} and w.ctl.queue_hold("uid-early") is not None
     asyncio.run(w.ctl.once())
     for uid in ("uid-m0", "uid-m1"):
         w.feed("Pod", "DELETED", member(uid[4:], "n1" if uid == "uid-m0" else "n2"))
@@ -521,3 +527,36 @@ def test_a_tolerated_or_informational_device_taint_is_no_loss() -> None:
     assert set(w.tracker.slice_taints) == {"s1"}
     w.feed("ResourceSlice", "DELETED", dra_slice("s1", [NO_EXEC]))
     assert w.tracker.slice_taints == {}
+
+
+@pytest.mark.parametrize(
+    ("role", "text"),
+    [
+        ("lost", "lost to a hardware fault at 2025-12-07T23:29:19Z: node n1: taint x"),
+        ("evicted", "evicted at 2025-12-07T23:29:19Z so that pod group a/job restarts whole"),
+        ("replaces", "replaces the run of pod group a/job lost at 2025-12-07T23:29:19Z"),
+    ],
+)
+def test_explain_renders_the_hardware_line(role: str, text: str) -> None:
+    from fairshare import report_render
+
+    run = LostRun("a/job", True, "a", 1765150154.0, 1765150159.0, "node n1: taint x")
+    hw = run.to_dict() | {"role": role}
+    report = {
+        "pod": "a/p", "tenant": "a", "tenantSource": "label", "hardware": hw,
+        "webhook": {"allowed": True, "message": "", "warnings": []},
+        "extender": {"boundTo": "n2"},
+    }  # fmt: skip
+    out = report_render.render_explain_text(report)
+    assert "HARDWARE: " + text in out
+
+
+def test_a_node_failed_before_its_pods_were_listed_loses_its_members_at_the_first_look() -> None:
+    clock = [1000.0]
+    w = World(config(), clock)
+    w.resync("Namespace", [{"metadata": {"name": "a"}}])
+    w.resync("Node", [node("n1", taints=[FATAL]), node("n2")])
+    w.resync("Pod", [member("m0", "n1"), member("m1", "n2")])
+    assert w.tracker.lost == {}  # the cache knew no pod when the node was read
+    asyncio.run(w.ctl.once())
+    assert set(w.tracker.lost) >= {"uid-m0"} and sorted(w.api.evicted) == ["a/m0", "a/m1"]
