@@ -98,6 +98,19 @@ class LossTracker:
     # -- the sink ---------------------------------------------------------------------
 
     def on_resync(self, kind: str, items: list[dict[str, Any]]) -> None:
+        # Fed before the cache: a reading that fails here must not keep the event from it.
+        try:
+            self._resync(kind, items)
+        except Exception:
+            log.exception("hardware loss tracking: %s list not read", kind)
+
+    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        try:
+            self._event(kind, event_type, obj)
+        except Exception:
+            log.exception("hardware loss tracking: %s %s not read", kind, event_type)
+
+    def _resync(self, kind: str, items: list[dict[str, Any]]) -> None:
         if kind == "Node":
             names = {str(_meta(n).get("name", "")) for n in items}
             for node in items:
@@ -120,7 +133,7 @@ class LossTracker:
                     self._ended(uid, bound, failed=False)
                     self.bound_at.pop(uid, None)
 
-    def on_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+    def _event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
         if kind == "Node":
             name = str(_meta(obj).get("name", ""))
             if event_type == "DELETED":
@@ -557,7 +570,14 @@ class Recovery:
     def queue_hold(self, uid: str) -> str | None:
         """Why pending pod ``uid`` must let a group of its tenant restarted after a
         hardware fault go first (``recovery.waits_behind``), or None. For the filter, on
-        the leader, with ``forgiveFaults``."""
+        the leader, with ``forgiveFaults``; a failure to judge holds nothing."""
+        try:
+            return self._queue_hold(uid)
+        except Exception:
+            log.exception("queue hold for %s not judged", uid)
+            return None
+
+    def _queue_hold(self, uid: str) -> str | None:
         if not (self.runs or self.tracker.new) or not self.config().health.forgive_faults:
             return None
         if not self.is_leader():

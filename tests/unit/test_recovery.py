@@ -560,3 +560,19 @@ def test_a_node_failed_before_its_pods_were_listed_loses_its_members_at_the_firs
     assert w.tracker.lost == {}  # the cache knew no pod when the node was read
     asyncio.run(w.ctl.once())
     assert set(w.tracker.lost) >= {"uid-m0"} and sorted(w.api.evicted) == ["a/m0", "a/m1"]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"metadata": "x"},
+        {"metadata": {"name": "n1"}, "spec": {"taints": "nope"}, "status": []},
+        {"metadata": {"name": "s"}, "spec": {"devices": [{"taints": [{"effect": "NoExecute"}]}]}},
+    ],
+)
+def test_malformed_objects_are_read_without_raising(obj: dict[str, Any]) -> None:
+    w, _ = two_member_world()
+    for kind in ("Node", "Pod", "ResourceSlice", "ResourceClaim", "DeviceTaintRule"):
+        w.tracker.on_event(kind, "MODIFIED", copy.deepcopy(obj))
+        w.tracker.on_event(kind, "DELETED", copy.deepcopy(obj))
+        w.tracker.on_resync(kind, [copy.deepcopy(obj)])
