@@ -576,3 +576,28 @@ def test_malformed_objects_are_read_without_raising(obj: dict[str, Any]) -> None
         w.tracker.on_event(kind, "MODIFIED", copy.deepcopy(obj))
         w.tracker.on_event(kind, "DELETED", copy.deepcopy(obj))
         w.tracker.on_resync(kind, [copy.deepcopy(obj)])
+
+
+def test_a_new_leader_reading_the_history_back_does_not_forgive_twice() -> None:
+    w, clock = two_member_world()
+    old = UsageHistoryFeed(lambda: w.cfg)
+    old.lost = w.tracker.forgivable
+    old.step(0.0, w.cache.state, ())
+    old.step(1100.0, w.cache.state, ())
+    clock[0] = 1100.0
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    asyncio.run(w.ctl.once())
+    old.step(1100.0, w.cache.state, ())
+    assert old.history is not None
+    record = old.history.to_dict()
+    assert set(record["forgiven"]) == {"uid-m0", "uid-m1"}
+    # The next leader saw the same losses (its own tracker) and reads the record back.
+    new = UsageHistoryFeed(lambda: w.cfg)
+    new.lost = w.tracker.forgivable
+    told: list[tuple[str, float]] = []
+    new.on_forgiven = lambda t, s: told.append((t, s))
+    new.load(record, 1100.0)
+    new.step(1100.0, w.cache.state, ())
+    assert told == []
+    assert new.history is not None
+    assert new.history.usage["a"] == pytest.approx(old.history.usage["a"])
