@@ -350,8 +350,15 @@ class Cache:
         name = str(_meta(node).get("name", ""))
         self.nodes[name] = slim_node(node)
         try:
-            dra_gpus = self.claims.slice_gpus.node_gpus.get(name, 0)
-            objects.apply_node(self.writable(), node, self.config(), dra_gpus=dra_gpus)
+            slices = self.claims.slice_gpus
+            objects.apply_node(
+                self.writable(),
+                node,
+                self.config(),
+                dra_gpus=slices.node_gpus.get(name, 0),
+                dra_tainted=slices.tainted.get(name, 0),
+                dra_warned=slices.warned.get(name, 0),
+            )
         except (StateError, resources.DemandError) as exc:
             self.unreadable[f"Node/{name}"] = str(exc)
 

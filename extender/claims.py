@@ -296,14 +296,20 @@ class ClaimLedger:
                 self.resource_slices, self.device_classes, self.taint_rules
             )
             changed_slice = None
-        before = self.slice_gpus.node_gpus
+        before = self.slice_gpus
         changed = book.recount(config.dra.gpu_device_classes, config.mig_fractions(), changed_slice)
         self.slice_gpus = book.capacity
         claims: list[str] = []
         if (changed is None or changed) and self.claim_objects:
             claims = self.recount_claims(config.dra)
-        after = self.slice_gpus.node_gpus
-        nodes = {n for n in set(before) | set(after) if before.get(n, 0) != after.get(n, 0)}
+        after = self.slice_gpus
+
+        def seen(c: dra.SliceCapacity, n: str) -> tuple[int, int, int]:
+            return (c.node_gpus.get(n, 0), c.tainted.get(n, 0), c.warned.get(n, 0))
+
+        names = {*before.node_gpus, *before.tainted, *before.warned}
+        names |= {*after.node_gpus, *after.tainted, *after.warned}
+        nodes = {n for n in names if seen(before, n) != seen(after, n)}
         return nodes, claims
 
     def problems(self) -> dict[str, str]:

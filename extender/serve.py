@@ -35,6 +35,7 @@ from fairshare import __version__, cluster_shares, runtime
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
+from fairshare.fleet import fleet_health
 from fairshare.placement import cluster_fragmentation
 from fairshare.runtime import parse_ref
 from fairshare.state import objects, sources
@@ -159,6 +160,14 @@ def _publish(deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, second
         gpu_allocation_ratio=(cap - free) / cap if cap > 0 else 0.0,
         gpu_fragmentation_ratio=frag / cap if cap > 0 else 0.0,
     )
+    fleet = fleet_health(state, config)
+    deps.metrics.set_fleet_health(
+        in_service=fleet.gpus_in_service,
+        failed=fleet.gpus_failed,
+        unhealthy_devices=fleet.unhealthy_devices,
+        coverage={c.resource: c.ratio for c in fleet.coverage},
+        on_failed=fleet.tenants_on_failed,
+    )
     deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
 
 
@@ -273,7 +282,7 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
-        from extender import events, hami_hooks, lastgood, requeue, reserving
+        from extender import events, hami_hooks, lastgood, quarantine, requeue, reserving
 
         controller = reserving.HandoffController(
             api_client=api_client,
@@ -299,6 +308,17 @@ async def serve(
             ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
+
+        quarantiner = quarantine.Quarantiner(
+            cache=deps.cache,
+            config=rt.holder.get,
+            api=quarantine.KubeQuarantineApi(api_client),
+            metrics=deps.metrics,
+            is_leader=lambda: deps.leading(),  # with --lease, only the leader acts
+            synced=rt.source.is_ready,
+        )
+        deps.quarantine = quarantiner.status
+        deps.background.append(quarantiner.background())
 
         config_ns = parse_ref(opts.configmap)[0] if opts.configmap is not None else None
         healer = recovery.Recovery(

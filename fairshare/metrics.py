@@ -75,6 +75,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._labelled: dict[int, set[str]] = {}
         r = registry
         self.gpu_handoff_seconds = Histogram(
             "fairshare_gpu_handoff_seconds",
@@ -248,6 +249,36 @@ class Metrics:
             "Share of free GPU capacity the observed workload mix cannot use (0..1).",
             registry=r,
         )
+        self.gpus_in_service = Gauge(
+            "fairshare_gpus_in_service",
+            "GPUs in service: every GPU the nodes report minus those of nodes with a fatal "
+            "GPU signal (the capacity fair shares divide).",
+            registry=r,
+        )
+        self.gpus_failed = Gauge(
+            "fairshare_gpus_failed",
+            "GPUs of nodes with a fatal GPU signal (out of service).",
+            registry=r,
+        )
+        self.gpu_unhealthy_devices = Gauge(
+            "fairshare_gpu_unhealthy_devices",
+            "GPUs of healthy nodes out of service one by one (device plugin unhealthy "
+            "devices, DRA devices tainted NoSchedule/NoExecute).",
+            registry=r,
+        )
+        self.guarantee_coverage = Gauge(
+            "fairshare_guarantee_coverage_ratio",
+            "In-service capacity over the sum of the top-level tenants' guarantees, per "
+            "resource with guarantees (below 1: the guarantees cannot all be honoured).",
+            ["resource"],
+            registry=r,
+        )
+        self.tenant_gpus_on_failed = Gauge(
+            "fairshare_tenant_gpus_on_failed_hardware",
+            "GPUs the tenant's bound pods hold on nodes with a fatal GPU signal.",
+            ["tenant"],
+            registry=r,
+        )
         self.tenant_resource_seconds = Counter(
             "fairshare_tenant_resource_seconds_total",
             "Chargeback: resource amount times seconds held, per tenant and resource.",
@@ -305,6 +336,45 @@ class Metrics:
         self.reclaim_leader = Gauge(
             "fairshare_reclaim_leader",
             "1 while this reclaimer holds the leader Lease, else 0.",
+            registry=r,
+        )
+        self.quarantine_breaker_open = Gauge(
+            "fairshare_quarantine_breaker_open",
+            "1 while the quarantine's circuit breaker keeps a failed GPU node from being "
+            "cordoned (health.quarantine), else 0; 0 on replicas that do not lead.",
+            registry=r,
+        )
+        self.quarantine_nodes = Gauge(
+            "fairshare_quarantine_nodes",
+            "GPU nodes with a fatal signal, by what the quarantine does with them: "
+            "cordoned (fairshare holds the cordon), held_back (the breaker stopped it), "
+            "others (cordoned by someone else), remediator (left to a remediator), "
+            "by_hand (uncordoned by hand after fairshare cordoned it).",
+            ["state"],
+            registry=r,
+        )
+        self.quarantine_window_nodes = Gauge(
+            "fairshare_quarantine_window_nodes",
+            "Nodes fairshare quarantined within the circuit breaker's window.",
+            registry=r,
+        )
+        self.quarantine_limit = Gauge(
+            "fairshare_quarantine_window_limit",
+            "Nodes the circuit breaker lets fairshare quarantine within its window.",
+            registry=r,
+        )
+        self.quarantine_actions = Counter(
+            "fairshare_quarantine_actions_total",
+            "Quarantine actions on nodes, by action (cordon, uncordon, release, "
+            "forget_override) and outcome (done, conflict, failed).",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.quarantine_evictions = Counter(
+            "fairshare_quarantine_evictions_total",
+            "Evictions of pods from quarantined nodes, by outcome (evicted, blocked by a "
+            "PodDisruptionBudget, failed).",
+            ["outcome"],
             registry=r,
         )
         self.extender_leader = Gauge(
@@ -446,6 +516,33 @@ class Metrics:
         self.cluster_gpu_allocation.set(gpu_allocation_ratio)
         self.cluster_gpu_fragmentation.set(gpu_fragmentation_ratio)
 
+    def set_fleet_health(
+        self,
+        *,
+        in_service: float,
+        failed: float,
+        unhealthy_devices: int,
+        coverage: Mapping[str, float],
+        on_failed: Mapping[str, float],
+    ) -> None:
+        """Export the healthy fleet (``fairshare.fleet``); resources and tenants absent
+        from ``coverage`` / ``on_failed`` lose their series (a tenant at 0 on failed
+        hardware is exported as 0 while it is in ``on_failed``)."""
+        self.gpus_in_service.set(in_service)
+        self.gpus_failed.set(failed)
+        self.gpu_unhealthy_devices.set(unhealthy_devices)
+        self._replace_series(self.guarantee_coverage, coverage)
+        self._replace_series(self.tenant_gpus_on_failed, on_failed)
+
+    def _replace_series(self, gauge: Gauge, values: Mapping[str, float]) -> None:
+        known = self._labelled.setdefault(id(gauge), set())
+        for gone in known - set(values):
+            with contextlib.suppress(KeyError):
+                gauge.remove(gone)
+        for label, value in values.items():
+            gauge.labels(label).set(value)
+        self._labelled[id(gauge)] = set(values)
+
     # ----------------------------------------------------------------- reclaim
 
     def count_reclaim_eviction(self, outcome: str, *, tenant: str, beneficiary: str) -> None:
@@ -476,6 +573,24 @@ class Metrics:
     def set_extender_leader(self, leader: bool) -> None:
         """Export whether this extender replica decides (holds the Lease, caught up)."""
         self.extender_leader.set(1 if leader else 0)
+
+    def set_quarantine(
+        self, *, breaker_open: bool, nodes: dict[str, int], window_nodes: int, limit: int
+    ) -> None:
+        """Export the quarantine's state (``extender.quarantine``)."""
+        self.quarantine_breaker_open.set(1 if breaker_open else 0)
+        for state, count in nodes.items():
+            self.quarantine_nodes.labels(state).set(count)
+        self.quarantine_window_nodes.set(window_nodes)
+        self.quarantine_limit.set(limit)
+
+    def count_quarantine_action(self, action: str, outcome: str) -> None:
+        """Count one node action of the quarantine."""
+        self.quarantine_actions.labels(action, outcome).inc()
+
+    def count_quarantine_eviction(self, outcome: str) -> None:
+        """Count one eviction from a quarantined node (``evicted``, ``blocked``, ``failed``)."""
+        self.quarantine_evictions.labels(outcome).inc()
 
     def set_reclaim_leader(self, leader: bool) -> None:
         """Export whether this reclaimer holds the leader Lease."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from fairshare import cluster_shares, fairness, quantities, tenancy
 from fairshare.config.schema import FairShareConfig
+from fairshare.fleet import fleet_health
 from fairshare.gate import GateDecision, GroupFits, check_fair_gate, pod_fits_drained, shape_key
 from fairshare.history import TenantHistory
 from fairshare.placement import PodRequest, WorkloadMix, cluster_fragmentation, filter_nodes
@@ -199,6 +200,7 @@ def build_status(
         "kind": "FairshareStatus",
         "tenants": tenants,
         "cluster": _cluster(state, mix),
+        "health": _health(state, config),
         "nodes": _nodes(state),
         "heldPods": held,
         "pendingPods": unplaced,
@@ -319,6 +321,40 @@ def _cluster(state: ClusterState, mix: WorkloadMix | None) -> dict[str, Any]:
     }
 
 
+def _health(state: ClusterState, config: FairShareConfig) -> dict[str, Any]:
+    """The healthy fleet (``fairshare.fleet``): GPUs out of service, the nodes and the
+    tenants they cost, and whether the guarantees are still covered."""
+    fleet = fleet_health(state, config)
+    return {
+        "gpusInService": fleet.gpus_in_service,
+        "gpusFailed": fleet.gpus_failed,
+        "unhealthyDevices": fleet.unhealthy_devices,
+        "warnedNodes": fleet.warned_nodes,
+        "nodes": [
+            {
+                "name": n.name,
+                "failed": n.failed,
+                "gpus": n.gpus,
+                "reason": n.reason,
+                "warning": n.warning,
+                "tenants": {t: _gpu(g * 1000) for t, g in n.holders.items()},
+            }
+            for n in fleet.nodes
+        ],
+        "tenantsOnFailedHardware": {t: _gpu(g * 1000) for t, g in fleet.tenants_on_failed.items()},
+        "guarantees": [
+            {
+                "resource": c.resource,
+                "guaranteed": _round(c.guaranteed),
+                "inService": _round(c.in_service),
+                "coverage": _round(c.ratio),
+                "covered": c.covered,
+            }
+            for c in fleet.coverage
+        ],
+    }
+
+
 def _nodes(state: ClusterState) -> list[dict[str, Any]]:
     holders: dict[tuple[str, int], dict[str, float]] = {}
     for bp in state.pods.values():
@@ -346,6 +382,8 @@ def _nodes(state: ClusterState) -> list[dict[str, Any]]:
                 "gpuModel": info.gpu_model,
                 "healthy": bool(state.healthy[i]),
                 "healthReason": info.health_reason,
+                "healthWarning": info.health_warning,
+                "unhealthyGpus": info.unhealthy_gpus,
                 "devices": devices,
             }
         )

@@ -89,6 +89,7 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         f"({100 * c['gpuAllocationRatio']:.1f}%)  fragmentation {c['gpuFragmentation']:g} GPU "
         f"({100 * c['gpuFragmentationRatio']:.1f}%)"
     )
+    lines += _health_lines(report.get("health"))
     if report["heldPods"]:
         lines.append("")
         lines.append("HELD BY THE GATE")
@@ -114,6 +115,76 @@ def render_status_text(report: Mapping[str, Any]) -> str:
         ]  # fmt: skip
         lines += _table(["TENANT", "USAGE-SHARE", "WEIGHTED-SHARE", "WEIGHT-FACTOR"], rows)
     return "\n".join(lines) + "\n"
+
+
+def _health_troubled(h: Mapping[str, Any] | None) -> bool:
+    return bool(h) and bool(
+        h["nodes"] or any(not c["covered"] for c in h["guarantees"])  # type: ignore[index]
+    )
+
+
+def _health_lines(h: Mapping[str, Any] | None) -> list[str]:
+    """The HEALTH section of ``fairshare status``: only when some GPU failed, some node
+    warns, or the guarantees are not covered."""
+    if h is None or not _health_troubled(h):
+        return []
+    lines = [
+        "",
+        f"HEALTH  {h['gpusInService']:g} GPU(s) in service, {h['gpusFailed']:g} failed, "
+        f"{h['unhealthyDevices']} unhealthy device(s) on healthy nodes",
+    ]
+    rows = [
+        [
+            n["name"],
+            "failed" if n["failed"] else ("devices" if n["gpus"] else "warning"),
+            f"{n['gpus']:g}",
+            ", ".join(f"{t} {g:g}" for t, g in n["tenants"].items()) or "-",
+            n["reason"] or n["warning"] or "-",
+        ]
+        for n in h["nodes"]
+    ]
+    if rows:
+        lines += ["  " + x for x in _table(["NODE", "STATE", "GPUS-OUT", "TENANTS", "WHY"], rows)]
+    for c in h["guarantees"]:
+        if not c["covered"]:
+            lines.append(
+                f"  guarantees of {c['resource']} not covered: {c['guaranteed']:g} guaranteed, "
+                f"{c['inService']:g} in service ({100 * c['coverage']:.0f}%); every tenant's "
+                "guaranteed start is scaled down by the same factor"
+            )
+    return lines
+
+
+def _health_html(h: Mapping[str, Any] | None) -> list[str]:
+    if h is None or not _health_troubled(h):
+        return []
+    parts = [
+        "<h2>GPU health</h2>",
+        f"<p id=health>{h['gpusInService']:g} GPU(s) in service &middot; "
+        f"<b class=bad id=gpus-failed>{h['gpusFailed']:g}</b> failed &middot; "
+        f"{h['unhealthyDevices']} unhealthy device(s) on healthy nodes</p>",
+    ]
+    for c in h["guarantees"]:
+        if not c["covered"]:
+            parts.append(
+                f"<p class=bad id=guarantees-uncovered>guarantees of {_e(c['resource'])} not "
+                f"covered: {c['guaranteed']:g} guaranteed, {c['inService']:g} in service "
+                f"({100 * c['coverage']:.0f}%)</p>"
+            )
+    if h["nodes"]:
+        parts.append(
+            "<table id=failed-nodes><tr><th>node</th><th>state</th><th>GPUs out</th>"
+            "<th>tenants holding GPUs there</th><th>why</th></tr>"
+        )
+        for n in h["nodes"]:
+            state = "failed" if n["failed"] else ("devices" if n["gpus"] else "warning")
+            who = ", ".join(f"{_e(t)} {g:g}" for t, g in n["tenants"].items()) or "-"
+            parts.append(
+                f"<tr><td>{_e(n['name'])}</td><td>{state}</td><td class=num>{n['gpus']:g}</td>"
+                f"<td>{who}</td><td>{_e(n['reason'] or n['warning'] or '-')}</td></tr>"
+            )
+        parts.append("</table>")
+    return parts
 
 
 def _gang_cells(g: Mapping[str, Any]) -> list[str]:
@@ -236,7 +307,7 @@ margin:.6em 0;display:inline-block;vertical-align:top;margin-right:1em}
 .fair{display:inline-block;height:.7em;background:#c5d3ea;border-radius:2px}
 .dev{display:inline-block;width:7.5em;border:1px solid #b8c0cc;border-radius:4px;
 margin:2px;padding:2px 4px;font-size:12px;background:#fff}
-.dev.full{background:#fde9d9}.dev.part{background:#fff6d6}.bad{color:#b00020}
+.dev.full{background:#fde9d9}.dev.part{background:#fff6d6}.bad{color:#b00020}.warn{color:#a05a00}
 .held{color:#8a4b00}
 """
 
@@ -293,6 +364,7 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
             tds = "".join(f"<td class=num>{_e(v)}</td>" for v in cells)
             parts.append(f"<tr><td>{_e(r['resource'])}</td>{tds}</tr>")
         parts.append("</table></div>")
+    parts += _health_html(report.get("health"))
     parts.append("<h2>GPU devices</h2><table id=nodes><tr><th>node</th><th>model</th>")
     parts.append("<th>health</th><th>devices (free GPU; tenants holding shares)</th></tr>")
     for n in report["nodes"]:
@@ -305,6 +377,10 @@ def render_status_html(report: Mapping[str, Any], *, refresh: int = 10) -> str:
                 f'<span class="dev {cls}">gpu{d["index"]}: {d["free"]:g} free<br>{who}</span>'
             )
         health = "ok" if n["healthy"] else f"<span class=bad>{_e(n['healthReason'])}</span>"
+        if n["healthy"] and n.get("healthWarning"):
+            health = f"<span class=warn>{_e(n['healthWarning'])}</span>"
+        if n.get("unhealthyGpus"):
+            health += f" <span class=bad>{n['unhealthyGpus']} unhealthy GPU(s)</span>"
         parts.append(
             f"<tr><td>{_e(n['name'])}</td><td>{_e(n['gpuModel'] or '-')}</td>"
             f"<td>{health}</td><td>{''.join(devs) or '-'}</td></tr>"

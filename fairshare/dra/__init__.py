@@ -66,6 +66,7 @@ from fairshare.dra.slices import (
     gpu_matches,
     slice_capacity,
     taint_rule_selector,
+    taint_rule_warning,
 )
 
 __all__ = [
@@ -110,6 +111,7 @@ __all__ = [
     "pod_claim_names",
     "slice_capacity",
     "taint_rule_selector",
+    "taint_rule_warning",
     "template_gpus",
     "whole_and_parts",
 ]

@@ -21,6 +21,7 @@ from fairshare.dra.slices import (
     count_slice,
     gpu_matches,
     taint_rule_selector,
+    taint_rule_warning,
 )
 
 
@@ -46,12 +47,14 @@ class SliceBook:
         self._matches: tuple[tuple[str, DeviceMatch], ...] = ()
         self._problems: dict[str, str] = {}
         self._rules: list[TaintSelector] = []
+        self._warn_rules: list[TaintSelector] = []
         self._counts: dict[str, SliceCount] = {}
         self._pool_slices: dict[tuple[str, str], set[str]] = {}
         self._pools: dict[tuple[str, str], PoolCount] = {}
         self._node_pools: dict[str, set[tuple[str, str]]] = {}
         self._gpus: dict[str, int] = {}
         self._tainted: dict[str, int] = {}
+        self._warned: dict[str, int] = {}
         self._unattributed = 0
         self._shape_refs: dict[str, dict[ClassShape, int]] = {}
         self._shapes: dict[str, tuple[ClassShape, ...]] = {}
@@ -70,12 +73,14 @@ class SliceBook:
             self._setting = setting
             self._matches, self._problems = gpu_matches(self.classes, gpu_classes)
             self._rules = [r for r in map(taint_rule_selector, self.rules.values()) if r]
+            self._warn_rules = [r for r in map(taint_rule_warning, self.rules.values()) if r]
             self._counts = {n: count_slice(rs, self._matches) for n, rs in self.slices.items()}
             self._pool_slices = {}
             for name, c in self._counts.items():
                 self._pool_slices.setdefault(c.pool, set()).add(name)
             self._pools, self._node_pools = {}, {}
             self._gpus, self._tainted, self._unattributed = {}, {}, 0
+            self._warned = {}
             self._shape_refs, self._shapes = {}, {}
             for pool in list(self._pool_slices):
                 self._combine(pool, mig_fractions)
@@ -102,7 +107,9 @@ class SliceBook:
         names = self._pool_slices.get(pool)
         got = None
         if names:
-            got = combine_pool((self._counts[n] for n in names), mig_fractions, self._rules)
+            got = combine_pool(
+                (self._counts[n] for n in names), mig_fractions, self._rules, self._warn_rules
+            )
             self._pools[pool] = got
         else:
             self._pool_slices.pop(pool, None)
@@ -130,12 +137,17 @@ class SliceBook:
         for node in nodes:
             live: set[str] = set()
             dead: set[str] = set()
+            warned: set[str] = set()
             for key in self._node_pools.get(node, ()):
                 pc = self._pools[key]
                 live |= pc.live.get(node, frozenset())
                 dead |= pc.dead.get(node, frozenset())
+                warned |= pc.warned.get(node, frozenset())
             self._gpus.pop(node, None)
             self._tainted.pop(node, None)
+            self._warned.pop(node, None)
+            if warned & live:
+                self._warned[node] = len(warned & live)
             if live:
                 self._gpus[node] = len(live)
             if dead - live:
@@ -152,4 +164,5 @@ class SliceBook:
             dict(self._problems),
             DeviceIndex(dict(self._pools)),
             dict(self._shapes),
+            dict(self._warned),
         )

@@ -186,6 +186,8 @@ class _RawDevice:
     capacity: Mapping[str, Fraction]
     tainted: bool
     classes: frozenset[str]
+    warned: bool = False
+    """An informational taint (effect ``None``, or one kube-scheduler does not know)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,9 @@ class SliceCapacity:
     """Every device of a GPU class in the newest generation of its pool."""
     class_shapes: Mapping[str, tuple[ClassShape, ...]] = field(default_factory=dict)
     """GPU class -> the kinds of untainted devices it selects."""
+    warned: Mapping[str, int] = field(default_factory=dict)
+    """Node name -> GPUs in service with an informational device taint (effect ``None``):
+    a health warning, a lower score, never kept off."""
 
 
 def gpu_matches(
@@ -298,6 +303,9 @@ def count_slice(rs: Mapping[str, Any], matches: Sequence[tuple[str, DeviceMatch]
                     _map(t).get("effect") in TAINT_EFFECTS for t in _list(device.get("taints"))
                 ),
                 classes=classes,
+                warned=any(
+                    _map(t).get("effect") not in TAINT_EFFECTS for t in _list(device.get("taints"))
+                ),
             )
         )
     counter_sets = {
@@ -371,6 +379,24 @@ def taint_rule_selector(rule: Mapping[str, Any]) -> TaintSelector | None:
     return (field_("driver"), field_("pool"), field_("device"))
 
 
+def taint_rule_warning(rule: Mapping[str, Any]) -> TaintSelector | None:
+    """The devices a ``DeviceTaintRule`` marks with an informational taint (effect
+    ``None`` or unknown: no device is kept off, fairshare lowers their node's health
+    score), or None when the rule's effect keeps claims off or it selects nothing."""
+    spec = _map(rule.get("spec"))
+    selector = spec.get("deviceSelector")
+    if not isinstance(selector, Mapping) or "taint" not in spec:
+        return None
+    if _map(spec.get("taint")).get("effect") in TAINT_EFFECTS:
+        return None
+    got = [selector.get(k) for k in ("driver", "pool", "device")]
+    return (
+        got[0] if isinstance(got[0], str) and got[0] else None,
+        got[1] if isinstance(got[1], str) and got[1] else None,
+        got[2] if isinstance(got[2], str) and got[2] else None,
+    )
+
+
 def _tainted_by(key: DeviceKey, rules: Sequence[TaintSelector]) -> bool:
     return any(
         all(want is None or want == got for want, got in zip(r, key, strict=True)) for r in rules
@@ -388,12 +414,15 @@ class PoolCount:
     """Node -> its physical GPUs with a tainted device."""
     unattributed: int
     shapes: Mapping[str, frozenset[ClassShape]]
+    warned: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Node -> its physical GPUs in service with an informational taint."""
 
 
 def combine_pool(
     counts: Iterable[SliceCount],
     mig_fractions: Mapping[str, Fraction] | None = None,
     rules: Sequence[TaintSelector] = (),
+    warn_rules: Sequence[TaintSelector] = (),
 ) -> PoolCount:
     """The devices of one pool's slices (``counts``, all of one pool), from its newest
     generation only (kube-scheduler ignores older ones). A device a rule of ``rules``
@@ -408,6 +437,7 @@ def combine_pool(
     devices: dict[DeviceKey, GpuDevice] = {}
     live: dict[str, set[str]] = {}
     dead: dict[str, set[str]] = {}
+    warned: dict[str, set[str]] = {}
     unattributed = 0
     shapes: dict[str, set[ClassShape]] = {}
     for c in counts:
@@ -415,6 +445,8 @@ def combine_pool(
         for raw in c.devices:
             if rules and not raw.tainted and _tainted_by((driver, pool, raw.name), rules):
                 raw = dataclasses.replace(raw, tainted=True)
+            if warn_rules and not raw.warned and _tainted_by((driver, pool, raw.name), warn_rules):
+                raw = dataclasses.replace(raw, warned=True)
             if raw.consumes:
                 gpu = f"{driver}/{pool}/{raw.consumes[0][0]}"
             elif raw.parent:
@@ -435,6 +467,8 @@ def combine_pool(
                 unattributed += 1
                 continue
             (dead if raw.tainted else live).setdefault(raw.node, set()).add(gpu)
+            if raw.warned and not raw.tainted:
+                warned.setdefault(raw.node, set()).add(gpu)
             if not raw.tainted:
                 shape = ClassShape(
                     dev.fraction, dev.shareable, tuple(sorted(dev.capacity.items())), raw.profile
@@ -447,6 +481,7 @@ def combine_pool(
         {n: frozenset(k) for n, k in dead.items()},
         unattributed,
         {n: frozenset(v) for n, v in shapes.items()},
+        {n: frozenset(k & live.get(n, set())) for n, k in warned.items()},
     )
 
 
@@ -477,9 +512,12 @@ def capacity_of_pools(
     """The ``SliceCapacity`` of the pools' counts (``combine_pool``)."""
     live: dict[str, set[str]] = {}
     dead: dict[str, set[str]] = {}
+    warned: dict[str, set[str]] = {}
     shapes: dict[str, set[ClassShape]] = {}
     unattributed = 0
     for pc in pools.values():
+        for node, keys in pc.warned.items():
+            warned.setdefault(node, set()).update(keys)
         for node, keys in pc.live.items():
             live.setdefault(node, set()).update(keys)
         for node, keys in pc.dead.items():
@@ -496,6 +534,7 @@ def capacity_of_pools(
         dict(problems or {}),
         DeviceIndex(dict(pools)),
         {name: tuple(sorted(v, key=repr)) for name, v in shapes.items()},
+        {node: len(keys) for node, keys in warned.items() if keys},
     )
 
 

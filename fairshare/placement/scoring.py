@@ -314,9 +314,9 @@ def score_spread(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreCon
 
 
 def score_health(state: ClusterState, req: PodRequest, mask: Mask, ctx: ScoreContext) -> TermOut:
-    """Prefer GPU-healthy nodes even for CPU-only pods (1 healthy, 0 not)."""
+    """Prefer nodes without GPU faults or warnings, also for CPU-only pods (1 clean, 0 not)."""
     out = _out(state)
-    scoring.flag_scores(state.healthy, mask.mask, state.n_nodes, out)
+    scoring.flag_scores(state.clean_flags(), mask.mask, state.n_nodes, out)
     return out, None
 
 

@@ -207,7 +207,7 @@ class Simulation:
     # -- fairness ------------------------------------------------------------------
 
     def capacity(self) -> list[float]:
-        return self.state.total_capacity(healthy_only=False)
+        return self.state.total_capacity()
 
     def fair_shares(self) -> dict[str, fairness.FairShare]:
         """Fair allocation over admitted demand (running + pending), cached until it changes."""

@@ -57,7 +57,9 @@ class NodeInfo:
     gpu_model: str
     device_memory: int  # bytes per GPU device, 0 when unknown
     gpu_healthy: bool
+    """No fatal GPU signal: the node's GPUs are in service."""
     health_reason: str = ""
+    """The fatal signals (``fairshare.hardware.NodeHealth.reason``), "" when healthy."""
     taints: tuple[eligibility.Taint, ...] = ()
     """The node's ``NoSchedule``/``NoExecute`` taints (key, value, effect)."""
     mig: Mapping[str, tuple[int, float]] = field(default_factory=dict)
@@ -66,6 +68,18 @@ class NodeInfo:
     """The profile of a ``single``-strategy MIG node (its ``nvidia.com/gpu`` are slices)."""
     mig_unknown: str = ""
     """A ``single`` profile the config's ``mig`` table lacks (its slices are not counted)."""
+    health_warning: str = ""
+    """Non-fatal signals: the node stays in service with a lower health score."""
+    unhealthy_gpus: int = 0
+    """GPUs of an otherwise healthy node that left service one by one (the device plugin's
+    unhealthy devices, DRA devices tainted NoSchedule/NoExecute): not in ``capacity``,
+    kept to be shown."""
+
+
+def _health_flag(info: NodeInfo) -> int:
+    if not info.gpu_healthy:
+        return 0
+    return 2 if info.health_warning else 1
 
 
 def _has_mig(info: NodeInfo) -> int:
@@ -116,6 +130,8 @@ class ClusterState:
     free: array[float] = field(default_factory=lambda: array("d"))
     dev_free: array[float] = field(default_factory=lambda: array("d"))
     healthy: array[int] = field(default_factory=lambda: array("b"))
+    """Per node: 0 its GPUs failed (a fatal signal), 1 in service, 2 in service with a
+    warning (``NodeInfo.health_warning``). Truth-tested it means "in service"."""
     model_ids: dict[str, int] = field(default_factory=dict)
     node_model: array[int] = field(default_factory=lambda: array("q"))
     pods: dict[str, BoundPod] = field(default_factory=dict)
@@ -134,7 +150,8 @@ class ClusterState:
     _pod_changes: int = 0
     _releases: int = 0
     """Counts the changes that give room back (an unbind, a shared GPU reopened)."""
-    _cap_cache: tuple[int, list[float]] | None = None
+    _cap_cache: tuple[int, list[float], list[float]] | None = None
+    _clean_cache: tuple[int, array[int]] | None = None
     _used: list[float] = field(default_factory=list)
     _eligible: dict[eligibility.NodeConstraints, tuple[int, ...] | None] = field(
         default_factory=dict
@@ -333,6 +350,8 @@ class ClusterState:
         mig: Mapping[str, tuple[int, float]] | None = None,
         mig_single: str = "",
         mig_unknown: str = "",
+        health_warning: str = "",
+        unhealthy_gpus: int = 0,
     ) -> int:
         """Add (or replace) a node; returns its row. Pods already bound stay counted.
 
@@ -358,6 +377,8 @@ class ClusterState:
             mig,
             mig_single,
             mig_unknown,
+            health_warning,
+            unhealthy_gpus,
         )
         row = self.index.kernel_vector(allocatable)
         row[self.gpu_col] += sum(n * milli for n, milli in mig.values())
@@ -384,7 +405,7 @@ class ClusterState:
         self.capacity.extend(row)
         self.free.extend(row)
         self.dev_free.extend([float(MILLI_GPU)] * n_dev + [-1.0] * (self.max_dev - n_dev))
-        self.healthy.append(1 if gpu_healthy else 0)
+        self.healthy.append(_health_flag(info))
         self.node_model.append(self._model_id(info.gpu_model))
         return i
 
@@ -410,7 +431,7 @@ class ClusterState:
                 self.dev_free[base + d] = -1.0
                 self._exact.pop(("dev", name, str(d)), None)
         self.nodes[i] = info
-        self.healthy[i] = 1 if info.gpu_healthy else 0
+        self.healthy[i] = _health_flag(info)
         self.node_model[i] = self._model_id(info.gpu_model)
         return i
 
@@ -444,12 +465,28 @@ class ClusterState:
         self.nodes.pop()
         return gone
 
-    def set_health(self, name: str, healthy: bool, reason: str = "") -> None:
+    def set_health(
+        self, name: str, healthy: bool, reason: str = "", *, warning: str | None = None
+    ) -> None:
+        """Mark ``name``'s GPUs failed (``healthy`` false, with the ``reason``) or in
+        service; ``warning`` replaces the node's non-fatal warning when given."""
         i = self.node_index[name]
         info = self.nodes[i]
-        self.nodes[i] = replace(info, gpu_healthy=healthy, health_reason=reason)
+        info = replace(info, gpu_healthy=healthy, health_reason=reason)
+        if warning is not None:
+            info = replace(info, health_warning=warning)
+        self.nodes[i] = info
         self._nodes_version += 1
-        self.healthy[i] = 1 if healthy else 0
+        self.healthy[i] = _health_flag(info)
+
+    def clean_flags(self) -> array[int]:
+        """Per node 1 when its GPUs are in service without a warning, else 0 (the health
+        score term); cached until a node changes."""
+        cached = self._clean_cache
+        if cached is None or cached[0] != self._nodes_version:
+            flags = array("b", (1 if h == 1 else 0 for h in self.healthy))
+            cached = self._clean_cache = (self._nodes_version, flags)
+        return cached[1]
 
     def eligible_rows(self, constraints: eligibility.NodeConstraints) -> tuple[int, ...] | None:
         """Rows of the nodes that ``constraints`` allow (node selector, required affinity,
@@ -682,30 +719,51 @@ class ClusterState:
 
     # -- totals --------------------------------------------------------------
 
-    def total_capacity(self, *, healthy_only: bool = False) -> list[float]:
-        if not healthy_only:
-            if self._cap_cache is None or self._cap_cache[0] != self._nodes_version:
-                self._cap_cache = (self._nodes_version, self._sum_capacity(False))
-            return list(self._cap_cache[1])
-        return self._sum_capacity(True)
+    def total_capacity(self, *, include_failed: bool = False) -> list[float]:
+        """The cluster's capacity per column, on the healthy fleet: the GPU column leaves
+        out the GPUs of nodes with a fatal signal (their CPU, memory and storage still
+        serve); ``include_failed``: every node's GPUs. Fair shares, the gate, usage
+        history and the metrics divide this. A column no node reports takes the
+        config's declared capacity."""
+        cache = self._cap_cache
+        if cache is None or cache[0] != self._nodes_version:
+            cache = self._cap_cache = (self._nodes_version, *self._sum_capacity())
+        return list(cache[2] if include_failed else cache[1])
 
-    def _sum_capacity(self, healthy_only: bool) -> list[float]:
-        r = self.n_res
+    def failed_gpus(self) -> float:
+        """Milli-GPU of the nodes whose GPUs failed (a fatal signal)."""
+        g = self.gpu_col
+        return sum(
+            self.capacity[i * self.n_res + g] for i in range(self.n_nodes) if not self.healthy[i]
+        )
+
+    def _sum_capacity(self) -> tuple[list[float], list[float]]:
+        r, g = self.n_res, self.gpu_col
         tot = [0.0] * r
+        failed = 0.0
         for i in range(self.n_nodes):
-            if healthy_only and not self.healthy[i]:
-                continue
             for k in range(r):
                 tot[k] += self.capacity[i * r + k]
+            if not self.healthy[i]:
+                failed += self.capacity[i * r + g]
         for k, amount in self.declared_capacity.items():
             if 0 <= k < r and tot[k] <= 0:
                 tot[k] = amount
-        return tot
+        service = list(tot)
+        if failed:
+            service[g] = max(0.0, tot[g] - failed)
+        return service, tot
 
     def total_free(self) -> list[float]:
-        """Capacity minus what bound pods hold (kept incrementally, exact)."""
-        cap = self.total_capacity()
-        return [c - u for c, u in zip(cap, self._used, strict=True)]
+        """Capacity minus what bound pods hold (kept incrementally, exact), on the healthy
+        fleet: the free GPUs of nodes whose GPUs failed are not free."""
+        cap = self.total_capacity(include_failed=True)
+        free = [c - u for c, u in zip(cap, self._used, strict=True)]
+        cache = self._cap_cache
+        if cache is not None and cache[1] != cache[2]:
+            r, g = self.n_res, self.gpu_col
+            free[g] -= sum(self.free[i * r + g] for i in range(self.n_nodes) if not self.healthy[i])
+        return free
 
     def usage_of(self, tenant: str) -> list[float]:
         return list(self.tenant_usage.get(tenant, [0.0] * self.n_res))

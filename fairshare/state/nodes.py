@@ -30,7 +30,13 @@ def node_gpu_health(node: Mapping[str, Any], health: HealthPolicy) -> tuple[bool
 
 
 def apply_node(
-    state: ClusterState, node: Mapping[str, Any], config: FairShareConfig, *, dra_gpus: int = 0
+    state: ClusterState,
+    node: Mapping[str, Any],
+    config: FairShareConfig,
+    *,
+    dra_gpus: int = 0,
+    dra_tainted: int = 0,
+    dra_warned: int = 0,
 ) -> int:
     """Add or update a Node object; returns its row. Pods already bound stay counted.
 
@@ -47,11 +53,20 @@ def apply_node(
     to DRA (``shouldDelegateResourceToDRA``: allocatable > 0 keeps the device plugin), so
     a pod asking ``nvidia.com/gpu`` is judged against the devices kube-scheduler will
     allocate it from. A node with device-plugin GPUs keeps those alone.
+
+    Health (``fairshare.hardware``): a fatal signal takes the node's GPUs out of service;
+    a warning, or ``dra_warned`` GPUs with an informational device taint, lowers its
+    health score; the device plugin's unhealthy devices and ``dra_tainted`` GPUs (every
+    device of them tainted ``NoSchedule``/``NoExecute``) are out of its allocatable and
+    kept as ``unhealthy_gpus`` to be shown.
     """
     name = metadata(node).get("name")
     if not isinstance(name, str) or not name:
         raise StateError("node without metadata.name")
-    healthy, reason = node_gpu_health(node, config.health)
+    reading = read_node_health(node, config.health)
+    warnings = list(reading.warnings)
+    if dra_warned:
+        warnings.append(f"{dra_warned} GPU(s) with an informational DRA device taint")
     labels = str_map(metadata(node).get("labels"))
     allocatable = allocatable_from_node(node)
     registered = hami_device_count(str_map(metadata(node).get("annotations")))
@@ -70,8 +85,8 @@ def apply_node(
         name,
         allocatable,
         labels=labels,
-        gpu_healthy=healthy,
-        health_reason=reason,
+        gpu_healthy=reading.healthy,
+        health_reason=reading.reason,
         taints=node_taints(node),
         mig={
             p: (n, resources.to_kernel_units(resources.GPU, fractions[p]))
@@ -79,6 +94,8 @@ def apply_node(
         },
         mig_single=slices.single,
         mig_unknown=slices.unknown,
+        health_warning="; ".join(warnings),
+        unhealthy_gpus=reading.unhealthy_devices + dra_tainted,
     )
 
 

@@ -6,12 +6,12 @@
 answer we must give (``*_response.json``), over the cluster in ``state.json`` (a v1
 ``List`` loaded with ``fairshare.state.objects.load_state_file``) and ``CONFIG`` below.
 
-The cluster: gpu-1 (4 A100), gpu-2 (4 A100, ``GpuUnhealthy=True``), gpu-3 (8 H100), cpu-1
-(no GPU): 16 GPUs. research (guaranteed 6 GPUs) holds 9.5 of them, prod (weight 2,
-guaranteed 2) holds 1 and waits for 1 + 4 + 4 more. Fair allocation (progressive
-filling, weighted shares equal, p = 2r with p + r = 16 → p = 10.67, capped at prod's
-demand 10): research 6/16 = 0.375. So research-nb-1 (0.5 GPU) is gated: 10/16 = 0.625 >
-0.375, and prod has a pod that fits now.
+The cluster: gpu-1 (4 A100), gpu-2 (4 A100, ``GpuUnhealthy=True``: out of service), gpu-3
+(8 H100), cpu-1 (no GPU): 12 GPUs in service. research (guaranteed 6 GPUs) holds 9.5 GPUs,
+prod (weight 2, guaranteed 2) holds 1 and waits for 1 + 4 + 4 more. Fair allocation (both
+start at their guarantees, 6 and 2; progressive filling gives prod, the lower weighted
+share, the 4 GPUs left): research 6/12 = 0.5. So research-nb-1 (0.5 GPU) is gated:
+10/12 = 0.83 > 0.5, and prod has a pod that fits now.
 
 Requests are written by hand (review them like code). Responses are regenerated with::
 
@@ -184,7 +184,7 @@ def test_gated_response_carries_the_gate_reason():
     gated = load("filter_gated_response.json")
     assert gated["NodeNames"] == []
     assert gated["FailedNodes"]["gpu-1"] == (
-        "tenant research above its fair share (0.62 > 0.38) while prod waits"
+        "tenant research above its fair share (0.83 > 0.50) while prod waits"
     )
 
 
