@@ -493,7 +493,11 @@ class Recovery:
             self._dirty = False
 
     async def _load(self) -> None:
-        data = await self.api.read_runs()
+        try:
+            data = await self.api.read_runs()
+        except Exception as exc:  # recovery goes on; explain misses the older runs
+            log.warning("ConfigMap %s not read (starting without it): %s", CONFIGMAP, exc)
+            data = None
         runs, problems = recovery.runs_from_dict(data)
         for p in problems:
             log.warning("ConfigMap %s: %s (skipped)", CONFIGMAP, p)

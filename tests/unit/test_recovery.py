@@ -601,3 +601,15 @@ def test_a_new_leader_reading_the_history_back_does_not_forgive_twice() -> None:
     assert told == []
     assert new.history is not None
     assert new.history.usage["a"] == pytest.approx(old.history.usage["a"])
+
+
+def test_a_record_that_cannot_be_read_does_not_stop_the_recovery() -> None:
+    w, _ = two_member_world()
+
+    async def broken() -> dict[str, Any] | None:
+        raise RuntimeError("HTTP 403")
+
+    w.api.read_runs = broken  # type: ignore[method-assign]
+    w.feed("Node", "MODIFIED", node("n1", taints=[FATAL]))
+    asyncio.run(w.ctl.once())
+    assert sorted(w.api.evicted) == ["a/m0", "a/m1"]
