@@ -378,7 +378,7 @@ class Replay:
             assert rec.start is not None
             work = rec.gpus_each * len(rec.uids) * (now - rec.start)
             if self.no_penalty and self.keeper is not None and tenant is not None:
-                self._refund(tenant, rec, now - rec.start)
+                self._refund(tenant, rec, now - rec.start, now)
             self.lost += work
             rec.finish_seq = -1  # its finish event is stale
             rec.start = None
@@ -412,23 +412,19 @@ class Replay:
         self.waiting[rec.order] = rec
         bisect.insort(self.queues.setdefault(self._key(rec), []), rec.order)
 
-    def _refund(self, tenant: str, rec: JobRecord, ran: float) -> None:
-        """No-penalty: take the lost run out of the tenant's usage history. The history
-        was stepped to now; a run of row u over the last ``ran`` seconds added
+    def _refund(self, tenant: str, rec: JobRecord, ran: float, now: float) -> None:
+        """No-penalty: take the lost run out of the tenant's usage history, as the
+        extender does (``History.forgive``, once per pod). The history was stepped to
+        now; a run of row u over the last ``ran`` seconds had added
         u × T ÷ ln 2 × (1 − 2^(−ran ÷ T)) to it."""
         assert self.keeper is not None
         hist = self.keeper.history
-        row = hist.usage.get(tenant)
-        if row is None:
-            return
-        gain = (1.0 - 0.5 ** (ran / hist.half_life)) * hist.half_life / history.LN2
         pods = self.sim.state.pods
         for uid in rec.uids:
             pod = pods.get(uid)
-            if pod is None:
-                continue
-            for k, v in enumerate(pod.row):
-                row[k] = max(0.0, row[k] - v * gain)
+            if pod is not None:
+                # one key per run: a pod lost again later is forgiven again
+                hist.forgive(f"{uid}@{rec.restarts}", tenant, pod.row, now - ran, now)
         self.refunded += rec.gpus_each * len(rec.uids) * ran
 
     def _step_history(self, now: float) -> None:
