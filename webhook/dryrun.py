@@ -16,6 +16,7 @@ from fairshare.state.usage import UsageTracker
 from fairshare.usageview import ExcludingView
 from webhook import review, wire
 from webhook.gangquota import GangBook, GangHoldView
+from webhook.policies.gpu_sharing import BIND_ANNOTATIONS
 from webhook.view import TenantUsageView
 
 __all__ = ["judge_as_created"]
@@ -38,6 +39,12 @@ def judge_as_created(
     """
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace")), str(meta.get("name"))
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and any(k in annotations for k in BIND_ANNOTATIONS):
+        # A pod created now would not carry what the scheduler writes when it binds
+        # (the webhook refuses those on a create): judge it without them.
+        kept = {k: v for k, v in annotations.items() if k not in BIND_ANNOTATIONS}
+        pod = {**pod, "metadata": {**meta, "annotations": kept}}
     tenant = tenancy.resolve_tenant(ns, usage.namespace_labels(ns), config).tenant
     own = usage.pods.get(usage.pod_names.get(f"{ns}/{name}", ""), (ns, {}))[1]
     view = ExcludingView(usage, ns, own, tenant)

@@ -403,3 +403,16 @@ def test_which_member_does_not_fit_where():
     assert "  a/ja-2 fits no node beside the members placed before it:\n" in text
     assert f"    n1: {full}\n    n2: {full}\n" in text
     assert tracker.cache.state.total_free() == before  # the search leaves the state as it was
+
+
+def test_explain_of_a_bound_pod_judges_it_without_the_annotations_bind_wrote():
+    """The admission verdict of ``explain`` is "as if created now": a bound pod carries
+    ``fairshare.io/gpu-devices`` (written at bind, refused on a create), which once made
+    every bound GPU pod read "WEBHOOK (admission now): denied"."""
+    pod = bound(member("b", "x", 0, gpus=2), "n1")
+    pod["metadata"].setdefault("annotations", {})["fairshare.io/gpu-devices"] = "0:1000,1:1000"
+    s = snap([pod])
+    tracker, usage = live.feed_trackers(s)
+    out = live.explain_report(s, tracker, usage, pod)
+    assert out["webhook"]["allowed"], out["webhook"]
+    assert pod["metadata"]["annotations"]["fairshare.io/gpu-devices"] == "0:1000,1:1000"
