@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -44,7 +45,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests import nvidia_dra as nv
@@ -82,6 +83,7 @@ FALLBACK = 2.0  # pricing.resources nvidia.com/gpu: the DRA node (no product lab
 MIG = "nvidia.com/mig-1g.10gb"
 MODEL = "llama-e2e"
 TOLERANCE = 0.01
+SCRAPE, STEP = "500ms", "0.5"  # the report's step is the scrape interval
 BUSY, FB_USED_MIB = 0.6, 20480
 
 
@@ -159,7 +161,11 @@ def prometheus(
     doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
     config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "global": {
+            "scrape_interval": SCRAPE,
+            "evaluation_interval": "1s",
+            "scrape_timeout": SCRAPE,
+        },
         "rule_files": ["rules.yaml"],
         "scrape_configs": [
             {
@@ -287,23 +293,23 @@ class Replicas:
 
 
 class Lifetimes:
-    """Bound -> deleted per pod, as the test sees it (the API, polled every 0.1 s)."""
+    """Bound -> deleted per pod, as the test sees it: the bind when a watch of the pods
+    shows it (milliseconds late), the end just before the test deletes the pod."""
 
     def __init__(self, core: client.CoreV1Api) -> None:
         self.core = core
         self.bound: dict[tuple[str, str], float] = {}
         self.ended: dict[tuple[str, str], float] = {}
-        self.watching: set[str] = set()
 
-    async def poll(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            for ns in sorted(self.watching):
-                now = time.time()
-                for p in (await self.core.list_namespaced_pod(ns)).items:
+    async def watch(self, ns: str) -> None:
+        while True:  # cancelled by the test; a watch that times out starts again
+            w = watch.Watch()
+            async with w.stream(self.core.list_namespaced_pod, ns, timeout_seconds=300) as s:
+                async for event in s:
+                    p = event["object"]
                     key = (ns, p.metadata.name)
                     if p.spec.node_name and key not in self.bound:
-                        self.bound[key] = now
-            await asyncio.sleep(0.1)
+                        self.bound[key] = time.time()
 
     async def end(self, ns: str, name: str) -> None:
         self.ended[(ns, name)] = time.time()
@@ -423,9 +429,7 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
     for name in stand_ins:
         await core.create_namespaced_pod(system, stand_in_pod(name))
     life = Lifetimes(core)
-    life.watching = set(ns.values())
-    stop = asyncio.Event()
-    poller = asyncio.create_task(life.poll(stop))
+    watchers = [asyncio.create_task(life.watch(n)) for n in ns.values()]
     events: dict[str, float] = {}
     try:
         async with Replicas(lease, [f"{system}/{n}" for n in stand_ins]) as reps:
@@ -444,7 +448,7 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
                 async def seen() -> bool:
                     return set(first) <= {n for _, n in life.bound}
 
-                await wait_for(seen, timeout=10, what="the poller to see the binds")
+                await wait_for(seen, timeout=10, what="the watch to see the binds")
                 holder = await wait_for(
                     lambda: lease_holder(api, lease), timeout=30, what="a leader"
                 )
@@ -478,7 +482,7 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
                 await core.create_namespaced_pod(ns["b"], manifests["h100-late"])
                 await wait_bound(core, ns["b"], ["h100-late"])
                 token_server.serve(500, 1500)
-                await asyncio.sleep(40)
+                await asyncio.sleep(50)
                 for _, namespace, name, _, _ in plan:
                     if (namespace, name) not in life.ended:
                         await life.end(namespace, name)
@@ -486,18 +490,19 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
                 end = time.time()
 
                 out = await asyncio.to_thread(
-                    chargeback, url, start - 2, end, "--step", "1", "-o", "json"
+                    chargeback, url, start - 2, end, "--step", STEP, "-o", "json"
                 )
                 assert out.returncode == 0, out.stdout + out.stderr
                 report = json.loads(out.stdout)
-                table = await asyncio.to_thread(chargeback, url, start - 2, end, "--step", "1")
+                table = await asyncio.to_thread(chargeback, url, start - 2, end, "--step", STEP)
                 csv_out = await asyncio.to_thread(
-                    chargeback, url, start - 2, end, "--step", "1", "-o", "csv"
+                    chargeback, url, start - 2, end, "--step", STEP, "-o", "csv"
                 )
                 empty = await asyncio.to_thread(chargeback, url, start - 7200, start - 3600)
     finally:
-        stop.set()
-        await poller
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
         with contextlib.suppress(ApiException):
             await client.CoordinationV1Api(api).delete_namespaced_lease(lease, system)
         for name in stand_ins:
@@ -511,14 +516,39 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
         hours = life.seconds(namespace, name) * share / 3600
         truth_hours[tenants[key]] = truth_hours.get(tenants[key], 0.0) + hours
         truth_cost[tenants[key]] = truth_cost.get(tenants[key], 0.0) + hours * price
+    # What OpenCost would charge the same pods from requests alone (COST.md): whole GPUs
+    # as asked; a fraction billed as a whole GPU when it asks nvidia.com/gpu: 1
+    # (time-slicing, HAMi); MIG slices and DRA claims ask no nvidia.com/gpu: not billed.
+    opencost: dict[str, float] = {}
+    for key, namespace, name, share, price in plan:
+        billed = 0.0 if name in ("a100-mig", "dra-share") else math.ceil(share)
+        hours = life.seconds(namespace, name) / 3600
+        opencost[tenants[key]] = opencost.get(tenants[key], 0.0) + billed * hours * price
     rows = {t["tenant"]: t for t in report["tenants"]}
     lines = []
     for tenant in tenants.values():
         got_h, got_c = rows[tenant]["gpuHours"], rows[tenant]["gpuCost"]
         lines.append(
-            f"{tenant}: {got_h:.5f} GPU-h (truth {truth_hours[tenant]:.5f}), "
-            f"cost {got_c:.5f} (truth {truth_cost[tenant]:.5f})"
+            f"{tenant}: {got_h:.6f} GPU-h (truth {truth_hours[tenant]:.6f}), "
+            f"cost {got_c:.6f} (truth {truth_cost[tenant]:.6f}), idle "
+            f"{rows[tenant]['idleGpuHours']:.6f} GPU-h / {rows[tenant]['idleCost']:.6f}; "
+            f"OpenCost from requests: {opencost[tenant]:.6f}"
         )
+    b = tenants["b"]
+    t4_fractions = sum(
+        (1 - share) * life.seconds(namespace, name) / 3600 * price
+        for key, namespace, name, share, price in plan
+        if name in ("t4-half", "t4-quarter")
+    )
+    unbilled = {
+        name: share * life.seconds(namespace, name) / 3600 * price
+        for key, namespace, name, share, price in plan
+        if name in ("a100-mig", "dra-share")
+    }
+    lines.append(
+        f"OpenCost vs fairshare for {b}: T4 fractions billed whole +{t4_fractions:.6f}, "
+        f"unbilled MIG {unbilled['a100-mig']:.6f}, DRA share {unbilled['dra-share']:.6f}"
+    )
     summary = "\n".join(lines)
     print(f"\n[chargeback] events {events}\n{summary}\n{table.stdout}")
     for tenant in tenants.values():
