@@ -140,6 +140,9 @@ class ExtenderDeps:
     """The leader's usage history as ``/status.json`` shows it (``usagehistory``)."""
     feedback: Feedback = field(default_factory=Feedback)
     """What kube-scheduler told the extender about its pods (``extender.feedback``)."""
+    quarantine: Callable[[], dict[str, Any]] | None = None
+    """The quarantine of failed GPU nodes as ``/quarantine.json`` shows it
+    (``extender.quarantine``); None: not run (a ``--state`` run)."""
 
     def snapshot(self, config: FairShareConfig | None = None) -> Snapshot:
         """The cache's snapshot for ``config`` (default: the one in force), with
@@ -424,6 +427,13 @@ async def bind_handler(request: web.Request) -> web.Response:
     return await _verb(request, "bind", _bind)
 
 
+async def quarantine_handler(request: web.Request) -> web.Response:
+    """``GET /quarantine.json``: the quarantine of failed GPU nodes (``health.quarantine``):
+    its state, the nodes it holds and the circuit breaker."""
+    source = request.app[DEPS].quarantine
+    return web.json_response(source() if source is not None else {"state": "disabled"})
+
+
 def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Application:
     """The extender application; routes are relative to the scheduler's ``urlPrefix``.
 
@@ -446,5 +456,6 @@ def make_app(deps: ExtenderDeps, *, client_cert: bool = False) -> web.Applicatio
         usage_history=lambda: deps.usage_history,
         gangs=lambda: deps.gangs,
     )
+    app.router.add_get("/quarantine.json", quarantine_handler)
     app.cleanup_ctx.extend(deps.background)
     return app

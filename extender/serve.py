@@ -314,7 +314,7 @@ async def serve(
     )
     deps.background.append(serving.freeze_after_sync(rt.source.ready))
     if api_client is not None:
-        from extender import events, hami_hooks, lastgood, requeue, reserving
+        from extender import events, hami_hooks, lastgood, quarantine, requeue, reserving
 
         controller = reserving.HandoffController(
             api_client=api_client,
@@ -340,6 +340,17 @@ async def serve(
             ring=requeue.api_ring(api_client),
         )
         deps.background.append(requeuer.background())
+
+        quarantiner = quarantine.Quarantiner(
+            cache=deps.cache,
+            config=rt.holder.get,
+            api=quarantine.KubeQuarantineApi(api_client),
+            metrics=deps.metrics,
+            is_leader=lambda: deps.leading(),  # with --lease, only the leader acts
+            synced=rt.source.is_ready,
+        )
+        deps.quarantine = quarantiner.status
+        deps.background.append(quarantiner.background())
 
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:

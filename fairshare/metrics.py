@@ -377,6 +377,45 @@ class Metrics:
             "1 while this reclaimer holds the leader Lease, else 0.",
             registry=r,
         )
+        self.quarantine_breaker_open = Gauge(
+            "fairshare_quarantine_breaker_open",
+            "1 while the quarantine's circuit breaker keeps a failed GPU node from being "
+            "cordoned (health.quarantine), else 0; 0 on replicas that do not lead.",
+            registry=r,
+        )
+        self.quarantine_nodes = Gauge(
+            "fairshare_quarantine_nodes",
+            "GPU nodes with a fatal signal, by what the quarantine does with them: "
+            "cordoned (fairshare holds the cordon), held_back (the breaker stopped it), "
+            "others (cordoned by someone else), remediator (left to a remediator), "
+            "by_hand (uncordoned by hand after fairshare cordoned it).",
+            ["state"],
+            registry=r,
+        )
+        self.quarantine_window_nodes = Gauge(
+            "fairshare_quarantine_window_nodes",
+            "Nodes fairshare quarantined within the circuit breaker's window.",
+            registry=r,
+        )
+        self.quarantine_limit = Gauge(
+            "fairshare_quarantine_window_limit",
+            "Nodes the circuit breaker lets fairshare quarantine within its window.",
+            registry=r,
+        )
+        self.quarantine_actions = Counter(
+            "fairshare_quarantine_actions_total",
+            "Quarantine actions on nodes, by action (cordon, uncordon, release, "
+            "forget_override) and outcome (done, conflict, failed).",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.quarantine_evictions = Counter(
+            "fairshare_quarantine_evictions_total",
+            "Evictions of pods from quarantined nodes, by outcome (evicted, blocked by a "
+            "PodDisruptionBudget, failed).",
+            ["outcome"],
+            registry=r,
+        )
         self.extender_leader = Gauge(
             "fairshare_extender_leader",
             "1 while this extender replica holds the leader Lease and decides, else 0 "
@@ -560,6 +599,24 @@ class Metrics:
     def set_extender_leader(self, leader: bool) -> None:
         """Export whether this extender replica decides (holds the Lease, caught up)."""
         self.extender_leader.set(1 if leader else 0)
+
+    def set_quarantine(
+        self, *, breaker_open: bool, nodes: dict[str, int], window_nodes: int, limit: int
+    ) -> None:
+        """Export the quarantine's state (``extender.quarantine``)."""
+        self.quarantine_breaker_open.set(1 if breaker_open else 0)
+        for state, count in nodes.items():
+            self.quarantine_nodes.labels(state).set(count)
+        self.quarantine_window_nodes.set(window_nodes)
+        self.quarantine_limit.set(limit)
+
+    def count_quarantine_action(self, action: str, outcome: str) -> None:
+        """Count one node action of the quarantine."""
+        self.quarantine_actions.labels(action, outcome).inc()
+
+    def count_quarantine_eviction(self, outcome: str) -> None:
+        """Count one eviction from a quarantined node (``evicted``, ``blocked``, ``failed``)."""
+        self.quarantine_evictions.labels(outcome).inc()
 
     def set_reclaim_leader(self, leader: bool) -> None:
         """Export whether this reclaimer holds the leader Lease."""

@@ -32,7 +32,9 @@ from fairshare.errors import FairshareError
 
 log = logging.getLogger("fairshare.serving")
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status", "/status.json"})
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/status", "/status.json", "/quarantine.json"}
+)
 """Reachable without a client certificate when ``--client-ca`` is set (probes, scrapes,
 and the extender's read-only status page, which shows what the metrics already do plus
 pod names)."""

@@ -374,7 +374,8 @@ class Quarantine(_Model):
 
     max_fraction: Band = 0.1
     """Circuit breaker: at most this fraction of the GPU nodes quarantined within
-    ``window`` (default 0.1). The tighter of the two limits holds."""
+    ``window`` (default 0.1), rounded down but never below one node (0: no quarantine at
+    all). The tighter of the two limits holds."""
 
     window: Duration = Field(default="1h", examples=["1h", "30m"])
     """The circuit breaker's sliding window (default 1h)."""

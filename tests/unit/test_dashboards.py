@@ -306,6 +306,7 @@ def test_required_alerts_exist() -> None:
         "FairshareTLSCertExpiringSoon": "fairshare_tls_cert_expiry_timestamp_seconds",
         "FairshareExtenderNoSingleLeader": "fairshare_extender_leader",
         "FairshareGpuHandoffProblems": "fairshare_gpu_handoff_problems_total",
+        "FairshareQuarantineBreakerOpen": "fairshare_quarantine_breaker_open",
     }
     for alert, metric in expected.items():
         assert alert in rules, f"missing alert {alert}"

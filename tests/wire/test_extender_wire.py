@@ -184,7 +184,7 @@ def test_gated_response_carries_the_gate_reason():
     gated = load("filter_gated_response.json")
     assert gated["NodeNames"] == []
     assert gated["FailedNodes"]["gpu-1"] == (
-        "tenant research above its fair share (0.62 > 0.38) while prod waits"
+        "tenant research above its fair share (0.83 > 0.50) while prod waits"
     )
 
 
