@@ -498,6 +498,9 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
                 csv_out = await asyncio.to_thread(
                     chargeback, url, start - 2, end, "--step", STEP, "-o", "csv"
                 )
+                page = await asyncio.to_thread(
+                    chargeback, url, start - 2, end, "--step", STEP, "-o", "html"
+                )
                 empty = await asyncio.to_thread(chargeback, url, start - 7200, start - 3600)
     finally:
         for task in watchers:
@@ -581,6 +584,8 @@ async def test_chargeback_report_equals_lifetimes_times_shares_times_prices(
     assert h100_a["usageRatio"] == pytest.approx(BUSY), h100_a
     assert rows[tenants["a"]]["gpuMemoryUsedMiB"] == pytest.approx(FB_USED_MIB)
     assert rows[tenants["b"]]["usageRatio"] is None  # not measured: no figure, not 0
+    assert page.returncode == 0 and page.stdout.startswith("<!doctype html>")
+    assert all(t in page.stdout for t in tenants.values())
     assert csv_out.returncode == 0 and csv_out.stdout.startswith("tenant,gpu_model,")
     assert empty.returncode == 1 and empty.stderr.startswith("error: no fairshare chargeback")
     assert "Traceback" not in empty.stderr
