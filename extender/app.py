@@ -143,6 +143,9 @@ class ExtenderDeps:
     quarantine: Callable[[], dict[str, Any]] | None = None
     """The quarantine of failed GPU nodes as ``/quarantine.json`` shows it
     (``extender.quarantine``); None: not run (a ``--state`` run)."""
+    queue_hold: Callable[[str], str | None] | None = None
+    """Why a pending pod (by uid) lets a group of its tenant restarted after a hardware
+    fault go first (``recovery.Recovery.queue_hold``); None: it need not."""
 
     def snapshot(self, config: FairShareConfig | None = None) -> Snapshot:
         """The cache's snapshot for ``config`` (default: the one in force), with
@@ -298,11 +301,17 @@ async def _filter(deps: ExtenderDeps, body: bytes) -> Any:
     await _await_victims(deps, args.pod)
     config = deps.config()
     uid = _take_in(deps, args.pod)
+    # A tenant's newer pods let its group restarted after a hardware fault go first.
+    behind = deps.queue_hold(uid) if deps.queue_hold is not None and uid else None
     # A pod group's member is answered for its whole group (``ganging``); others as ever.
     gang = None
-    if deps.gangs is not None and (deps.gangs.plans or deps.cache.group_of(uid) is not None):
+    grouped = deps.gangs is not None and (deps.gangs.plans or deps.cache.group_of(uid) is not None)
+    if behind is None and grouped and deps.gangs is not None:
         gang = await deps.gangs.filter(args, config, lambda: deps.reading(config))
-    if gang is not None:
+    if behind is not None:
+        refused = dict.fromkeys(args.candidate_names(), behind)
+        result = verbs.filter_result_of(args, (), refused, {})
+    elif gang is not None:
         result = gang.result
     else:
         req = _read(deps, args.pod, config)

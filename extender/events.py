@@ -62,6 +62,10 @@ async def _post(core: Any, body: dict[str, Any]) -> None:
         log.warning("event on %s/%s: %s", ns, name, exc)
 
 
+post_event = _post
+"""POST an Event body (``event_body``); a failure is logged, never raised."""
+
+
 def gang_recorder(
     api_client: Any,
 ) -> Callable[[Any, Sequence[tuple[str, str, str]], str], None]:

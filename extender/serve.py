@@ -18,7 +18,7 @@ from aiohttp import web
 
 import _native
 import serving
-from extender import leader, usagehistory
+from extender import leader, recovery, usagehistory
 from extender.app import (
     LEADER_LABEL,
     Binder,
@@ -297,6 +297,10 @@ async def serve(
         deps.gangs.fetch = informers.podgroup_fetcher(api_client)
     box["m"] = deps.metrics
     deps.metrics.set_chargeback_source(lambda: chargeback_rows(deps))
+    # Runs lost to hardware: read from the watch before the cache forgets the pods.
+    losses = recovery.LossTracker(deps.cache, rt.holder.get)
+    feed.lost = losses.forgivable
+    feed.on_forgiven = deps.metrics.count_forgiven
     deps.metrics.set_extender_leader(election is None)
     if election is not None and api_client is not None:
         deps.background.append(lead(deps, rt.source, api_client, election))
@@ -306,7 +310,7 @@ async def serve(
     deps.background.append(
         runtime.background(
             rt,
-            rt.sink_for(deps.sink),
+            rt.sink_for(losses, deps.sink),
             tls_reloader=reloader,
             periodic=lambda: publish_metrics(deps, seconds=period),
             period=period,
@@ -351,6 +355,17 @@ async def serve(
         )
         deps.quarantine = quarantiner.status
         deps.background.append(quarantiner.background())
+
+        config_ns = parse_ref(opts.configmap)[0] if opts.configmap is not None else None
+        healer = recovery.Recovery(
+            tracker=losses,
+            config=rt.holder.get,
+            api=recovery.KubeRecoveryApi(api_client, config_ns),
+            metrics=deps.metrics,
+            is_leader=lambda: deps.leading(),
+        )
+        deps.background.append(healer.background(rt.source.ready))
+        deps.queue_hold = healer.queue_hold
 
         deps.on_preempt = events.preemption_recorder(api_client)
         if deps.gangs is not None:

@@ -30,6 +30,7 @@ from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
 from fairshare.placement import PodRequest
+from fairshare.recovery import LostPod
 from fairshare.state.cluster import ClusterState
 
 log = logging.getLogger("fairshare.extender.usagehistory")
@@ -41,6 +42,8 @@ PERIOD: Final = 5.0
 PERSIST_EVERY: Final = 30.0
 """Seconds between two writes of the ConfigMap."""
 ANN_RECORDED: Final = "fairshare.io/recorded-at"
+FORGIVEN_KEEP: Final = 24 * 3600.0
+"""Seconds the history remembers a forgiven pod (longer than the tracker remembers it)."""
 
 
 class UsageHistoryFeed:
@@ -51,6 +54,11 @@ class UsageHistoryFeed:
         self.history: history.History | None = None
         self.assessed: dict[str, history.TenantHistory] = {}
         self._made: tuple[FairShareConfig, dict[str, float], FairShareConfig] | None = None
+        self.lost: Callable[[], Mapping[str, LostPod]] = dict
+        """The pods lost to hardware whose run is forgiven (``recovery.LossTracker
+        .forgivable``: none unless ``health.forgiveFaults``)."""
+        self.on_forgiven: Callable[[str, float], None] | None = None
+        """Told (tenant, pod-seconds) of each lost run taken back out."""
 
     def config(self) -> FairShareConfig:
         """The config the decisions read: the one in force, with the weights the history
@@ -99,13 +107,32 @@ class UsageHistoryFeed:
             h = self.history
         assert h is not None
         used = {t: list(u) for t, u in state.tenant_usage.items()}
+        lost = self.lost()
+        # A pod lost to hardware but not gone yet holds nothing its tenant is charged for.
+        for uid in lost:
+            bound = state.pods.get(uid)
+            if bound is not None and bound.tenant in used:
+                row = used[bound.tenant]
+                for k, v in enumerate(bound.row[: len(row)]):
+                    row[k] = max(0.0, row[k] - v)
         h.advance(now, used, state.total_capacity())
+        self._forgive(h, lost)
         demand = cluster_shares.demand_rows(state, queue)
         self.assessed = history.assess(h, raw, demand, policy=policy)
         factors = history.rounded_factors(self.assessed, policy.min_weight_factor)
         made = self._made
         if made is None or made[0] is not raw or made[1] != factors:
             self._made = (raw, factors, history.adjusted_config(raw, factors))
+
+    def _forgive(self, h: history.History, lost: Mapping[str, LostPod]) -> None:
+        """Take the lost runs' run time (bind to loss) back out, once per pod."""
+        for uid, pod in sorted(lost.items()):
+            if pod.tenant is None or uid in h.forgiven or len(pod.row) != len(h.resources):
+                continue
+            h.forgive(uid, pod.tenant, pod.row, pod.bound_at, pod.lost_at)
+            if self.on_forgiven is not None:
+                self.on_forgiven(pod.tenant, pod.run_seconds)
+        h.prune_forgiven(FORGIVEN_KEEP)
 
     def status(self) -> dict[str, Any]:
         """What ``/status.json`` shows: per tenant U, W and the factor on its weight."""

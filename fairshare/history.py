@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fairshare import recovery
 from fairshare.config.schema import FairShareConfig, Tenant, UsageHistory
 
 LN2 = math.log(2.0)
@@ -36,6 +37,9 @@ class History:
     at: float | None = None
     usage: dict[str, list[float]] = field(default_factory=dict)
     capacity: list[float] = field(default_factory=list)
+    forgiven: dict[str, float] = field(default_factory=dict)
+    """Pod uid -> loss time of the runs already taken back out (``forgive``), so that a
+    new leader reading this history back does not forgive them twice."""
 
     def __post_init__(self) -> None:
         if not self.half_life > 0:
@@ -71,6 +75,34 @@ class History:
             del self.usage[name]
         self.at = now
 
+    def forgive(
+        self, key: str, tenant: str, row: Sequence[float], start: float, end: float
+    ) -> list[float]:
+        """Take back out of ``tenant``'s history what holding ``row`` from ``start`` to
+        ``end`` weighs now (``recovery.forgiven``), each column floored at 0; once per
+        ``key`` (a pod uid). Returns what was taken. The capacity history is unchanged:
+        the capacity was there."""
+        if key in self.forgiven or self.at is None:
+            return [0.0] * len(row)
+        self.forgiven[key] = end
+        have = self.usage.get(tenant)
+        if have is None:
+            return [0.0] * len(row)
+        weigh = recovery.forgiven(row, start, end, self.at, self.half_life)
+        taken = []
+        for k, v in enumerate(weigh[: len(have)]):
+            cut = min(have[k], max(0.0, v))
+            have[k] -= cut
+            taken.append(cut)
+        return taken
+
+    def prune_forgiven(self, keep: float) -> None:
+        """Forget the forgiven runs lost more than ``keep`` seconds before ``at``."""
+        if self.at is None:
+            return
+        at = self.at
+        self.forgiven = {k: t for k, t in self.forgiven.items() if at - t <= keep}
+
     def usage_share(self, rows: Sequence[float], res_weights: Sequence[float]) -> float:
         """Dominant decayed share of ``rows`` over the resources with weight > 0."""
         best = 0.0
@@ -89,6 +121,7 @@ class History:
                 t: dict(zip(self.resources, row, strict=True))
                 for t, row in sorted(self.usage.items())
             },
+            **({"forgiven": dict(sorted(self.forgiven.items()))} if self.forgiven else {}),
         }
 
     @staticmethod
@@ -104,6 +137,13 @@ class History:
         h.capacity = [float(cap.get(r, 0.0)) for r in h.resources]
         for t, row in (data.get("tenants") or {}).items():
             h.usage[str(t)] = [float(row.get(r, 0.0)) for r in h.resources]
+        done = data.get("forgiven")
+        if isinstance(done, Mapping):
+            h.forgiven = {
+                str(k): float(v)
+                for k, v in done.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
         return h
 
 

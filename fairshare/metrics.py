@@ -364,6 +364,27 @@ class Metrics:
             ["reason", "tenant"],
             registry=r,
         )
+        self.gangs_recovered = Counter(
+            "fairshare_gangs_recovered_total",
+            "Pod groups evicted whole after a member was lost to a hardware fault, so that "
+            "they restart whole (health.recoverGangs), by tenant.",
+            ["tenant"],
+            registry=r,
+        )
+        self.hardware_lost_pods = Counter(
+            "fairshare_hardware_lost_pods_total",
+            "Bound pods lost to a hardware fault (their node failed or went, or they failed "
+            "on unhealthy GPUs), by tenant.",
+            ["tenant"],
+            registry=r,
+        )
+        self.forgiven_seconds = Counter(
+            "fairshare_forgiven_pod_seconds_total",
+            "Pod-seconds of runs lost to a hardware fault taken back out of the usage "
+            "history (health.forgiveFaults), by tenant.",
+            ["tenant"],
+            registry=r,
+        )
         self.reclaim_restore = Histogram(
             "fairshare_reclaim_guarantee_restore_seconds",
             "Time from a tenant's pending request under its guarantee to no such request "
@@ -591,6 +612,19 @@ class Metrics:
     def count_reclaim_waiting(self, reason: str, tenant: str) -> None:
         """Count a pod reclaim could not serve this round (``reason`` a short code)."""
         self.reclaim_waiting.labels(reason, tenant).inc()
+
+    def count_gang_recovered(self, tenant: str) -> None:
+        """One pod group evicted whole after a hardware loss."""
+        self.gangs_recovered.labels(tenant).inc()
+
+    def count_hardware_lost(self, tenant: str, pods: int = 1) -> None:
+        """Bound pods lost to a hardware fault."""
+        self.hardware_lost_pods.labels(tenant).inc(pods)
+
+    def count_forgiven(self, tenant: str, pod_seconds: float) -> None:
+        """Pod-seconds taken back out of the usage history after a hardware loss."""
+        _check_amount("forgiven pod-seconds", pod_seconds)
+        self.forgiven_seconds.labels(tenant).inc(pod_seconds)
 
     def observe_guarantee_restored(self, tenant: str, seconds: float) -> None:
         """Record how long ``tenant`` waited under its guarantee before it was restored."""

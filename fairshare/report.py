@@ -428,8 +428,13 @@ def explain_pod(
     group_fits: GroupFits | None = None,
     holds: Sequence[RoomHold] = (),
     given: Sequence[GivenRoom] = (),
+    hardware: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the webhook and the extender would say about one pod now.
+
+    ``hardware``: the run lost to a hardware fault that the pod belonged to (it was lost
+    or evicted so that its group restarts whole) or that it replaces
+    (``fairshare.recovery``; shown under ``hardware``).
 
     ``given``: the no-take-back records in force (``preemption.holds.given_rooms``);
     when the pod's tenant reclaims toward fair share, the tenants that reclaim takes
@@ -459,6 +464,8 @@ def explain_pod(
             "warnings": list(admission.warnings),
         },
     }
+    if hardware is not None:
+        out["hardware"] = dict(hardware)
     if demand_error is not None:
         out["error"] = f"pod resources cannot be read: {demand_error}"
         return out

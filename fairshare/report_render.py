@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -228,6 +229,9 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
         if levels:
             headers.insert(0, "LEVEL")
         lines += ["  " + line for line in _table(headers, rows)]
+    hw = report.get("hardware")
+    if hw is not None:
+        lines += ["", "HARDWARE: " + _hardware_text(hw)]
     if "error" in report:
         lines += ["", f"EXTENDER: {report['error']}"]
         return "\n".join(lines) + "\n"
@@ -271,6 +275,24 @@ def render_explain_text(report: Mapping[str, Any]) -> str:
     rows = [[n["node"], "fits" if n["fits"] else "no", n["reason"]] for n in ext["nodes"]]
     lines += ["  " + line for line in _table(["NODE", "FIT", "REASON"], rows)]
     return "\n".join(lines) + "\n"
+
+
+def _hardware_text(hw: Mapping[str, Any]) -> str:
+    """One line on the run a hardware fault took (``report.explain_pod``'s ``hardware``)."""
+    what = f"pod group {hw['key']}" if hw.get("gang") else f"pod {hw['key']}"
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(hw["lostAt"])))
+    role = hw.get("role")
+    if role == "evicted":
+        head = f"evicted at {when} so that {what} restarts whole"
+    elif role == "lost":
+        head = f"lost to a hardware fault at {when}"
+    else:
+        queued = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(hw["queuedAt"])))
+        head = (
+            f"replaces the run of {what} lost at {when}; it keeps that run's place in its "
+            f"tenant's queue (queued {queued})"
+        )
+    return f"{head}: {hw['reason']}"
 
 
 _CSS = """

@@ -55,10 +55,33 @@ def _live_state(args: argparse.Namespace) -> Any:
             kubeconfig=args.kubeconfig,
             config_ref=(args.config_namespace, args.config_name),
             timeout=args.request_timeout,
-            extra=(list_podgroups,),
+            extra=(list_podgroups, lost_runs_reader(args.config_namespace)),
         )
     )
     return (snap, *feed_trackers(snap))
+
+
+LOST_RUNS = "fairshare.io/LostRuns"
+"""The snapshot's key for the runs lost to hardware (``extender.recovery``)."""
+
+
+def lost_runs_reader(namespace: str) -> Any:
+    """An extra list for the snapshot: the runs lost to hardware faults the extender's
+    leader recorded in ``namespace`` (none when it recorded none)."""
+
+    async def read(api_client: Any, snap: Any) -> None:
+        from kubernetes_asyncio import client
+
+        from extender import recovery
+
+        try:
+            runs = await recovery.read_runs(client.CoreV1Api(api_client), namespace)
+        except Exception as exc:  # an explanation, never worth failing the command for
+            snap.warnings.append(f"runs lost to hardware not read: {exc}")
+            return
+        snap.objects[LOST_RUNS] = [r.to_dict() for r in runs.values()]
+
+    return read
 
 
 @dataclass
@@ -331,6 +354,10 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
     if group is not None:
         rows = [g for g in gang_statuses(snap, tracker, config) if g.key == group]
         gang = rows[0].as_dict() if rows else None
+    from extender import recovery as lost
+    from fairshare import recovery
+
+    runs, _ = recovery.runs_from_dict({"runs": snap.objects.get(LOST_RUNS, [])})
     return report.explain_pod(
         config=config,
         state=seen.state,
@@ -354,6 +381,7 @@ def explain_report(snap: Any, tracker: Any, usage: Any, pod: dict[str, Any]) -> 
             now=time.time(),
             keep=config.take_back_after_seconds(),
         ),
+        hardware=lost.explain_run(pod, runs),
     )
 
 

@@ -41,7 +41,8 @@ from fairshare.placement import (
     score_context,
 )
 from fairshare.resources import ResourceIndex
-from fairshare.state.cluster import LABEL_GPU_PRODUCT, ClusterState
+from fairshare.simulator.failures import FleetState
+from fairshare.state.cluster import LABEL_GPU_PRODUCT, BoundPod
 
 Policy = Literal["ours", "bestfit", "fgd"]
 POLICIES: tuple[str, ...] = ("ours", "bestfit", "fgd")
@@ -74,7 +75,7 @@ class Simulation:
     policy: Policy = "ours"
     seed: int = 0
     mix: WorkloadMix | None = None
-    state: ClusterState = field(init=False)
+    state: FleetState = field(init=False)
     scorer: Scorer = field(init=False)
     pods: dict[str, PodRequest] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
@@ -89,11 +90,14 @@ class Simulation:
     tie_rank: Sequence[int] | None = None
     _fair: dict[str, fairness.FairShare] | None = field(default=None, init=False)
     _ctx: ScoreContext | None = field(default=None, init=False)
+    created: dict[str, int] = field(default_factory=dict, init=False)
+    """Pod uid -> its place in the queue (creation order; ``requeue`` may move it)."""
+    _next_place: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(POLICIES)}")
-        self.state = ClusterState(ResourceIndex(self.config.resource_names()))
+        self.state = FleetState(ResourceIndex(self.config.resource_names()))
         declared = self.config.capacity_amounts() or {}
         self.state.declare_capacity(cluster_shares.kernel_amounts(self.state, declared))
         self.scorer = build_scorer(self.config.scoring.weights())
@@ -169,6 +173,8 @@ class Simulation:
             self.counters[t].pending += 1
         self.pods[req.uid] = req
         self.pending[req.uid] = req
+        self.created[req.uid] = self._next_place
+        self._next_place += 1
         self._fair = None
         out = Outcome(req.uid, "pending")
         self.outcomes[req.uid] = out
@@ -391,6 +397,35 @@ class Simulation:
                 row[k] -= v
         self._fair = None
         self.outcomes[uid] = Outcome(uid, "completed")
+
+    def requeue(self, uid: str, *, keep_position: bool, reason: str = "lost") -> BoundPod | None:
+        """A running pod is lost (its GPU failed): free what it held and queue it again,
+        at its original place in the queue (``keep_position``) or at the back. Returns
+        what it held (None when it was not bound)."""
+        req = self.pods[uid]
+        bound = self.state.unbind(uid)
+        if bound is None:
+            return None
+        # Admitted with the row it was bound with (``_readmit``); pending, it asks for
+        # its request's row again.
+        self._readmit(req.tenant, req.row, bound.row)
+        if req.tenant is not None:
+            c = self.counters[req.tenant]
+            c.running -= 1
+            c.pending += 1
+        if keep_position:
+            self.pending[uid] = req
+            order = self.created
+            self.pending = dict(sorted(self.pending.items(), key=lambda kv: order[kv[0]]))
+        else:
+            self.created[uid] = self._next_place
+            self._next_place += 1
+            self.pending[uid] = req
+        self._fair = None
+        self._ctx = None
+        out = Outcome(uid, "pending", reason=reason)
+        self.outcomes[uid] = out
+        return bound
 
     def schedule_pass(self) -> list[str]:
         """Try every pending pod once, in creation order; returns the uids placed."""

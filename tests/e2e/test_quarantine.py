@@ -52,9 +52,13 @@ XID_TAINT = "nvidia.com/gpu-xid-error"
 QUARANTINE_LABEL = "fairshare.io/quarantine"
 QUARANTINED_AT = "fairshare.io/quarantined-at"
 BREAKER_METRIC = "fairshare_quarantine_breaker_open"
+# The gang recovery (health.recoverGangs) would evict the gang member off the failed node
+# as soon as the node turns fatal, before the drain does: off here, so that this test
+# sees the quarantine's own gang-whole drain (tests/e2e/test_gang_recovery.py tests the
+# recovery).
 QUARANTINE_CONFIG = (
-    "health:\n  quarantine:\n    enabled: true\n    maxNodes: 1\n    maxFraction: 1.0\n"
-    "    window: 1h\n"
+    "health:\n  recoverGangs: false\n  quarantine:\n    enabled: true\n    maxNodes: 1\n"
+    "    maxFraction: 1.0\n    window: 1h\n"
 )
 
 
