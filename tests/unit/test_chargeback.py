@@ -5,6 +5,7 @@ command's input errors."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -340,3 +341,20 @@ def test_runs_lost_to_hardware_are_marked_not_removed() -> None:
     assert a.gpu_hours == pytest.approx(8 / 3600)
     assert a.lost_gpu_hours == pytest.approx(4 / 3600)
     assert a.lost_cost == pytest.approx(4 / 3600 * 3.6)
+
+
+def test_lost_pods_read_what_the_extenders_recovery_records() -> None:
+    from fairshare import recovery
+
+    run = recovery.LostRun(
+        key="a-ns/train",
+        gang=True,
+        tenant="a",
+        queued_at=0.0,
+        lost_at=10.0,
+        reason="node failed",
+        lost=("a1",),
+        evicted=("a2",),
+    )
+    data = json.loads(json.dumps(recovery.runs_to_dict({run.key: run})))
+    assert cb.lost_pods(data) == {("a-ns", "a1"), ("a-ns", "a2")}
