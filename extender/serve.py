@@ -31,7 +31,7 @@ from extender.app import (
 )
 from extender.leader import timing_error
 from extender.snapshot import Snapshot
-from fairshare import __version__, cluster_shares, runtime
+from fairshare import __version__, chargeback, cluster_shares, runtime
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
 from fairshare.errors import FairshareError
@@ -168,7 +168,42 @@ def _publish(deps: ExtenderDeps, config: FairShareConfig, snap: Snapshot, second
         coverage={c.resource: c.ratio for c in fleet.coverage},
         on_failed=fleet.tenants_on_failed,
     )
-    deps.metrics.accrue_chargeback(billed, seconds, config.pricing)
+    flat = config.pricing.resources if config.pricing is not None else None
+    deps.metrics.accrue_chargeback(billed, seconds, flat)
+
+
+def chargeback_rows(deps: ExtenderDeps) -> metrics_mod.ChargebackRows | None:
+    """The chargeback gauges of the ledger now (``fairshare.chargeback.export_rows``), at
+    scrape time; None until the first sync (a replica that has not listed the cluster
+    exports nothing rather than a partial picture)."""
+    if not deps.ready():
+        return None
+    config = deps.config()
+    pods = deps.cache.pods
+
+    def meta(uid: str) -> chargeback.PodMeta | None:
+        pod = pods.get(uid)
+        if pod is None:
+            return None
+        md = pod.get("metadata") or {}
+        return chargeback.PodMeta(str(md.get("namespace", "")), _gpu_container(pod))
+
+    with deps.reading(config) as snap:
+        return chargeback.export_rows(snap.state, meta, config.pricing, config.mig_fractions())
+
+
+def _gpu_container(pod: dict[str, Any]) -> str:
+    """The first container that asks for a GPU resource (or claims), else the first."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    names = [str(c.get("name", "")) for c in containers if isinstance(c, dict)]
+    for c in containers:
+        if not isinstance(c, dict):
+            continue
+        res = c.get("resources") or {}
+        asked = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        if any(k.startswith("nvidia.com/") for k in asked) or res.get("claims"):
+            return str(c.get("name", ""))
+    return names[0] if names else ""
 
 
 def publish_gang_metrics(
@@ -261,6 +296,7 @@ async def serve(
     if api_client is not None and deps.gangs is not None:
         deps.gangs.fetch = informers.podgroup_fetcher(api_client)
     box["m"] = deps.metrics
+    deps.metrics.set_chargeback_source(lambda: chargeback_rows(deps))
     # Runs lost to hardware: read from the watch before the cache forgets the pods.
     losses = recovery.LossTracker(deps.cache, rt.holder.get)
     feed.lost = losses.forgivable

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
+from prometheus_client.registry import Collector
 
 __all__ = [
     "ADMISSION_BUCKETS",
+    "CHARGEBACK_SERIES",
     "EXTENDER_BUCKETS",
     "RECLAIM_BUCKETS",
+    "ChargebackRows",
     "Metrics",
     "render",
 ]
@@ -65,6 +69,60 @@ RECLAIM_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300
 
 _PER_RESOURCE = ("usage", "limit", "reserved")
 
+#: The chargeback gauges (``docs/chargeback.md``): name -> (help, label names). Each is a
+#: pure function of the pods bound now and the config, computed at scrape time, so every
+#: replica exports the same values and a restart loses nothing (``max by`` dedups).
+CHARGEBACK_SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "fairshare_pod_gpu_allocation": (
+        "Chargeback: the pod's share of one physical GPU (1 whole, a fraction, a MIG "
+        "slice's or a DRA share's part; device mig/pool: of the node's GPU pool).",
+        ("namespace", "pod", "container", "node", "device", "tenant", "gpu_model"),
+    ),
+    "fairshare_pod_gpu_idle_allocation": (
+        "Chargeback: the part of the GPU's idle remainder attributed to the pod (the "
+        "remainder of a GPU held in part, pro rata to its holders' shares).",
+        ("namespace", "pod", "container", "node", "device", "tenant", "gpu_model"),
+    ),
+    "fairshare_gpu_capacity": (
+        "Chargeback: GPUs behind one device key of a node (1 per GPU; a MIG or DRA pool its GPUs).",
+        ("node", "device", "gpu_model"),
+    ),
+    "fairshare_pod_resource_allocation": (
+        "Chargeback: the pod's request of a non-GPU resource (cores, bytes).",
+        ("namespace", "pod", "node", "tenant", "resource"),
+    ),
+    "fairshare_node_gpu_hourly_price": (
+        "Chargeback: the config's price of one GPU-hour on the node (per node, else per "
+        "GPU model, else per resource).",
+        ("node", "gpu_model"),
+    ),
+    "fairshare_node_resource_hourly_price": (
+        "Chargeback: the config's price of one unit-hour of a non-GPU resource on the node.",
+        ("node", "resource"),
+    ),
+}
+
+ChargebackRows = Mapping[str, Sequence[tuple[Sequence[str], float]]]
+"""Series name (a key of ``CHARGEBACK_SERIES``) -> (label values, value) rows."""
+
+
+class _ChargebackCollector(Collector):
+    def __init__(self) -> None:
+        self.source: Callable[[], ChargebackRows | None] | None = None
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []  # computed at scrape time: no fixed description
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = self.source() if self.source is not None else None
+        if rows is None:
+            return
+        for name, (text, labels) in CHARGEBACK_SERIES.items():
+            family = GaugeMetricFamily(name, text, labels=list(labels))
+            for values, value in rows.get(name, ()):
+                family.add_metric(list(values), value)
+            yield family
+
 
 class Metrics:
     """Every fairshare metric, declared on ``registry``.
@@ -76,6 +134,8 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._labelled: dict[int, set[str]] = {}
+        self._chargeback = _ChargebackCollector()
+        registry.register(self._chargeback)
         r = registry
         self.gpu_handoff_seconds = Histogram(
             "fairshare_gpu_handoff_seconds",
@@ -597,6 +657,11 @@ class Metrics:
         self.reclaim_leader.set(1 if leader else 0)
 
     # ----------------------------------------------------------------- chargeback
+
+    def set_chargeback_source(self, source: Callable[[], ChargebackRows | None]) -> None:
+        """Compute the chargeback gauges (``CHARGEBACK_SERIES``) from ``source`` at each
+        scrape (None: not synced yet, no series)."""
+        self._chargeback.source = source
 
     def accrue_chargeback(
         self,

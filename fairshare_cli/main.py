@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from fairshare import __version__
 from fairshare.errors import FairshareError
-from fairshare_cli import certs, live, offline, servers
+from fairshare_cli import certs, chargeback, live, offline, servers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline.add_parsers(sub)
     certs.add_parsers(sub)
     live.add_parsers(sub)
+    chargeback.add_parsers(sub)
     servers.add_parsers(sub)
     return p
 

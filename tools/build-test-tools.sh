@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Go tools the tests run (cached outside the clone; a warm run costs seconds):
 # the e2e control plane (tools/e2e/build-bins.sh: kube-apiserver, kube-scheduler,
-# kube-controller-manager, kubectl, etcd, kwok), promtool and helm.
+# kube-controller-manager, kubectl, etcd, kwok), promtool, the Prometheus server and helm.
 #
 # FAIRSHARE_STRICT=1 (what `make test` sets unless STRICT=0): a tool that cannot be built
 # is an error: exit 1 naming each one and why, before any test runs (their tests would
@@ -18,6 +18,7 @@ failed=()
 for entry in \
   "e2e control plane (kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd, kwok)|e2e/build-bins.sh" \
   "promtool|promtool/build.sh" \
+  "prometheus (server, after promtool: it reuses promtool's compiled packages)|prometheus/build.sh" \
   "helm|helm/build.sh"; do
   what="${entry%%|*}" script="${entry#*|}"
   err="$(mktemp)"

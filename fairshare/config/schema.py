@@ -76,9 +76,11 @@ __all__ = [
     "HealthPolicy",
     "LabelSelector",
     "MigProfile",
+    "NodePrice",
     "PodCount",
     "PositiveWeight",
     "PreemptionPolicy",
+    "Pricing",
     "Quantity",
     "Quarantine",
     "ReservationHandoff",
@@ -459,6 +461,65 @@ class UsageHistory(_Model):
         return parse_duration(self.half_life)
 
 
+_PRICING_KEYS: Final = frozenset({"resources", "gpuModels", "gpu_models", "nodes"})
+
+
+def _migrate_flat_pricing(value: object) -> object:
+    """The flat map of earlier configs (``pricing: {nvidia.com/gpu: 2.5, cpu: 0.03}``)
+    is the ``resources`` table of the structured form: old configs keep their meaning."""
+    if isinstance(value, Mapping) and value and not (set(value) & _PRICING_KEYS):
+        return {"resources": dict(value)}
+    return value
+
+
+class NodePrice(_Model):
+    """Prices of one node, over its GPU model's and the default resource prices."""
+
+    gpu: Weight | None = None
+    """Price of one of this node's GPUs for one hour (unset: by its GPU model)."""
+
+    resources: dict[str, Weight] = Field(default_factory=dict)
+    """Price per unit-hour of other resources on this node (cpu per core, memory per
+    byte), over ``pricing.resources``."""
+
+
+class Pricing(_Model):
+    """Chargeback prices (``docs/chargeback.md``). Which price a GPU-hour gets, first
+    match: OpenCost's ``node_gpu_hourly_cost`` for the node where OpenCost runs (the
+    report and the recording rules), else ``nodes.<node>.gpu``, else
+    ``gpuModels.<nvidia.com/gpu.product>``, else ``resources.nvidia.com/gpu``."""
+
+    resources: dict[str, Weight] = Field(default_factory=dict)
+    """Price per unit-hour of each resource (1 GPU, 1 core, 1 byte), >= 0. The flat map
+    earlier versions took as ``pricing`` is read as this table."""
+
+    gpu_models: dict[str, Weight] = Field(
+        default_factory=dict, examples=[{"NVIDIA-H100-80GB-HBM3": 4.0, "Tesla-T4": 0.35}]
+    )
+    """Price of one GPU for one hour by GPU model, the ``nvidia.com/gpu.product`` label
+    GPU feature discovery puts on the node."""
+
+    nodes: dict[str, NodePrice] = Field(default_factory=dict)
+    """Per-node overrides, by node name."""
+
+    def gpu_hourly(self, node: str, model: str) -> float | None:
+        """The configured price of one GPU-hour on ``node`` (GPU model ``model``), None
+        when nothing prices it."""
+        override = self.nodes.get(node)
+        if override is not None and override.gpu is not None:
+            return override.gpu
+        if model in self.gpu_models:
+            return self.gpu_models[model]
+        return self.resources.get(GPU_RESOURCE)
+
+    def resource_hourly(self, node: str, resource: str) -> float | None:
+        """The configured price of one unit-hour of ``resource`` on ``node``."""
+        override = self.nodes.get(node)
+        if override is not None and resource in override.resources:
+            return override.resources[resource]
+        return self.resources.get(resource)
+
+
 def _default_resources() -> dict[str, ResourceSpec]:
     return {name: ResourceSpec() for name in NATIVE_RESOURCES}
 
@@ -542,11 +603,18 @@ class FairShareConfig(_Model):
     dra: DraPolicy = Field(default_factory=DraPolicy)
     """GPUs requested through DRA ResourceClaims."""
 
-    pricing: dict[str, Weight] | None = Field(
-        default=None, examples=[{"nvidia.com/gpu": 2.5, "cpu": 0.03}]
+    pricing: Annotated[Pricing | None, BeforeValidator(_migrate_flat_pricing)] = Field(
+        default=None,
+        examples=[
+            {
+                "resources": {"nvidia.com/gpu": 2.5, "cpu": 0.03},
+                "gpuModels": {"NVIDIA-H100-80GB-HBM3": 4.0},
+            }
+        ],
     )
-    """Optional price per unit-hour of each resource (unit: 1 GPU, 1 core, 1 byte), >= 0,
-    for chargeback metrics. Default: no pricing."""
+    """Optional chargeback prices: per resource-hour, per GPU model, per node
+    (``Pricing``). A flat map ``{resource: price}`` (the earlier form) is read as
+    ``resources``. Default: no pricing."""
 
     scheduler_name: SchedulerName | None = Field(default=None, examples=["fairshare-scheduler"])
     """If set, the webhook sets spec.schedulerName on GPU pods to this, and the fair-share
@@ -565,7 +633,7 @@ class FairShareConfig(_Model):
         problems = [
             *_check_resources(self),
             *_check_tenants(self),
-            *_check_known_keys("pricing", self.pricing, self),
+            *_check_pricing(self),
             *_check_known_keys("capacity", self.capacity, self),
             *_check_capacity(self),
         ]
@@ -708,6 +776,16 @@ def _check_known_keys(
         for name in values
         if name not in config.resources
     ]
+
+
+def _check_pricing(config: FairShareConfig) -> list[Problem]:
+    pricing = config.pricing
+    if pricing is None:
+        return []
+    problems = _check_known_keys("pricing.resources", pricing.resources, config)
+    for node, price in pricing.nodes.items():
+        problems += _check_known_keys(f"pricing.nodes.{node}.resources", price.resources, config)
+    return problems
 
 
 def _check_tenants(config: FairShareConfig) -> list[Problem]:

@@ -275,7 +275,8 @@ def test_all_consistency_errors_reported_together() -> None:
         'tenants[1].guaranteed.gpu: unknown resource "gpu" (did you mean "nvidia.com/gpu"?); '
         "use nvidia.com/gpu, cpu, memory, ephemeral-storage, storage, "
         "nvidia.com/mig-<profile> or an extended resource <domain>/<name>",
-        'pricing.example.com/fpga: unknown resource "example.com/fpga" (not in resources: '
+        'pricing.resources.example.com/fpga: unknown resource "example.com/fpga" '
+        "(not in resources: "
         "nvidia.com/gpu, cpu, memory, ephemeral-storage, storage)",
     ]
 
@@ -362,7 +363,7 @@ INVALID = [
     (
         "unknown-pricing-resource",
         {"pricing": {"example.com/fpga": 1.0}},
-        "pricing.example.com/fpga",
+        "pricing.resources.example.com/fpga",
         'unknown resource "example.com/fpga"',
     ),
     (
@@ -494,7 +495,7 @@ INVALID = [
         "health.unhealthyTaints[0]",
         "is not a valid taint key",
     ),
-    ("pricing-negative", {"pricing": {"cpu": -0.1}}, "pricing.cpu", "must be >= 0"),
+    ("pricing-negative", {"pricing": {"cpu": -0.1}}, "pricing.resources.cpu", "must be >= 0"),
 ]
 
 
