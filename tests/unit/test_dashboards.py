@@ -343,7 +343,16 @@ def test_kustomize_renders_the_dashboard_config_map() -> None:
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
     # The extender as pods: its Service selects the leader's pod only.
-    assert kinds == ["ConfigMap", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    # Two rule sets: the alerts and the chargeback recording rules.
+    assert kinds == [
+        "ConfigMap",
+        "PodMonitor",
+        "PrometheusRule",
+        "PrometheusRule",
+        "ServiceMonitor",
+    ]
+    rules = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "PrometheusRule")
+    assert len(set(rules)) == 2, rules
     (pods,) = (d for d in docs if d["kind"] == "PodMonitor")
     assert pods["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "extender"
     assert "fairshare.io/extender-leader" not in pods["spec"]["selector"]["matchLabels"]
