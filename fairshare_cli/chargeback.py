@@ -30,6 +30,7 @@ from fairshare.chargeback import (
     build_report,
     lost_pods,
 )
+from fairshare.config.fields import parse_duration
 from fairshare.errors import FairshareError
 
 HOLD = "namespace, pod, container, node, device, tenant, gpu_model"
@@ -45,6 +46,20 @@ QUERIES = {
     "memory_used": 'sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""})',
 }
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points a series
+
+
+def _seconds(text: str) -> float:
+    """Seconds as a number (``30``) or a duration (``30s``, ``1m``, ``1m30s``)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither seconds nor a duration such as 30s or 1m"
+        ) from None
 
 
 def add_parsers(sub: Any) -> None:
@@ -72,7 +87,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--step",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="SECONDS",
         help="sampling step; at most the scrape interval for exact lifetimes "
@@ -95,7 +110,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="SECONDS",
         help="per request (default: %(default)s)",

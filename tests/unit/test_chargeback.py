@@ -322,6 +322,20 @@ def test_bad_input_is_one_error_line_and_exit_1(
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_step_and_timeout_take_seconds_or_a_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    from fairshare_cli.chargeback import _seconds
+
+    assert (_seconds("30"), _seconds("2s"), _seconds("1m30s"), _seconds("0.5")) == (
+        30.0,
+        2.0,
+        90.0,
+        0.5,
+    )
+    with pytest.raises(SystemExit):
+        main(["chargeback", "--from", "2026-01-01", "--to", "2026-01-02", "--step", "2x"])
+    assert "'2x' is neither seconds nor a duration" in capsys.readouterr().err
+
+
 def test_runs_lost_to_hardware_are_marked_not_removed() -> None:
     runs = {"runs": [{"key": "a-ns/train", "gang": True, "lost": ["a1"], "evicted": ["a2"]}]}
     lost = cb.lost_pods(runs)
