@@ -246,6 +246,7 @@ ALL = ("-A",)
 SYS = ("-n", NAMESPACE)
 ELSEWHERE = ("-n", "kube-system")
 BINDING = ("-A", "--subresource=binding")
+EVICTION = ("-A", "--subresource=eviction")
 
 CAN = [
     ("fairshare-webhook", "list", "pods", ALL),
@@ -260,6 +261,10 @@ CAN = [
     ("fairshare-extender", "create", "pods", BINDING),
     ("fairshare-extender", "patch", "pods", ALL),
     ("fairshare-extender", "list", "nodes", ALL),
+    # The quarantine (health.quarantine, opt-in) cordons and uncordons failed GPU nodes and
+    # drains them through the Eviction API; the gang recovery evicts too. Never delete.
+    ("fairshare-extender", "patch", "nodes", ()),
+    ("fairshare-extender", "create", "pods", EVICTION),
     ("fairshare-extender", "watch", "persistentvolumeclaims", ALL),
     ("fairshare-reclaimer", "watch", "persistentvolumeclaims", ALL),
     ("fairshare-extender", "create", "events", ALL),
@@ -297,7 +302,7 @@ CANNOT = [
     ("fairshare-extender", "update", "leases", ELSEWHERE),
     ("fairshare-extender", "get", "secrets", ALL),
     ("fairshare-extender", "list", "secrets", SYS),
-    ("fairshare-extender", "patch", "nodes", ALL),
+    ("fairshare-extender", "delete", "nodes", ()),
     ("fairshare-extender", "update", "configmaps", SYS),
     ("fairshare-extender", "update", "configmaps", ALL),
     ("fairshare-extender", "create", "pods", ALL),
@@ -315,7 +320,7 @@ CANNOT = [
 
 def _case_id(case: tuple[str, str, str, tuple[str, ...]]) -> str:
     sa, verb, resource, scope = case
-    names = {(): "cluster", ALL: "all", BINDING: "binding-all"}
+    names = {(): "cluster", ALL: "all", BINDING: "binding-all", EVICTION: "eviction-all"}
     where = names[scope] if scope in names else scope[-1]
     return f"{sa.removeprefix('fairshare-')}-{verb}-{resource}-{where}"
 
