@@ -410,6 +410,46 @@ async def write_configmap(core: Any, body: dict[str, Any], *, key: str) -> bool:
     return True
 
 
+def json_configmap(
+    name: str, namespace: str, key: str, data: Mapping[str, Any], *, stamp_annotation: str
+) -> dict[str, Any]:
+    """A ConfigMap holding ``data`` as sorted JSON under ``key``, stamped with the time
+    of writing (UTC, seconds) in ``stamp_annotation``: the body ``write_configmap``
+    writes for the leader's records (usage history, lost runs)."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "fairshare"},
+            "annotations": {stamp_annotation: stamp},
+        },
+        "data": {key: json.dumps(data, sort_keys=True)},
+    }
+
+
+async def evict_pod(
+    core: Any, namespace: str, name: str, *, grace: int | None = None
+) -> tuple[int, str]:
+    """Ask the Eviction API (``policy/v1``, so PodDisruptionBudgets hold) to evict pod
+    ``namespace/name`` with kubernetes_asyncio's ``CoreV1Api`` ``core``; ``grace``: its
+    grace period in seconds (None: the pod's own). Returns the HTTP status (2xx
+    accepted, 429 a budget refused, 404 already gone) and the API's message."""
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    status, data = await call_raw(
+        core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+    )
+    return status, str(data.get("message") or f"HTTP {status}")
+
+
 async def call_raw(request: Awaitable[Any]) -> tuple[int, dict[str, Any]]:
     """Await a raw (``_preload_content=False``) call: HTTP status and decoded JSON body.
 

@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol
 
 from extender.cache import Cache
 from extender.events import event_body
-from extender.leader import call_raw
+from extender.leader import call_raw, evict_pod
 from fairshare import metrics as metrics_mod
 from fairshare import quarantine as q
 from fairshare.config.schema import FairShareConfig
@@ -503,17 +503,9 @@ class KubeQuarantineApi:
         return [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
 
     async def evict(self, namespace: str, name: str) -> Outcome:
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        status, data = await call_raw(
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
-        )
+        status, message = await evict_pod(self.core, namespace, name)
         if 200 <= status < 300:
             return Outcome("done")
-        message = str(data.get("message") or f"HTTP {status}")
         if status == 429:
             return Outcome("blocked", message)
         if status == 404:

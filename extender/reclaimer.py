@@ -35,6 +35,7 @@ from extender.leader import (
     KubeLeaseApi,
     LeaseElector,
     call_raw,
+    evict_pod,
     lease_decision,
     micro_time,
     parse_time,
@@ -428,19 +429,9 @@ class KubeApi(KubeLeaseApi):
         self.identity = identity
 
     async def evict(self, namespace: str, name: str, grace: int | None) -> EvictResult:
-        body: dict[str, Any] = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        if grace is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace}
-        status, data = await call_raw(
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
-        )
+        status, message = await evict_pod(self.core, namespace, name, grace=grace)
         if 200 <= status < 300:
             return EvictResult("evicted")
-        message = str(data.get("message") or f"HTTP {status}")
         if status == 429:
             return EvictResult("blocked", message)
         if status == 404:

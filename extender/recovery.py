@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 import serving
 from extender.cache import Cache
-from extender.leader import call_raw, parse_time, write_configmap
+from extender.leader import call_raw, evict_pod, json_configmap, parse_time, write_configmap
 from fairshare import dra, gangs, recovery
 from fairshare import metrics as metrics_mod
 from fairshare.config.schema import FairShareConfig
@@ -346,15 +346,7 @@ class KubeRecoveryApi:
         self.namespace = namespace
 
     async def evict(self, namespace: str, name: str) -> tuple[str, str]:
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        status, data = await call_raw(
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
-        )
-        message = str(data.get("message") or f"HTTP {status}")
+        status, message = await evict_pod(self.core, namespace, name)
         if 200 <= status < 300 or status == 404:
             return "evicted", "" if status != 404 else "already gone"
         if status == 429:
@@ -400,18 +392,9 @@ def parse_runs(text: object) -> dict[str, Any] | None:
 
 
 def runs_body(namespace: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": CONFIGMAP,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "fairshare"},
-            "annotations": {"fairshare.io/recorded-at": stamp},
-        },
-        "data": {DATA_KEY: json.dumps(data, sort_keys=True)},
-    }
+    return json_configmap(
+        CONFIGMAP, namespace, DATA_KEY, data, stamp_annotation="fairshare.io/recorded-at"
+    )
 
 
 # -- the controller --------------------------------------------------------------------------

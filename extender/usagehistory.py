@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 import time
@@ -23,7 +22,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Final
 
 import serving
-from extender.leader import call_raw, write_configmap
+from extender.leader import call_raw, json_configmap, write_configmap
 from extender.snapshot import Snapshot
 from fairshare import cluster_shares, history
 from fairshare import metrics as metrics_mod
@@ -153,18 +152,7 @@ class UsageHistoryFeed:
 
 
 def history_body(namespace: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": CONFIGMAP,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "fairshare"},
-            "annotations": {ANN_RECORDED: stamp},
-        },
-        "data": {DATA_KEY: json.dumps(data, sort_keys=True)},
-    }
+    return json_configmap(CONFIGMAP, namespace, DATA_KEY, data, stamp_annotation=ANN_RECORDED)
 
 
 class UsageHistoryKeeper:
